@@ -1,0 +1,51 @@
+// Log format v1 (docs/log-format.md): a header line, then one record per line of
+// space-separated key=value fields. Torch-free; the probe writes it, the differ reads it.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "probe/record.h"
+
+namespace probe::log_format {
+
+inline constexpr int kVersion = 1;
+inline constexpr std::string_view kHeaderTag = "#numprobe";
+
+struct Header {
+  int format_version = kVersion;
+  int hash_spec_version = 1;
+  int rank = 0;
+  int world_size = 1;
+  std::string torch_version;
+  std::string setup;  // free text describing the run's layout
+};
+
+struct ParseError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Shortest decimal text that parses back to exactly `v` ("nan", "inf", "-inf" for those).
+std::string format_double(double v);
+// Inverse of format_double; throws ParseError.
+double parse_double(std::string_view text);
+
+// 16 lowercase hex digits.
+std::string format_hash(std::uint64_t h);
+std::uint64_t parse_hash(std::string_view text);
+
+// Values are percent-escaped so they never hold a space, '=', '%' or a control character.
+std::string escape_value(std::string_view raw);
+std::string unescape_value(std::string_view escaped);
+
+std::string format_header(const Header& header);
+// Throws ParseError (saying what is wrong) for a line that is not a v1 header.
+Header parse_header(std::string_view line);
+
+std::string format_record(const Record& record);
+// Throws ParseError (saying which field is wrong) for a line that is not a v1 record.
+Record parse_record(std::string_view line);
+
+}  // namespace probe::log_format

@@ -1,0 +1,48 @@
+// One line of a diff.log: what was observed, when, and its figures (docs/log-format.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "probe/tensor_stats_record.h"
+
+namespace probe {
+
+// Listed in execution order within a step: forward, then backward, then step end.
+enum class Kind : std::uint8_t {
+  rng,          // RNG-state fingerprint taken before a microbatch's forward
+  input,        // a microbatch's forward input
+  output,       // a microbatch's forward output
+  tap,          // a named intermediate tensor (probe::tap)
+  output_grad,  // gradient w.r.t. a forward output
+  mb_grad,      // one microbatch's gradient contribution to a parameter
+  grad,         // a parameter's accumulated .grad() at end_step
+  scalar,       // a named value per step (loss, grad_norm, lr)
+};
+inline constexpr int kKindCount = 8;
+
+std::string_view kind_name(Kind kind);
+std::optional<Kind> parse_kind(std::string_view name);
+
+enum class Phase : std::uint8_t { forward, backward, step_end };
+Phase phase_of(Kind kind);
+
+struct Record {
+  std::int64_t step = 0;
+  Kind kind = Kind::scalar;
+  std::string name;
+  std::optional<std::int64_t> microbatch;  // global microbatch id, where it applies
+
+  enum class State : std::uint8_t {
+    tensor,       // `stats` holds the tensor's figures (stats.unsupported may be set)
+    none,         // the tensor was undefined (e.g. a gradient never computed)
+    scalar,       // `value` holds a scalar
+  };
+  State state = State::tensor;
+  TensorStats stats;
+  double value = 0;
+};
+
+}  // namespace probe

@@ -1,0 +1,361 @@
+#include "probe/log_format.h"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace probe::log_format {
+namespace {
+
+constexpr std::array<std::string_view, kKindCount> kKindNames = {
+    "rng", "input", "output", "tap", "output_grad", "mb_grad", "grad", "scalar"};
+
+[[noreturn]] void fail(const std::string& message) { throw ParseError(message); }
+
+std::int64_t parse_int(std::string_view text, std::string_view field) {
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+    fail("field '" + std::string(field) + "' is not an integer: '" + std::string(text) + "'");
+  return v;
+}
+
+std::string format_dims(const std::vector<std::int64_t>& dims) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(dims[i]);
+  }
+  return out + "]";
+}
+
+std::vector<std::int64_t> parse_dims(std::string_view text, std::string_view field) {
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']')
+    fail("field '" + std::string(field) + "' is not a [d0,d1,...] list: '" + std::string(text) +
+         "'");
+  text = text.substr(1, text.size() - 2);
+  std::vector<std::int64_t> dims;
+  while (!text.empty()) {
+    auto comma = text.find(',');
+    dims.push_back(parse_int(text.substr(0, comma), field));
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+    if (text.empty()) fail("field '" + std::string(field) + "' ends with a comma");
+  }
+  return dims;
+}
+
+struct Field {
+  std::string_view key;
+  std::string_view value;
+  bool bare;  // a token without '='
+};
+
+std::vector<Field> split_fields(std::string_view line) {
+  std::vector<Field> fields;
+  std::size_t pos = 0;
+  while (pos < line.size()) {
+    if (line[pos] == ' ') {
+      ++pos;
+      continue;
+    }
+    auto end = line.find(' ', pos);
+    if (end == std::string_view::npos) end = line.size();
+    std::string_view token = line.substr(pos, end - pos);
+    auto eq = token.find('=');
+    if (eq == std::string_view::npos)
+      fields.push_back({token, {}, true});
+    else
+      fields.push_back({token.substr(0, eq), token.substr(eq + 1), false});
+    pos = end;
+  }
+  return fields;
+}
+
+}  // namespace
+
+}  // namespace probe::log_format
+
+namespace probe {
+
+std::string_view kind_name(Kind kind) {
+  return log_format::kKindNames[static_cast<std::size_t>(kind)];
+}
+
+std::optional<Kind> parse_kind(std::string_view name) {
+  for (std::size_t i = 0; i < log_format::kKindNames.size(); ++i)
+    if (log_format::kKindNames[i] == name) return static_cast<Kind>(i);
+  return std::nullopt;
+}
+
+Phase phase_of(Kind kind) {
+  switch (kind) {
+    case Kind::rng:
+    case Kind::input:
+    case Kind::output:
+    case Kind::tap:
+      return Phase::forward;
+    case Kind::output_grad:
+    case Kind::mb_grad:
+      return Phase::backward;
+    case Kind::grad:
+    case Kind::scalar:
+      return Phase::step_end;
+  }
+  return Phase::step_end;
+}
+
+}  // namespace probe
+
+namespace probe::log_format {
+
+std::string format_double(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::array<char, 32> buf{};
+  auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), v);
+  (void)ec;  // 32 chars always suffice for the shortest round-trip form
+  return std::string(buf.data(), end);
+}
+
+double parse_double(std::string_view text) {
+  if (text == "nan") return std::numeric_limits<double>::quiet_NaN();
+  if (text == "inf") return std::numeric_limits<double>::infinity();
+  if (text == "-inf") return -std::numeric_limits<double>::infinity();
+  double v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+    fail("not a number: '" + std::string(text) + "'");
+  return v;
+}
+
+std::string format_hash(std::uint64_t h) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = kDigits[h & 0xf];
+  return out;
+}
+
+std::uint64_t parse_hash(std::string_view text) {
+  if (text.size() != 16) fail("hash is not 16 hex digits: '" + std::string(text) + "'");
+  std::uint64_t h = 0;
+  for (char c : text) {
+    int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    if (d < 0) fail("hash is not lowercase hex: '" + std::string(text) + "'");
+    h = (h << 4) | static_cast<std::uint64_t>(d);
+  }
+  return h;
+}
+
+std::string escape_value(std::string_view raw) {
+  static constexpr char kDigits[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(raw.size());
+  for (unsigned char c : raw) {
+    if (c <= 0x20 || c == '%' || c == '=' || c == 0x7f) {
+      out += '%';
+      out += kDigits[c >> 4];
+      out += kDigits[c & 0xf];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string unescape_value(std::string_view escaped) {
+  std::string out;
+  out.reserve(escaped.size());
+  for (std::size_t i = 0; i < escaped.size(); ++i) {
+    if (escaped[i] != '%') {
+      out += escaped[i];
+      continue;
+    }
+    auto hex = [&](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    if (i + 2 >= escaped.size())
+      fail("truncated %-escape in '" + std::string(escaped) + "'");
+    int hi = hex(escaped[i + 1]), lo = hex(escaped[i + 2]);
+    if (hi < 0 || lo < 0) fail("bad %-escape in '" + std::string(escaped) + "'");
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+std::string format_header(const Header& header) {
+  std::string out(kHeaderTag);
+  out += " format=" + std::to_string(header.format_version);
+  out += " hash_spec=" + std::to_string(header.hash_spec_version);
+  out += " rank=" + std::to_string(header.rank);
+  out += " world_size=" + std::to_string(header.world_size);
+  out += " torch=" + escape_value(header.torch_version);
+  out += " setup=" + escape_value(header.setup);
+  return out;
+}
+
+Header parse_header(std::string_view line) {
+  auto fields = split_fields(line);
+  if (fields.empty() || !fields[0].bare || fields[0].key != kHeaderTag)
+    fail("not a numprobe log: the first line does not start with '" + std::string(kHeaderTag) +
+         "'");
+  Header header;
+  bool has_format = false, has_spec = false;
+  for (std::size_t i = 1; i < fields.size(); ++i) {
+    const auto& f = fields[i];
+    if (f.bare) fail("unexpected token '" + std::string(f.key) + "' in header");
+    if (f.key == "format") {
+      header.format_version = static_cast<int>(parse_int(f.value, f.key));
+      has_format = true;
+    } else if (f.key == "hash_spec") {
+      header.hash_spec_version = static_cast<int>(parse_int(f.value, f.key));
+      has_spec = true;
+    } else if (f.key == "rank") {
+      header.rank = static_cast<int>(parse_int(f.value, f.key));
+    } else if (f.key == "world_size") {
+      header.world_size = static_cast<int>(parse_int(f.value, f.key));
+    } else if (f.key == "torch") {
+      header.torch_version = unescape_value(f.value);
+    } else if (f.key == "setup") {
+      header.setup = unescape_value(f.value);
+    }  // unknown header fields are ignored: later minor additions stay readable
+  }
+  if (!has_format || !has_spec) fail("header lacks format= or hash_spec=");
+  if (header.format_version != kVersion)
+    fail("log format version " + std::to_string(header.format_version) +
+         " is not supported (this build reads version " + std::to_string(kVersion) + ")");
+  if (header.rank < 0 || header.world_size < 1 || header.rank >= header.world_size)
+    fail("header has rank " + std::to_string(header.rank) + " outside world_size " +
+         std::to_string(header.world_size));
+  return header;
+}
+
+std::string format_record(const Record& record) {
+  std::string out = "step=" + std::to_string(record.step);
+  out += " kind=";
+  out += kind_name(record.kind);
+  out += " name=" + escape_value(record.name);
+  if (record.microbatch) out += " mb=" + std::to_string(*record.microbatch);
+  switch (record.state) {
+    case Record::State::none:
+      out += " none";
+      return out;
+    case Record::State::scalar:
+      out += " value=" + format_double(record.value);
+      return out;
+    case Record::State::tensor:
+      break;
+  }
+  const TensorStats& s = record.stats;
+  if (s.unsupported) {
+    out += " unsupported=" + escape_value(*s.unsupported);
+  } else {
+    out += " hash=" + format_hash(s.hash);
+    out += " norm=" + format_double(s.norm);
+    out += " min=" + format_double(s.min);
+    out += " max=" + format_double(s.max);
+    out += " mean=" + format_double(s.mean);
+    out += " nan=" + std::to_string(s.nan);
+    out += " inf=" + std::to_string(s.inf);
+  }
+  out += " dtype=" + escape_value(s.dtype);
+  out += " shape=" + format_dims(s.shape);
+  if (!s.shard.empty())
+    out += " shard=" + format_dims(s.shard.global_shape) + "@" + format_dims(s.shard.offset);
+  if (s.torch_hash) out += " torch_hash=" + format_hash(*s.torch_hash);
+  return out;
+}
+
+Record parse_record(std::string_view line) {
+  Record r;
+  bool has_step = false, has_kind = false, has_name = false, has_value = false;
+  bool has_hash = false, has_dtype = false, has_shape = false;
+  bool is_none = false;
+  for (const Field& f : split_fields(line)) {
+    if (f.bare) {
+      if (f.key != "none") fail("unexpected token '" + std::string(f.key) + "'");
+      is_none = true;
+      continue;
+    }
+    const std::string_view k = f.key, v = f.value;
+    if (k == "step") {
+      r.step = parse_int(v, k);
+      has_step = true;
+    } else if (k == "kind") {
+      auto kind = parse_kind(v);
+      if (!kind) fail("unknown kind '" + std::string(v) + "'");
+      r.kind = *kind;
+      has_kind = true;
+    } else if (k == "name") {
+      r.name = unescape_value(v);
+      has_name = !r.name.empty();
+    } else if (k == "mb") {
+      r.microbatch = parse_int(v, k);
+    } else if (k == "value") {
+      r.value = parse_double(v);
+      has_value = true;
+    } else if (k == "hash") {
+      r.stats.hash = parse_hash(v);
+      has_hash = true;
+    } else if (k == "norm") {
+      r.stats.norm = parse_double(v);
+    } else if (k == "min") {
+      r.stats.min = parse_double(v);
+    } else if (k == "max") {
+      r.stats.max = parse_double(v);
+    } else if (k == "mean") {
+      r.stats.mean = parse_double(v);
+    } else if (k == "nan") {
+      r.stats.nan = parse_int(v, k);
+    } else if (k == "inf") {
+      r.stats.inf = parse_int(v, k);
+    } else if (k == "dtype") {
+      r.stats.dtype = unescape_value(v);
+      has_dtype = true;
+    } else if (k == "shape") {
+      r.stats.shape = parse_dims(v, k);
+      has_shape = true;
+    } else if (k == "shard") {
+      auto at = v.find('@');
+      if (at == std::string_view::npos) fail("field 'shard' is not [global]@[offset]");
+      r.stats.shard.global_shape = parse_dims(v.substr(0, at), k);
+      r.stats.shard.offset = parse_dims(v.substr(at + 1), k);
+      if (r.stats.shard.global_shape.size() != r.stats.shard.offset.size())
+        fail("field 'shard' has global shape and offset of different ranks");
+    } else if (k == "unsupported") {
+      r.stats.unsupported = unescape_value(v);
+    } else if (k == "torch_hash") {
+      r.stats.torch_hash = parse_hash(v);
+    } else {
+      fail("unknown field '" + std::string(k) + "'");
+    }
+  }
+  if (!has_step) fail("record lacks step=");
+  if (!has_kind) fail("record lacks kind=");
+  if (!has_name) fail("record lacks name=");
+  if (r.step < 0) fail("negative step");
+  if (r.microbatch && *r.microbatch < 0) fail("negative mb");
+  const int states = int(is_none) + int(has_value) + int(has_hash || has_dtype);
+  if (states != 1)
+    fail("record must have exactly one of: 'none', value=, or tensor fields (hash=/dtype=)");
+  if (is_none) {
+    r.state = Record::State::none;
+  } else if (has_value) {
+    r.state = Record::State::scalar;
+  } else {
+    if (!has_dtype || !has_shape) fail("tensor record lacks dtype= or shape=");
+    if (!has_hash && !r.stats.unsupported) fail("tensor record lacks hash= (or unsupported=)");
+    if (!r.stats.shard.empty() && r.stats.shard.offset.size() != r.stats.shape.size())
+      fail("field 'shard' rank differs from shape's");
+  }
+  return r;
+}
+
+}  // namespace probe::log_format

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Shared set-up for scripts/test.sh and scripts/demo.sh: installs what is missing (idempotent),
+# then configures and builds numprobe in build/. Source it: it exports TORCH_PREFIX and BUILD_DIR.
+set -euo pipefail
+
+NUMPROBE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$NUMPROBE_ROOT/build}"
+VENV="${NUMPROBE_VENV:-$NUMPROBE_ROOT/.venv}"
+TORCH_VERSION="${NUMPROBE_TORCH_VERSION:-2.13.0}"
+APT_PACKAGES=(build-essential cmake ninja-build ccache python3-venv libxxhash-dev libspdlog-dev
+  libgtest-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev)
+
+log() { printf '\033[1m[numprobe setup]\033[0m %s\n' "$*" >&2; }
+
+ensure_system_packages() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing Debian packages: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+ensure_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    python3 -m venv "$VENV"
+  fi
+  if ! "$VENV/bin/python" -c "import torch, xxhash, numpy, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+    log "installing torch==$TORCH_VERSION, xxhash, numpy into $VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" xxhash numpy
+  fi
+  TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+  export TORCH_PREFIX
+  export PATH="$VENV/bin:$PATH"  # torchrun, and python with xxhash for the cross-check test
+}
+
+configure_and_build() {
+  local launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  log "configuring $BUILD_DIR"
+  cmake -S "$NUMPROBE_ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DNUMPROBE_TORCH=ON -DNUMPROBE_WERROR=ON \
+    -DNUMPROBE_PYTHON="$VENV/bin/python" "${launcher[@]}" "$@" >/dev/null
+  log "building (LibTorch translation units take a while on 2 cores)"
+  cmake --build "$BUILD_DIR" --parallel "$(nproc)"
+}
+
+ensure_system_packages
+ensure_venv
+export BUILD_DIR NUMPROBE_ROOT

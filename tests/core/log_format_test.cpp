@@ -1,0 +1,155 @@
+#include "probe/log_format.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+namespace lf = probe::log_format;
+using probe::Kind;
+using probe::Record;
+
+namespace {
+
+Record tensor_record() {
+  Record r;
+  r.step = 3;
+  r.kind = Kind::mb_grad;
+  r.name = "layers.0.attention.wq.weight";
+  r.microbatch = 5;
+  r.stats.hash = 0x0123456789abcdefULL;
+  r.stats.norm = 0.1;
+  r.stats.min = -2.5;
+  r.stats.max = 1e-300;
+  r.stats.mean = 2024.0000000000002;
+  r.stats.nan = 1;
+  r.stats.inf = 2;
+  r.stats.dtype = "bfloat16";
+  r.stats.shape = {4, 16};
+  r.stats.shard = probe::Shard{{8, 16}, {4, 0}};
+  return r;
+}
+
+void expect_same_double(double a, double b) {
+  if (std::isnan(a)) {
+    EXPECT_TRUE(std::isnan(b));
+  } else {
+    EXPECT_EQ(a, b);
+  }
+}
+
+}  // namespace
+
+TEST(LogFormat, DoublesPrintInShortestFormThatRoundTrips) {
+  EXPECT_EQ(lf::format_double(0.1), "0.1");
+  EXPECT_EQ(lf::format_double(2024.0), "2024");
+  EXPECT_EQ(lf::format_double(2024.0000000000002), "2024.0000000000002");
+  EXPECT_EQ(lf::format_double(-0.0), "-0");
+  EXPECT_EQ(lf::format_double(std::numeric_limits<double>::quiet_NaN()), "nan");
+  EXPECT_EQ(lf::format_double(-std::numeric_limits<double>::quiet_NaN()), "nan");
+  EXPECT_EQ(lf::format_double(-std::numeric_limits<double>::infinity()), "-inf");
+  EXPECT_EQ(lf::format_double(1e-7), "1e-07");
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 100000; ++i) {
+    std::uint64_t bits = rng();
+    double v;
+    std::memcpy(&v, &bits, 8);
+    expect_same_double(lf::parse_double(lf::format_double(v)), v);
+  }
+}
+
+TEST(LogFormat, TensorRecordRoundTrips) {
+  Record r = tensor_record();
+  r.stats.torch_hash = 42;
+  const std::string line = lf::format_record(r);
+  EXPECT_EQ(line,
+            "step=3 kind=mb_grad name=layers.0.attention.wq.weight mb=5 hash=0123456789abcdef "
+            "norm=0.1 min=-2.5 max=1e-300 mean=2024.0000000000002 nan=1 inf=2 dtype=bfloat16 "
+            "shape=[4,16] shard=[8,16]@[4,0] torch_hash=000000000000002a");
+  Record back = lf::parse_record(line);
+  EXPECT_EQ(lf::format_record(back), line);
+  EXPECT_EQ(back.stats.shard, r.stats.shard);
+  EXPECT_EQ(back.microbatch, 5);
+}
+
+TEST(LogFormat, NoneScalarAndUnsupportedRecordsRoundTrip) {
+  Record none;
+  none.step = 1;
+  none.kind = Kind::grad;
+  none.name = "output.weight";
+  none.state = Record::State::none;
+  EXPECT_EQ(lf::format_record(none), "step=1 kind=grad name=output.weight none");
+  EXPECT_EQ(lf::parse_record(lf::format_record(none)).state, Record::State::none);
+
+  Record scalar;
+  scalar.step = 2;
+  scalar.kind = Kind::scalar;
+  scalar.name = "loss";
+  scalar.state = Record::State::scalar;
+  scalar.value = 2.302585092994046;
+  EXPECT_EQ(lf::format_record(scalar), "step=2 kind=scalar name=loss value=2.302585092994046");
+  EXPECT_EQ(lf::parse_record(lf::format_record(scalar)).value, scalar.value);
+
+  Record unsupported;
+  unsupported.step = 0;
+  unsupported.kind = Kind::tap;
+  unsupported.name = "q";
+  unsupported.stats.unsupported = "quantized dtype";
+  unsupported.stats.dtype = "qint8";
+  unsupported.stats.shape = {2};
+  const std::string line = lf::format_record(unsupported);
+  EXPECT_EQ(line, "step=0 kind=tap name=q unsupported=quantized%20dtype dtype=qint8 shape=[2]");
+  EXPECT_EQ(lf::parse_record(line).stats.unsupported, "quantized dtype");
+}
+
+TEST(LogFormat, ValuesWithSpacesAndEqualsSignsAreEscaped) {
+  const std::string raw = "a b=c%d\n\te";
+  const std::string escaped = lf::escape_value(raw);
+  EXPECT_EQ(escaped.find_first_of(" =\n\t"), std::string::npos);
+  EXPECT_EQ(lf::unescape_value(escaped), raw);
+  EXPECT_THROW(lf::unescape_value("abc%4"), lf::ParseError);
+  EXPECT_THROW(lf::unescape_value("abc%zz"), lf::ParseError);
+}
+
+TEST(LogFormat, HeaderRoundTripsAndRejectsOtherVersions) {
+  lf::Header h;
+  h.rank = 3;
+  h.world_size = 8;
+  h.torch_version = "2.13.0+cpu";
+  h.setup = "pp=2 x ddp=4, rng-seed 42";
+  const std::string line = lf::format_header(h);
+  lf::Header back = lf::parse_header(line);
+  EXPECT_EQ(back.rank, 3);
+  EXPECT_EQ(back.world_size, 8);
+  EXPECT_EQ(back.setup, h.setup);
+  EXPECT_EQ(back.torch_version, h.torch_version);
+  EXPECT_THROW(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1"),
+               lf::ParseError);
+  EXPECT_THROW(lf::parse_header("step=0 kind=grad"), lf::ParseError);
+  EXPECT_THROW(lf::parse_header("#numprobe format=1 hash_spec=1 rank=4 world_size=4"),
+               lf::ParseError);
+}
+
+TEST(LogFormat, BadRecordsSayWhatIsWrong) {
+  auto message_of = [](const std::string& line) {
+    try {
+      lf::parse_record(line);
+    } catch (const lf::ParseError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message_of("kind=grad name=w none"), "record lacks step=");
+  EXPECT_EQ(message_of("step=x kind=grad name=w none"), "field 'step' is not an integer: 'x'");
+  EXPECT_EQ(message_of("step=1 kind=gradd name=w none"), "unknown kind 'gradd'");
+  EXPECT_EQ(message_of("step=1 kind=grad name=w hash=12 dtype=f shape=[]"),
+            "hash is not 16 hex digits: '12'");
+  EXPECT_EQ(message_of("step=1 kind=grad name=w none value=1"),
+            "record must have exactly one of: 'none', value=, or tensor fields (hash=/dtype=)");
+  EXPECT_EQ(message_of("step=1 kind=grad name=w bogus"), "unexpected token 'bogus'");
+  EXPECT_EQ(message_of("step=1 kind=grad name=w colour=red"), "unknown field 'colour'");
+  EXPECT_EQ(message_of("step=1 kind=grad name=w hash=0000000000000000 dtype=f shape=[2,"),
+            "field 'shape' is not a [d0,d1,...] list: '[2,'");
+}
