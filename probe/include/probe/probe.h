@@ -1,0 +1,154 @@
+// probe::Probe: hooks on a LibTorch model that record, per step, a hash and health statistics
+// of every microbatch's forward input/output, output gradient, per-microbatch parameter
+// gradient, accumulated parameter gradient, named taps and scalars, plus an RNG fingerprint,
+// into <run_dir>/rank<R>/diff.log (docs/log-format.md).
+//
+// The observer does not perturb: it consumes no randomness, its hooks return nothing, and it
+// never syncs the host per tensor (device figures are copied back once, at end_step()).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "probe/record.h"
+#include "probe/shard.h"
+#include "probe/tensor_stats.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace probe {
+
+// A set of record kinds.
+class KindSet {
+ public:
+  static KindSet all() { return KindSet((1u << kKindCount) - 1); }
+  static KindSet none() { return KindSet(0); }
+  // "all", or a comma-separated list of kind names; a leading '-' removes a kind from "all"
+  // ("-mb_grad"). Throws std::invalid_argument naming the bad kind.
+  static KindSet parse(const std::string& text);
+
+  bool contains(Kind k) const { return bits_ & bit(k); }
+  KindSet with(Kind k) const { return KindSet(bits_ | bit(k)); }
+  KindSet without(Kind k) const { return KindSet(bits_ & ~bit(k)); }
+  friend bool operator==(KindSet, KindSet) = default;
+
+ private:
+  explicit KindSet(std::uint32_t bits) : bits_(bits) {}
+  static std::uint32_t bit(Kind k) { return 1u << static_cast<unsigned>(k); }
+  std::uint32_t bits_;
+};
+
+struct ProbeOptions {
+  bool enabled = true;
+  // Where rank<R>/diff.log goes. Empty: the next free <output_root>/<N>, the same N for every
+  // rank of one torchrun launch.
+  std::filesystem::path run_dir;
+  std::filesystem::path output_root = "out";
+  std::int64_t every = 1;  // record steps where step % every == 0
+  KindSet kinds = KindSet::all();
+  int rank = -1;        // -1: $RANK (torchrun), else 0
+  int world_size = -1;  // -1: $WORLD_SIZE, else 1
+  std::string setup;    // free text for the log header ("zero3 x4, seed 42")
+  bool torch_hash = false;            // also log at::hash_tensor (Python tooling's hash)
+  std::string model_name = "model";   // record name of forward() inputs and outputs
+
+  // `defaults` overridden by PROBE_ENABLE, PROBE_DIR, PROBE_EVERY, PROBE_KINDS,
+  // PROBE_TORCH_HASH, PROBE_SETUP, RANK and WORLD_SIZE where set. Throws
+  // std::invalid_argument naming the variable for a bad value.
+  static ProbeOptions from_env(ProbeOptions defaults);
+  static ProbeOptions from_env() { return from_env(ProbeOptions()); }
+};
+
+class Probe {
+ public:
+  // Opens the log (when enabled). Throws std::runtime_error naming the path if it cannot.
+  explicit Probe(ProbeOptions options = ProbeOptions::from_env());
+  ~Probe();
+  Probe(const Probe&) = delete;
+  Probe& operator=(const Probe&) = delete;
+
+  bool enabled() const;
+  const ProbeOptions& options() const;
+  // <run_dir>/rank<R>/diff.log (empty when disabled).
+  const std::filesystem::path& log_path() const;
+  const std::filesystem::path& run_dir() const;
+
+  // Hooks every parameter of `module`, named `prefix` + its named_parameters() name. `shards`
+  // names the parameters that are shards of a global tensor (ZeRO-3, tensor parallel).
+  void watch(const torch::nn::Module& module, const std::string& prefix = "",
+             const std::vector<std::pair<std::string, Shard>>& shards = {});
+  void watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard = {});
+
+  // Steps: begin_step(n) names the step; without it steps count 0, 1, ... per end_step().
+  void begin_step(std::int64_t step);
+  // Records every watched parameter's .grad() (or `none`), resolves device figures with one
+  // copy per device, and returns once the step's lines reached the OS.
+  void end_step();
+  std::int64_t step() const;
+
+  // Runs `module->forward(args...)` for global microbatch `microbatch`, recording the RNG
+  // fingerprint and tensor inputs before it and the output (and its gradient) after.
+  template <class ModuleHolder, class... Args>
+  auto forward(std::int64_t microbatch, ModuleHolder& module, Args&&... args) {
+    return forward_named(options().model_name, microbatch, module, std::forward<Args>(args)...);
+  }
+  template <class ModuleHolder, class... Args>
+  auto forward_named(const std::string& name, std::int64_t microbatch, ModuleHolder& module,
+                     Args&&... args) {
+    begin_forward(name, microbatch, tensor_args(args...));
+    auto output = module->forward(std::forward<Args>(args)...);
+    if constexpr (std::is_convertible_v<decltype(output), at::Tensor>) record_output(name, microbatch, output);
+    return output;
+  }
+
+  // The pieces forward() is made of, for trainers that run stages by hand (pipelines).
+  void begin_forward(const std::string& name, std::int64_t microbatch,
+                     const std::vector<at::Tensor>& inputs);
+  void record_output(const std::string& name, std::int64_t microbatch, const at::Tensor& output);
+
+  // Backward of global microbatch `microbatch`: mb_grad records of this backward carry its id.
+  // Without it, they carry the microbatch of the latest forward.
+  void backward(std::int64_t microbatch, const at::Tensor& root, const at::Tensor& grad = {});
+  void set_backward_microbatch(std::int64_t microbatch);
+
+  // A named intermediate tensor of the current forward microbatch (see also probe::tap).
+  void tap(const std::string& name, const at::Tensor& t, const Shard& shard = {});
+  // Named values of this step (loss, grad_norm, lr). A tensor is read at end_step(), not now.
+  void scalar(const std::string& name, double value);
+  void scalar(const std::string& name, const at::Tensor& value);
+
+  // Any tensor under an explicit kind (for trainers with their own hooks).
+  void record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
+              const at::Tensor& t, const Shard& shard = {});
+
+  struct Impl;
+
+ private:
+  template <class... Args>
+  static std::vector<at::Tensor> tensor_args(const Args&... args) {
+    std::vector<at::Tensor> tensors;
+    (
+        [&] {
+          if constexpr (std::is_convertible_v<const Args&, const at::Tensor&>) tensors.push_back(args);
+        }(),
+        ...);
+    return tensors;
+  }
+
+  std::unique_ptr<Impl> impl_;
+};
+
+// Records `t` as a tap of the active probe (the most recently constructed enabled one);
+// a no-op when there is none.
+void tap(const std::string& name, const at::Tensor& t);
+
+}  // namespace probe

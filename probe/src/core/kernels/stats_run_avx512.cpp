@@ -1,0 +1,11 @@
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "../stats_kernel.h"
+#include "probe/hash_spec.h"
+
+namespace probe::kernels::avx512 {
+#include "stats_run_impl.inc"
+}  // namespace probe::kernels::avx512

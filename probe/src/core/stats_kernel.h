@@ -1,0 +1,76 @@
+// The CPU kernel behind tensor_stats(): hash spec v1 and the health statistics of a tensor in
+// one read, over raw memory (torch-free; the LibTorch layer maps an at::Tensor onto it).
+//
+// Determinism: the tensor is cut into fixed chunks of kChunkElements local elements; each chunk
+// is reduced with a fixed lane layout, and chunk partials are merged in chunk order. The
+// figures therefore do not depend on the thread count or on scheduling.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "probe/shard.h"
+#include "probe/tensor_stats_record.h"
+
+namespace probe::kernels {
+
+enum class ElementType : std::uint8_t {
+  float32, float64, float16, bfloat16,
+  float8_e4m3fn, float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz, float8_e8m0fnu,
+  int8, uint8, int16, uint16, int32, uint32, int64, uint64, boolean,
+};
+int element_size(ElementType type);
+
+// Running figures of a set of elements; merge() is exact for every field but the floating
+// sums, whose order the caller fixes.
+struct StatsPartial {
+  std::uint64_t hash = 0;
+  double sum_squares = 0;
+  double sum = 0;  // of non-NaN values
+  double min = __builtin_inf();
+  double max = -__builtin_inf();
+  std::int64_t nan = 0;
+  std::int64_t inf = 0;
+
+  void merge(const StatsPartial& other);
+};
+
+// `count` elements stored contiguously at `data`, with global indices first_index, +1, ...
+StatsPartial stats_run(ElementType type, const void* data, std::int64_t count,
+                       std::uint64_t first_index);
+
+inline constexpr std::int64_t kChunkElements = std::int64_t{1} << 16;
+
+// A contiguous local tensor inside its global tensor, seen as runs of elements whose global
+// indices are consecutive: trailing dims that the shard spans fully join one run.
+class ContiguousLayout {
+ public:
+  // `shard` empty: the tensor is whole. Throws std::invalid_argument if the shard doesn't fit.
+  ContiguousLayout(ElementType type, const void* data, std::vector<std::int64_t> local_shape,
+                   const Shard& shard);
+
+  std::int64_t numel() const { return numel_; }
+  std::int64_t chunk_count() const { return (numel_ + kChunkElements - 1) / kChunkElements; }
+  // Figures of local elements [chunk * kChunkElements, ...) in a fixed order.
+  StatsPartial chunk_stats(std::int64_t chunk) const;
+
+ private:
+  std::uint64_t run_first_global_index(std::int64_t run) const;
+
+  ElementType type_;
+  const unsigned char* data_;
+  int element_size_;
+  std::int64_t numel_ = 1;
+  std::int64_t run_length_ = 1;
+  std::uint64_t base_global_index_ = 0;
+  std::vector<std::int64_t> outer_extent_;        // local extents of the dims outside a run
+  std::vector<std::uint64_t> outer_global_stride_;
+};
+
+// Merges chunk partials in order and finishes the figures (norm, mean, NaN min/max when empty).
+TensorStats finish_stats(const std::vector<StatsPartial>& chunks, std::int64_t numel);
+
+// Which vector ISA stats_run dispatched to on this CPU ("avx512", "avx2" or "generic").
+const char* stats_kernel_isa();
+
+}  // namespace probe::kernels

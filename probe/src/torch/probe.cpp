@@ -1,0 +1,400 @@
+#include "probe/probe.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/Generator.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/stack.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/nn/module.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "probe/log_io.h"
+
+namespace probe {
+namespace {
+
+std::atomic<Probe*> g_active_probe{nullptr};
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+bool parse_bool(const char* name, const std::string& v) {
+  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "off" || v == "no") return false;
+  throw std::invalid_argument(std::string("numprobe: ") + name + "='" + v +
+                              "' is not a boolean (1/0, true/false, on/off)");
+}
+
+std::int64_t parse_positive(const char* name, const std::string& v) {
+  std::size_t used = 0;
+  long long n = 0;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || n < 0)
+    throw std::invalid_argument(std::string("numprobe: ") + name + "='" + v +
+                                "' is not a non-negative integer");
+  return n;
+}
+
+// Identifies one launch, the same on every local rank: torchrun's run id and the agent's pid
+// (every worker's parent), or this process alone without torchrun.
+std::string launch_id() {
+  if (const char* id = env("PROBE_RUN_ID")) return id;
+  if (const char* run = env("TORCHELASTIC_RUN_ID")) {
+    const char* restart = env("TORCHELASTIC_RESTART_COUNT");
+    return std::string(run) + ":" + std::to_string(::getppid()) + ":" + (restart ? restart : "0");
+  }
+  return "pid:" + std::to_string(::getpid());
+}
+
+// The next free <root>/<N>, agreed by all ranks of a launch without communication: mkdir is
+// atomic, so the rank that creates N stamps it with the launch id and the others, finding N
+// taken, adopt it if the stamp is theirs and move on otherwise.
+std::filesystem::path next_free_run_dir(const std::filesystem::path& root) {
+  const std::string id = launch_id();
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) throw std::runtime_error("numprobe: cannot create '" + root.string() + "': " + ec.message());
+  for (int n = 0;; ++n) {
+    const auto dir = root / std::to_string(n);
+    const auto stamp = dir / ".launch";
+    if (std::filesystem::create_directory(dir, ec)) {
+      const auto tmp = dir / (".launch.tmp" + std::to_string(::getpid()));
+      std::ofstream(tmp) << id;
+      std::filesystem::rename(tmp, stamp);
+      return dir;
+    }
+    if (ec) throw std::runtime_error("numprobe: cannot create '" + dir.string() + "': " + ec.message());
+    // Taken: wait briefly for its creator's stamp (it writes it right after mkdir).
+    std::string owner;
+    for (int tries = 0; tries < 200 && !std::filesystem::exists(stamp); ++tries)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::ifstream(stamp) >> owner;
+    if (owner == id) return dir;
+  }
+}
+
+struct WatchedParameter {
+  std::string name;
+  at::Tensor parameter;
+  Shard shard;
+  std::optional<unsigned> hook;
+};
+
+struct PendingRecord {
+  Record record;
+  PendingStats stats;
+  at::Tensor scalar;  // a scalar tensor still to read, as float64
+};
+
+}  // namespace
+
+KindSet KindSet::parse(const std::string& text) {
+  if (text.empty() || text == "all") return all();
+  KindSet set = text[0] == '-' ? all() : none();
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const bool remove = !item.empty() && item[0] == '-';
+    const std::string name = remove ? item.substr(1) : item;
+    auto kind = parse_kind(name);
+    if (!kind)
+      throw std::invalid_argument("numprobe: unknown record kind '" + name +
+                                  "' (kinds: rng,input,output,tap,output_grad,mb_grad,grad,scalar)");
+    set = remove ? set.without(*kind) : set.with(*kind);
+  }
+  return set;
+}
+
+ProbeOptions ProbeOptions::from_env(ProbeOptions o) {
+  if (const char* v = env("PROBE_ENABLE")) o.enabled = parse_bool("PROBE_ENABLE", v);
+  if (const char* v = env("PROBE_DIR")) o.run_dir = v;
+  if (const char* v = env("PROBE_EVERY")) {
+    o.every = parse_positive("PROBE_EVERY", v);
+    if (o.every == 0) throw std::invalid_argument("numprobe: PROBE_EVERY must be at least 1");
+  }
+  if (const char* v = env("PROBE_KINDS")) o.kinds = KindSet::parse(v);
+  if (const char* v = env("PROBE_TORCH_HASH")) o.torch_hash = parse_bool("PROBE_TORCH_HASH", v);
+  if (const char* v = env("PROBE_SETUP")) o.setup = v;
+  if (o.rank < 0)
+    if (const char* v = env("RANK")) o.rank = static_cast<int>(parse_positive("RANK", v));
+  if (o.world_size < 0)
+    if (const char* v = env("WORLD_SIZE")) o.world_size = static_cast<int>(parse_positive("WORLD_SIZE", v));
+  return o;
+}
+
+struct Probe::Impl {
+  ProbeOptions options;
+  std::filesystem::path run_dir, log_path;
+  std::unique_ptr<LogWriter> writer;
+
+  std::mutex mutex;  // autograd may run hooks on its device threads
+  std::vector<WatchedParameter> parameters;
+  std::vector<PendingRecord> records;
+  std::int64_t step = 0;
+  std::optional<std::int64_t> forward_microbatch, backward_microbatch;
+
+  bool wants(Kind kind) const {
+    return writer && options.kinds.contains(kind) && step % options.every == 0;
+  }
+
+  void add(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
+           const at::Tensor& t, const Shard& shard) {
+    if (!wants(kind)) return;
+    PendingRecord r;
+    r.record.step = step;
+    r.record.kind = kind;
+    r.record.name = name;
+    r.record.microbatch = microbatch;
+    if (!t.defined()) {
+      r.record.state = Record::State::none;
+    } else {
+      StatsOptions stats_options;
+      stats_options.torch_hash = options.torch_hash;
+      // Observation only: no autograd graph, and the figures are computed from the data as is.
+      at::NoGradGuard no_grad;
+      r.stats = tensor_stats_pending(t.detach(), shard, stats_options);
+    }
+    std::lock_guard lock(mutex);
+    r.record.step = step;
+    records.push_back(std::move(r));
+  }
+
+  void rng_fingerprint(std::int64_t microbatch, const std::vector<at::Tensor>& inputs) {
+    if (!wants(Kind::rng)) return;
+    std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
+    for (const auto& t : inputs)
+      if (t.defined() && !t.is_cpu() &&
+          std::find(devices.begin(), devices.end(), t.device()) == devices.end())
+        devices.push_back(t.device());
+    for (const auto& device : devices) {
+      // Reading the state consumes no randomness.
+      auto generator = at::globalContext().defaultGenerator(device);
+      at::Tensor state;
+      {
+        std::lock_guard lock(generator.mutex());
+        state = generator.get_state();
+      }
+      add(Kind::rng, device.str(), microbatch, state, {});
+    }
+  }
+};
+
+Probe::Probe(ProbeOptions options) : impl_(std::make_unique<Impl>()) {
+  auto& o = impl_->options;
+  o = std::move(options);
+  if (o.rank < 0) o.rank = 0;
+  if (o.world_size < 0) o.world_size = 1;
+  if (o.every < 1) throw std::invalid_argument("numprobe: ProbeOptions::every must be >= 1");
+  if (!o.enabled) return;
+  if (o.rank >= o.world_size)
+    throw std::invalid_argument("numprobe: rank " + std::to_string(o.rank) +
+                                " is outside world size " + std::to_string(o.world_size));
+  impl_->run_dir = o.run_dir.empty() ? next_free_run_dir(o.output_root) : o.run_dir;
+  impl_->log_path = impl_->run_dir / ("rank" + std::to_string(o.rank)) / "diff.log";
+  log_format::Header header;
+  header.rank = o.rank;
+  header.world_size = o.world_size;
+  header.torch_version = TORCH_VERSION;
+  header.setup = o.setup;
+  impl_->writer = std::make_unique<LogWriter>(impl_->log_path, header);
+  g_active_probe.store(this);
+}
+
+Probe::~Probe() {
+  for (auto& p : impl_->parameters)
+    if (p.hook) p.parameter.remove_hook(*p.hook);
+  Probe* self = this;
+  g_active_probe.compare_exchange_strong(self, nullptr);
+}
+
+bool Probe::enabled() const { return impl_->writer != nullptr; }
+const ProbeOptions& Probe::options() const { return impl_->options; }
+const std::filesystem::path& Probe::log_path() const { return impl_->log_path; }
+const std::filesystem::path& Probe::run_dir() const { return impl_->run_dir; }
+std::int64_t Probe::step() const { return impl_->step; }
+
+void Probe::watch(const torch::nn::Module& module, const std::string& prefix,
+                  const std::vector<std::pair<std::string, Shard>>& shards) {
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    const std::string name = prefix + item.key();
+    Shard shard;
+    for (const auto& [shard_name, s] : shards)
+      if (shard_name == name) shard = s;
+    watch_parameter(name, item.value(), shard);
+  }
+}
+
+void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard) {
+  if (!enabled()) return;
+  if (!shard.empty()) shard.check_fits(parameter.sizes().vec(), "numprobe: parameter '" + name + "'");
+  WatchedParameter watched{name, parameter, std::move(shard), std::nullopt};
+  if (parameter.requires_grad() && impl_->options.kinds.contains(Kind::mb_grad)) {
+    Impl* impl = impl_.get();
+    const std::size_t index = impl_->parameters.size();
+    // Runs before accumulation into .grad(), once per backward: one microbatch's contribution.
+    watched.hook = parameter.register_hook([impl, index](const at::Tensor& grad) {
+      std::optional<std::int64_t> mb;
+      Shard shard;
+      std::string name;
+      {
+        std::lock_guard lock(impl->mutex);
+        mb = impl->backward_microbatch ? impl->backward_microbatch : impl->forward_microbatch;
+        name = impl->parameters[index].name;
+        shard = impl->parameters[index].shard;
+      }
+      impl->add(Kind::mb_grad, name, mb, grad, shard);
+    });
+  }
+  std::lock_guard lock(impl_->mutex);
+  impl_->parameters.push_back(std::move(watched));
+}
+
+void Probe::begin_step(std::int64_t step) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->step = step;
+  impl_->forward_microbatch.reset();
+  impl_->backward_microbatch.reset();
+}
+
+void Probe::end_step() {
+  Impl& impl = *impl_;
+  if (!enabled()) {
+    ++impl.step;
+    return;
+  }
+  if (impl.wants(Kind::grad))
+    for (const auto& p : impl.parameters) impl.add(Kind::grad, p.name, std::nullopt, p.parameter.grad(), p.shard);
+
+  std::vector<PendingRecord> records;
+  {
+    std::lock_guard lock(impl.mutex);
+    records.swap(impl.records);
+  }
+  // Device figures come back in one copy per device, scalar tensors in one more.
+  std::vector<PendingStats*> pending;
+  for (auto& r : records)
+    if (r.record.state == Record::State::tensor) pending.push_back(&r.stats);
+  resolve_pending(pending);
+  std::vector<at::Tensor> scalars;
+  for (auto& r : records)
+    if (r.scalar.defined()) scalars.push_back(r.scalar);
+  if (!scalars.empty()) {
+    at::Tensor host = at::stack(scalars).to(at::kCPU).contiguous();
+    const double* values = host.const_data_ptr<double>();
+    std::size_t i = 0;
+    for (auto& r : records)
+      if (r.scalar.defined()) r.record.value = values[i++];
+  }
+  std::vector<std::string> lines;
+  lines.reserve(records.size());
+  for (auto& r : records) {
+    if (r.record.state == Record::State::tensor) r.record.stats = std::move(r.stats.stats);
+    lines.push_back(log_format::format_record(r.record));
+  }
+  impl.writer->write_step(lines);
+  std::lock_guard lock(impl.mutex);
+  ++impl.step;
+  impl.forward_microbatch.reset();
+  impl.backward_microbatch.reset();
+}
+
+void Probe::begin_forward(const std::string& name, std::int64_t microbatch,
+                          const std::vector<at::Tensor>& inputs) {
+  if (!enabled()) return;
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->forward_microbatch = microbatch;
+    impl_->backward_microbatch.reset();
+  }
+  impl_->rng_fingerprint(microbatch, inputs);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    impl_->add(Kind::input, inputs.size() == 1 ? name : name + "." + std::to_string(i), microbatch,
+               inputs[i], {});
+}
+
+void Probe::record_output(const std::string& name, std::int64_t microbatch, const at::Tensor& output) {
+  if (!enabled()) return;
+  impl_->add(Kind::output, name, microbatch, output, {});
+  if (output.defined() && output.requires_grad() && impl_->wants(Kind::output_grad)) {
+    Impl* impl = impl_.get();
+    output.register_hook([impl, name, microbatch](const at::Tensor& grad) {
+      impl->add(Kind::output_grad, name, microbatch, grad, {});
+    });
+  }
+}
+
+void Probe::set_backward_microbatch(std::int64_t microbatch) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->backward_microbatch = microbatch;
+}
+
+void Probe::backward(std::int64_t microbatch, const at::Tensor& root, const at::Tensor& grad) {
+  set_backward_microbatch(microbatch);
+  if (grad.defined())
+    torch::autograd::backward({root}, {grad});
+  else
+    torch::autograd::backward({root});
+}
+
+void Probe::tap(const std::string& name, const at::Tensor& t, const Shard& shard) {
+  if (!enabled()) return;
+  std::optional<std::int64_t> mb;
+  {
+    std::lock_guard lock(impl_->mutex);
+    mb = impl_->forward_microbatch;
+  }
+  impl_->add(Kind::tap, name, mb, t, shard);
+}
+
+void Probe::scalar(const std::string& name, double value) {
+  if (!enabled() || !impl_->wants(Kind::scalar)) return;
+  PendingRecord r;
+  r.record.kind = Kind::scalar;
+  r.record.name = name;
+  r.record.state = Record::State::scalar;
+  r.record.value = value;
+  std::lock_guard lock(impl_->mutex);
+  r.record.step = impl_->step;
+  impl_->records.push_back(std::move(r));
+}
+
+void Probe::scalar(const std::string& name, const at::Tensor& value) {
+  if (!enabled() || !impl_->wants(Kind::scalar)) return;
+  TORCH_CHECK(value.numel() == 1, "numprobe: scalar '", name, "' has ", value.numel(), " elements");
+  PendingRecord r;
+  r.record.kind = Kind::scalar;
+  r.record.name = name;
+  r.record.state = Record::State::scalar;
+  r.scalar = value.detach().reshape({}).to(at::kDouble);
+  std::lock_guard lock(impl_->mutex);
+  r.record.step = impl_->step;
+  impl_->records.push_back(std::move(r));
+}
+
+void Probe::record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
+                   const at::Tensor& t, const Shard& shard) {
+  if (!enabled()) return;
+  impl_->add(kind, name, microbatch, t, shard);
+}
+
+void tap(const std::string& name, const at::Tensor& t) {
+  if (Probe* p = g_active_probe.load(std::memory_order_acquire)) p->tap(name, t);
+}
+
+}  // namespace probe

@@ -1,0 +1,301 @@
+#include "probe/probe.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "probe/log_io.h"
+
+namespace {
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("numprobe_probe_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+probe::ProbeOptions options_in(const std::filesystem::path& dir) {
+  probe::ProbeOptions o;
+  o.run_dir = dir;
+  o.rank = 0;
+  o.world_size = 1;
+  o.setup = "unit test";
+  return o;
+}
+
+std::vector<probe::Record> read_all(const std::filesystem::path& path) {
+  probe::LogReader reader(path);
+  std::vector<probe::Record> records;
+  while (auto r = reader.next()) records.push_back(*r);
+  return records;
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct NetImpl : torch::nn::Module {
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+  NetImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 4));
+    dropout = register_module("dropout", torch::nn::Dropout(0.3));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto h = torch::relu(fc1(x));
+    probe::tap("fc1.relu", h);
+    return fc2(dropout(h));
+  }
+};
+TORCH_MODULE(Net);
+
+// Trains `steps` steps of 2 microbatches with gradient accumulation; the probe is optional.
+std::vector<torch::Tensor> train(probe::Probe* p, int steps) {
+  torch::manual_seed(7);
+  Net net;
+  torch::optim::SGD opt(net->parameters(), 0.1);
+  if (p) p->watch(*net);
+  for (int step = 0; step < steps; ++step) {
+    opt.zero_grad();
+    for (int mb = 0; mb < 2; ++mb) {
+      auto x = torch::randn({4, 8});
+      auto y = p ? p->forward(mb, net, x) : net->forward(x);
+      auto loss = y.pow(2).mean();
+      if (p) {
+        p->backward(mb, loss);
+        p->scalar("loss", loss);
+      } else {
+        loss.backward();
+      }
+    }
+    opt.step();
+    if (p) p->end_step();
+  }
+  std::vector<torch::Tensor> params;
+  for (auto& t : net->parameters()) params.push_back(t.detach().clone());
+  return params;
+}
+
+}  // namespace
+
+TEST(Probe, RecordsEveryKindOfAMicrobatchedStep) {
+  auto dir = fresh_dir("kinds");
+  {
+    probe::Probe p(options_in(dir));
+    train(&p, 1);
+    EXPECT_EQ(p.log_path(), dir / "rank0" / "diff.log");
+  }
+  auto records = read_all(dir / "rank0" / "diff.log");
+  std::map<std::string, int> count;
+  for (const auto& r : records) count[std::string(probe::kind_name(r.kind))]++;
+  EXPECT_EQ(count["rng"], 2);          // one per microbatch (CPU generator)
+  EXPECT_EQ(count["input"], 2);
+  EXPECT_EQ(count["output"], 2);
+  EXPECT_EQ(count["tap"], 2);
+  EXPECT_EQ(count["output_grad"], 2);
+  EXPECT_EQ(count["mb_grad"], 2 * 4);  // 4 parameters x 2 microbatches
+  EXPECT_EQ(count["grad"], 4);
+  EXPECT_EQ(count["scalar"], 2);
+  for (const auto& r : records) {
+    EXPECT_EQ(r.step, 0);
+    if (r.kind == probe::Kind::mb_grad || r.kind == probe::Kind::input) {
+      EXPECT_TRUE(r.microbatch);
+    }
+    if (r.kind == probe::Kind::grad) {
+      EXPECT_FALSE(r.microbatch);
+    }
+  }
+  EXPECT_EQ(records.front().kind, probe::Kind::rng);
+  EXPECT_EQ(records.front().name, "cpu");
+}
+
+TEST(Probe, MicrobatchGradientsAddUpToTheAccumulatedGradient) {
+  auto dir = fresh_dir("mbgrad");
+  torch::manual_seed(3);
+  torch::nn::Linear lin(3, 2), twin(3, 2);  // twin: same weights, no probe, fresh grads
+  {
+    torch::NoGradGuard no_grad;
+    twin->weight.copy_(lin->weight);
+    twin->bias.copy_(lin->bias);
+  }
+  probe::Probe p(options_in(dir));
+  p.watch(*lin);
+  std::vector<torch::Tensor> contributions;
+  for (int mb = 0; mb < 3; ++mb) {
+    auto x = torch::randn({5, 3});
+    twin->forward(x).pow(2).sum().backward();
+    contributions.push_back(twin->weight.grad().clone());
+    twin->weight.mutable_grad().zero_();
+    p.backward(mb, p.forward(mb, lin, x).pow(2).sum());
+  }
+  p.end_step();
+  auto records = read_all(p.log_path());
+  std::vector<std::uint64_t> mb_hashes;
+  std::uint64_t grad_hash = 0;
+  for (const auto& r : records) {
+    if (r.name != "weight") continue;
+    if (r.kind == probe::Kind::mb_grad) mb_hashes.push_back(r.stats.hash);
+    if (r.kind == probe::Kind::grad) grad_hash = r.stats.hash;
+  }
+  ASSERT_EQ(mb_hashes.size(), 3u);
+  for (int mb = 0; mb < 3; ++mb) EXPECT_EQ(mb_hashes[mb], probe::tensor_stats(contributions[mb]).hash);
+  EXPECT_EQ(grad_hash, probe::tensor_stats(lin->weight.grad()).hash);
+}
+
+TEST(Probe, GradIsNoneWhenBackwardNeverRan) {
+  auto dir = fresh_dir("none");
+  torch::nn::Linear lin(3, 2);
+  probe::Probe p(options_in(dir));
+  p.watch(*lin, "layer.");
+  p.forward(0, lin, torch::randn({2, 3}));
+  p.end_step();
+  int none = 0;
+  for (const auto& r : read_all(p.log_path()))
+    if (r.kind == probe::Kind::grad) {
+      EXPECT_EQ(r.state, probe::Record::State::none) << r.name;
+      EXPECT_TRUE(r.name == "layer.weight" || r.name == "layer.bias") << r.name;
+      ++none;
+    }
+  EXPECT_EQ(none, 2);
+  EXPECT_NE(read_text(p.log_path()).find("kind=grad name=layer.weight none"), std::string::npos);
+}
+
+TEST(Probe, DoesNotPerturbTraining) {
+  auto dir = fresh_dir("perturb");
+  const auto without = train(nullptr, 3);
+  std::vector<torch::Tensor> with;
+  {
+    probe::Probe p(options_in(dir));
+    with = train(&p, 3);
+  }
+  ASSERT_EQ(without.size(), with.size());
+  for (std::size_t i = 0; i < with.size(); ++i)
+    EXPECT_TRUE(torch::equal(without[i], with[i])) << "parameter " << i;
+  // The same run twice writes byte-identical logs: nothing run-specific on record lines.
+  auto dir2 = fresh_dir("perturb2");
+  {
+    probe::Probe p(options_in(dir2));
+    train(&p, 3);
+  }
+  EXPECT_EQ(read_text(dir / "rank0" / "diff.log"), read_text(dir2 / "rank0" / "diff.log"));
+}
+
+TEST(Probe, EveryAndKindsSelectWhatIsRecorded) {
+  auto dir = fresh_dir("every");
+  auto o = options_in(dir);
+  o.every = 2;
+  o.kinds = probe::KindSet::parse("grad,scalar");
+  {
+    probe::Probe p(o);
+    train(&p, 4);
+  }
+  std::set<std::int64_t> steps;
+  for (const auto& r : read_all(dir / "rank0" / "diff.log")) {
+    steps.insert(r.step);
+    EXPECT_TRUE(r.kind == probe::Kind::grad || r.kind == probe::Kind::scalar);
+  }
+  EXPECT_EQ(steps, (std::set<std::int64_t>{0, 2}));
+  EXPECT_EQ(probe::KindSet::parse("-mb_grad"), probe::KindSet::all().without(probe::Kind::mb_grad));
+  EXPECT_THROW(probe::KindSet::parse("grads"), std::invalid_argument);
+}
+
+TEST(Probe, EnvironmentConfiguresTheProbe) {
+  ::setenv("PROBE_EVERY", "3", 1);
+  ::setenv("PROBE_KINDS", "-rng", 1);
+  ::setenv("PROBE_ENABLE", "0", 1);
+  ::setenv("RANK", "2", 1);
+  ::setenv("WORLD_SIZE", "4", 1);
+  auto o = probe::ProbeOptions::from_env();
+  EXPECT_EQ(o.every, 3);
+  EXPECT_FALSE(o.kinds.contains(probe::Kind::rng));
+  EXPECT_FALSE(o.enabled);
+  EXPECT_EQ(o.rank, 2);
+  EXPECT_EQ(o.world_size, 4);
+  ::setenv("PROBE_EVERY", "often", 1);
+  try {
+    probe::ProbeOptions::from_env();
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("PROBE_EVERY='often'"), std::string::npos);
+  }
+  for (const char* v : {"PROBE_EVERY", "PROBE_KINDS", "PROBE_ENABLE", "RANK", "WORLD_SIZE"}) ::unsetenv(v);
+}
+
+TEST(Probe, DisabledProbeWritesNothingAndTapIsANoOp) {
+  auto dir = fresh_dir("disabled");
+  auto o = options_in(dir);
+  o.enabled = false;
+  probe::Probe p(o);
+  EXPECT_FALSE(p.enabled());
+  train(&p, 1);
+  probe::tap("anything", torch::ones({1}));
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+TEST(Probe, UnwritableRunDirectoryIsAnErrorNamingThePath) {
+  auto blocker = fresh_dir("unwritable");
+  std::ofstream(blocker.string()) << "not a directory";
+  try {
+    probe::Probe p(options_in(blocker / "run"));
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(blocker.string()), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(blocker);
+}
+
+TEST(Probe, RanksOfOneLaunchAgreeOnTheNextFreeRunDirectory) {
+  auto root = fresh_dir("nextfree");
+  ::setenv("PROBE_RUN_ID", "launch-a", 1);
+  std::filesystem::path a0, a1, b0;
+  {
+    probe::ProbeOptions o;
+    o.output_root = root;
+    o.rank = 0;
+    o.world_size = 2;
+    probe::Probe rank0(o);
+    o.rank = 1;
+    probe::Probe rank1(o);
+    a0 = rank0.log_path();
+    a1 = rank1.log_path();
+  }
+  ::setenv("PROBE_RUN_ID", "launch-b", 1);
+  {
+    probe::ProbeOptions o;
+    o.output_root = root;
+    probe::Probe p(o);
+    b0 = p.log_path();
+  }
+  ::unsetenv("PROBE_RUN_ID");
+  EXPECT_EQ(a0, root / "0" / "rank0" / "diff.log");
+  EXPECT_EQ(a1, root / "0" / "rank1" / "diff.log");
+  EXPECT_EQ(b0, root / "1" / "rank0" / "diff.log");
+}
+
+TEST(Probe, ShardedParameterRecordsCarryTheirShard) {
+  auto dir = fresh_dir("shard");
+  torch::manual_seed(0);
+  auto full = torch::randn({8, 3});
+  auto local = full.narrow(0, 4, 4).clone().set_requires_grad(true);
+  probe::Probe p(options_in(dir));
+  p.watch_parameter("w", local, probe::Shard::along({8, 3}, 0, 4));
+  (local * 2).sum().backward();
+  p.end_step();
+  bool seen = false;
+  for (const auto& r : read_all(p.log_path()))
+    if (r.kind == probe::Kind::grad) {
+      EXPECT_EQ(r.stats.shard, probe::Shard::along({8, 3}, 0, 4));
+      seen = true;
+    }
+  EXPECT_TRUE(seen);
+}

@@ -1,0 +1,260 @@
+#include "probe/tensor_stats.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <bit>
+#include <cmath>
+
+#include "stats_device.h"
+
+namespace {
+
+// Hash spec v1 straight from its definition: libxxhash over each element's bytes, seeded with
+// the element's global row-major index.
+std::uint64_t reference_hash(const at::Tensor& local, const probe::Shard& shard = {}) {
+  at::Tensor c = local.contiguous();
+  if (c.is_complex()) c = at::view_as_real(c).contiguous();
+  const auto size = static_cast<std::size_t>(c.element_size());
+  const auto* bytes = static_cast<const unsigned char*>(c.const_data_ptr());
+  std::vector<std::int64_t> global = shard.empty() ? c.sizes().vec() : shard.global_shape;
+  std::vector<std::int64_t> offset = shard.empty() ? std::vector<std::int64_t>(c.dim(), 0) : shard.offset;
+  if (!shard.empty() && local.is_complex()) {
+    global.push_back(2);
+    offset.push_back(0);
+  }
+  std::uint64_t h = 0;
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(c.dim()), 0);
+  for (std::int64_t i = 0; i < c.numel(); ++i) {
+    std::uint64_t g = 0;
+    for (std::size_t d = 0; d < idx.size(); ++d)
+      g = g * static_cast<std::uint64_t>(global[d]) + static_cast<std::uint64_t>(idx[d] + offset[d]);
+    h += XXH3_64bits_withSeed(bytes + static_cast<std::size_t>(i) * size, size, g);
+    for (std::size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < c.size(static_cast<std::int64_t>(d))) break;
+      idx[d] = 0;
+    }
+  }
+  return h;
+}
+
+at::Tensor random_of(at::ScalarType type, at::IntArrayRef shape) {
+  if (type == at::kBool) return at::randint(0, 2, shape, at::kLong).to(at::kBool);
+  if (at::isIntegralType(type, /*includeBool=*/false))
+    return at::randint(-100, 100, shape, at::kLong).to(type);
+  if (type == at::kByte || type == at::kUInt16 || type == at::kUInt32 || type == at::kUInt64)
+    return at::randint(0, 200, shape, at::kLong).to(type);
+  return (at::randn(shape, at::kDouble) * 3).to(type);
+}
+
+const std::vector<at::ScalarType> kHashableTypes = {
+    at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2,
+    at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz, at::kChar, at::kByte, at::kShort, at::kInt,
+    at::kLong, at::kBool, at::kUInt16, at::kUInt32, at::kUInt64};
+
+}  // namespace
+
+TEST(TensorStats, HashEqualsLibxxhashElementByElementForEveryDtype) {
+  at::manual_seed(0);
+  for (auto type : kHashableTypes) {
+    // Sizes around the kernel's lane width and chunk size.
+    for (std::int64_t n : {1, 7, 8, 9, 1000, 65536 + 3, 200001}) {
+      at::Tensor t = random_of(type, {n});
+      EXPECT_EQ(probe::tensor_stats(t).hash, reference_hash(t)) << at::toString(type) << " n=" << n;
+    }
+  }
+}
+
+TEST(TensorStats, TransposedViewHashesLikeItsContiguousCopy) {
+  at::Tensor t = at::randn({37, 53});
+  at::Tensor view = t.t();
+  ASSERT_FALSE(view.is_contiguous());
+  EXPECT_EQ(probe::tensor_stats(view).hash, probe::tensor_stats(view.contiguous()).hash);
+  EXPECT_NE(probe::tensor_stats(view).hash, probe::tensor_stats(t).hash);
+  at::Tensor slice = t.slice(1, 5, 40, 2);
+  EXPECT_EQ(probe::tensor_stats(slice).hash, reference_hash(slice));
+}
+
+TEST(TensorStats, ShardHashesAddUpToTheWholeTensorsHash) {
+  at::Tensor whole = at::randn({12, 10, 6}).to(at::kBFloat16);
+  const std::uint64_t expected = probe::tensor_stats(whole).hash;
+  // Rows (ZeRO-3 style), columns (tensor parallel) and 3-D blocks.
+  for (int dim : {0, 1, 2}) {
+    std::uint64_t sum = 0;
+    const std::int64_t parts = dim == 0 ? 4 : dim == 1 ? 5 : 3;
+    const std::int64_t step = whole.size(dim) / parts;
+    for (std::int64_t p = 0; p < parts; ++p) {
+      at::Tensor local = whole.narrow(dim, p * step, step).contiguous();
+      auto shard = probe::Shard::along(whole.sizes().vec(), dim, p * step);
+      const auto stats = probe::tensor_stats(local, shard);
+      EXPECT_EQ(stats.hash, reference_hash(local, shard));
+      EXPECT_EQ(stats.shard, shard);
+      sum += stats.hash;
+    }
+    EXPECT_EQ(sum, expected) << "split along dim " << dim;
+  }
+  std::uint64_t blocks = 0;
+  for (std::int64_t r = 0; r < 12; r += 6)
+    for (std::int64_t c = 0; c < 10; c += 5) {
+      at::Tensor local = whole.narrow(0, r, 6).narrow(1, c, 5);
+      blocks += probe::tensor_stats(local, probe::Shard{{12, 10, 6}, {r, c, 0}}).hash;
+    }
+  EXPECT_EQ(blocks, expected);
+}
+
+TEST(TensorStats, StatisticsMatchDoublePrecisionReference) {
+  at::manual_seed(1);
+  for (auto type : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kInt}) {
+    at::Tensor t = random_of(type, {1000, 77});
+    at::Tensor d = t.to(at::kDouble);
+    const auto s = probe::tensor_stats(t);
+    EXPECT_NEAR(s.norm, d.norm().item<double>(), 1e-12 * s.norm) << at::toString(type);
+    EXPECT_EQ(s.min, d.min().item<double>());
+    EXPECT_EQ(s.max, d.max().item<double>());
+    EXPECT_NEAR(s.mean, d.mean().item<double>(), 1e-12 * d.abs().max().item<double>());
+    EXPECT_EQ(s.nan, 0);
+    EXPECT_EQ(s.inf, 0);
+    EXPECT_EQ(s.dtype, probe::dtype_name(type));
+    EXPECT_EQ(s.shape, (std::vector<std::int64_t>{1000, 77}));
+  }
+}
+
+TEST(TensorStats, NanAndInfAreCountedAndKeptOutOfMinMaxMean) {
+  at::Tensor t = at::tensor({1.0f, NAN, -INFINITY, 3.0f, NAN});
+  const auto s = probe::tensor_stats(t);
+  EXPECT_EQ(s.nan, 2);
+  EXPECT_EQ(s.inf, 1);
+  EXPECT_TRUE(std::isnan(s.norm));
+  EXPECT_EQ(s.min, -INFINITY);
+  EXPECT_EQ(s.max, 3.0);
+  EXPECT_EQ(s.mean, -INFINITY);
+  const auto all_nan = probe::tensor_stats(at::full({4}, NAN));
+  EXPECT_EQ(all_nan.nan, 4);
+  EXPECT_TRUE(std::isnan(all_nan.min) && std::isnan(all_nan.max) && std::isnan(all_nan.mean));
+}
+
+TEST(TensorStats, EmptyTensorHasHashZero) {
+  const auto s = probe::tensor_stats(at::empty({0, 5}));
+  EXPECT_EQ(s.hash, 0u);
+  EXPECT_EQ(s.norm, 0.0);
+  EXPECT_TRUE(std::isnan(s.mean));
+  EXPECT_EQ(s.shape, (std::vector<std::int64_t>{0, 5}));
+}
+
+TEST(TensorStats, FiguresAreBitwiseTheSameForAnyThreadCount) {
+  at::Tensor t = at::randn({3, 1 << 19});
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const auto one = probe::tensor_stats(t);
+  at::set_num_threads(2);
+  const auto two = probe::tensor_stats(t);
+  at::set_num_threads(threads);
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(one.norm), std::bit_cast<std::uint64_t>(two.norm));
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(one.mean), std::bit_cast<std::uint64_t>(two.mean));
+  EXPECT_EQ(one.hash, two.hash);
+  EXPECT_EQ(probe::tensor_stats(t).norm, one.norm);
+}
+
+TEST(TensorStats, ComplexTensorsHashAsTheirRealView) {
+  at::Tensor z = at::randn({6, 4}, at::kComplexFloat);
+  const auto s = probe::tensor_stats(z);
+  EXPECT_EQ(s.dtype, "complex64");
+  EXPECT_EQ(s.hash, probe::tensor_stats(at::view_as_real(z)).hash);
+  EXPECT_EQ(s.hash, probe::tensor_stats(z.conj().conj()).hash);
+  std::uint64_t halves = 0;
+  for (std::int64_t r : {0, 3})
+    halves += probe::tensor_stats(z.narrow(0, r, 3), probe::Shard::along({6, 4}, 0, r)).hash;
+  EXPECT_EQ(halves, s.hash);
+}
+
+TEST(TensorStats, UnhashableTensorsSaySoInsteadOfCrashing) {
+  at::Tensor sparse = at::eye(3).to_sparse();
+  EXPECT_EQ(probe::tensor_stats(sparse).unsupported, "layout Sparse");
+  EXPECT_EQ(probe::tensor_stats(sparse).dtype, "float32");
+  at::Tensor quantized = at::quantize_per_tensor(at::randn({4}), 0.1, 0, at::kQInt8);
+  EXPECT_EQ(probe::tensor_stats(quantized).unsupported, "quantized dtype");
+  at::Tensor meta = at::empty({2}, at::TensorOptions().device(at::kMeta));
+  EXPECT_EQ(probe::tensor_stats(meta).unsupported, "meta tensor (no data)");
+}
+
+TEST(TensorStats, ShardThatDoesNotFitIsAnErrorNamingTheShapes) {
+  try {
+    probe::tensor_stats(at::randn({4, 3}), probe::Shard{{6, 3}, {4, 0}});
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit in global shape [6,3]"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TensorStats, TorchCompatibleHashIsLeftOutWhereAtHashTensorHasNoKernel) {
+  probe::StatsOptions options;
+  options.torch_hash = true;
+  const auto s = probe::tensor_stats(at::ones({3}).to(at::kFloat8_e4m3fn), {}, options);
+  EXPECT_FALSE(s.torch_hash);
+  EXPECT_NE(s.hash, 0u);
+}
+
+TEST(TensorStats, TorchCompatibleHashEqualsAtHashTensor) {
+  probe::StatsOptions options;
+  options.torch_hash = true;
+  for (auto type : {at::kFloat, at::kBFloat16, at::kDouble, at::kInt, at::kBool}) {
+    at::Tensor t = random_of(type, {33, 7});
+    const auto s = probe::tensor_stats(t, {}, options);
+    ASSERT_TRUE(s.torch_hash);
+    EXPECT_EQ(*s.torch_hash,
+              static_cast<std::uint64_t>(at::hash_tensor(t).view(at::kLong).item<std::int64_t>()));
+  }
+  EXPECT_FALSE(probe::tensor_stats(at::ones({2})).torch_hash);
+}
+
+// The ATen-op device fallback computes the same spec; run it on CPU against the CPU kernel.
+TEST(TensorStats, AtenDeviceFallbackAgreesWithCpuKernel) {
+  at::manual_seed(2);
+  for (auto type : kHashableTypes) {
+    at::Tensor whole = random_of(type, {10, 9});
+    for (const auto& shard : {probe::Shard{}, probe::Shard{{30, 9}, {10, 0}},
+                              probe::Shard{{10, 27}, {0, 9}}, probe::Shard{{20, 18}, {5, 3}}}) {
+      probe::TensorStats meta;
+      auto prepared = probe::detail::prepare(whole, shard, meta);
+      ASSERT_TRUE(prepared);
+      const bool torch_hash = probe::detail::has_torch_hash_kernel(type);
+      at::Tensor packed = probe::detail::packed_figures_aten(*prepared, torch_hash);
+      probe::detail::unpack_figures(packed.contiguous().const_data_ptr<std::int64_t>(), torch_hash, meta);
+      const auto cpu = probe::tensor_stats(whole, shard);
+      EXPECT_EQ(meta.hash, cpu.hash) << at::toString(type);
+      EXPECT_NEAR(meta.norm, cpu.norm, 1e-12 * cpu.norm);
+      EXPECT_EQ(meta.min, cpu.min);
+      EXPECT_EQ(meta.max, cpu.max);
+      EXPECT_EQ(meta.nan, cpu.nan);
+      EXPECT_EQ(meta.inf, cpu.inf);
+      EXPECT_NEAR(meta.mean, cpu.mean, 1e-12 * std::max(1.0, std::abs(cpu.max) + std::abs(cpu.min)));
+      if (torch_hash) {
+        ASSERT_TRUE(meta.torch_hash);
+        EXPECT_EQ(*meta.torch_hash, static_cast<std::uint64_t>(
+                                        at::hash_tensor(whole).view(at::kLong).item<std::int64_t>()));
+      }
+    }
+  }
+}
+
+TEST(TensorStats, Float8ValuesDecodeExactly) {
+  for (auto type : {at::kFloat8_e4m3fn, at::kFloat8_e5m2, at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz}) {
+    at::Tensor all = at::arange(256, at::kInt).to(at::kByte).view(type);
+    at::Tensor d = all.to(at::kDouble);
+    at::Tensor finite = d.masked_select(~at::isnan(d));
+    const auto s = probe::tensor_stats(all);
+    EXPECT_EQ(s.nan, at::isnan(d).sum().item<std::int64_t>()) << at::toString(type);
+    EXPECT_EQ(s.inf, at::isinf(d).sum().item<std::int64_t>()) << at::toString(type);
+    EXPECT_EQ(s.min, finite.min().item<double>()) << at::toString(type);
+    EXPECT_EQ(s.max, finite.max().item<double>()) << at::toString(type);
+    const double mean = finite.sum().item<double>() / finite.numel();
+    if (std::isnan(mean)) {  // e5m2 holds both infinities
+      EXPECT_TRUE(std::isnan(s.mean));
+    } else {
+      EXPECT_EQ(s.mean, mean) << at::toString(type);
+    }
+  }
+}
