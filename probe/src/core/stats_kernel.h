@@ -73,4 +73,12 @@ TensorStats finish_stats(const std::vector<StatsPartial>& chunks, std::int64_t n
 // Which vector ISA stats_run dispatched to on this CPU ("avx512", "avx2" or "generic").
 const char* stats_kernel_isa();
 
+// The ISA builds this CPU can run, each callable directly (for the tests that check that every
+// build gives the same bits).
+struct IsaKernel {
+  const char* isa;
+  StatsPartial (*run)(ElementType, const void*, std::int64_t, std::uint64_t);
+};
+std::vector<IsaKernel> runnable_isa_kernels();
+
 }  // namespace probe::kernels
