@@ -69,9 +69,13 @@ void expect_gpu_equals_reference_and_cpu(const at::Tensor& t, const probe::Shard
   EXPECT_EQ(gpu_stats.hash, cpu_stats.hash) << what;
   EXPECT_EQ(gpu_stats.nan, cpu_stats.nan) << what;
   EXPECT_EQ(gpu_stats.inf, cpu_stats.inf) << what;
-  if (!std::isnan(cpu_stats.min)) EXPECT_EQ(gpu_stats.min, cpu_stats.min) << what;
-  if (!std::isnan(cpu_stats.max)) EXPECT_EQ(gpu_stats.max, cpu_stats.max) << what;
-  if (std::isfinite(cpu_stats.norm)) EXPECT_NEAR(gpu_stats.norm, cpu_stats.norm, 1e-11 * cpu_stats.norm) << what;
+  if (!std::isnan(cpu_stats.min)) {
+    EXPECT_EQ(gpu_stats.min, cpu_stats.min) << what;
+    EXPECT_EQ(gpu_stats.max, cpu_stats.max) << what;
+  }
+  if (std::isfinite(cpu_stats.norm)) {
+    EXPECT_NEAR(gpu_stats.norm, cpu_stats.norm, 1e-11 * cpu_stats.norm) << what;
+  }
 }
 
 }  // namespace
@@ -81,7 +85,7 @@ TEST(CudaStats, GpuFiguresEqualTheCpuReferenceBitwiseForEveryDtypeAndSize) {
   at::manual_seed(0);
   for (auto type : kTypes)
     for (std::int64_t n : {0, 1, 7, 16, 1000, 8192, 8193, 65536 * 3 + 5, 1 << 22})
-      expect_gpu_equals_reference_and_cpu(random_of(type, {n}), {}, at::toString(type) + " n=" + std::to_string(n));
+      expect_gpu_equals_reference_and_cpu(random_of(type, {n}), {}, std::string(at::toString(type)) + " n=" + std::to_string(n));
 }
 
 TEST(CudaStats, LargeTensorsUpTo512MiB) {
@@ -89,7 +93,7 @@ TEST(CudaStats, LargeTensorsUpTo512MiB) {
   for (auto type : {at::kFloat, at::kBFloat16})
     for (std::int64_t mib : {64, 512}) {
       const std::int64_t n = (mib << 20) / at::elementSize(type);
-      expect_gpu_equals_reference_and_cpu(random_of(type, {n}), {}, at::toString(type) + " " + std::to_string(mib) + " MiB");
+      expect_gpu_equals_reference_and_cpu(random_of(type, {n}), {}, std::string(at::toString(type)) + " " + std::to_string(mib) + " MiB");
     }
 }
 
@@ -102,7 +106,7 @@ TEST(CudaStats, ShardsUseGlobalIndexSeeds) {
     for (std::int64_t c = 0; c < 48; c += 12) {  // tensor parallel: column blocks, many runs
       at::Tensor local = whole.narrow(1, c, 12).contiguous();
       probe::Shard shard{{64, 48, 6}, {0, c, 0}};
-      expect_gpu_equals_reference_and_cpu(local, shard, at::toString(type) + " column shard");
+      expect_gpu_equals_reference_and_cpu(local, shard, std::string(at::toString(type)) + " column shard");
       sum += probe::tensor_stats(local, shard).hash;
     }
     EXPECT_EQ(sum, expected);
@@ -128,7 +132,7 @@ TEST(CudaStats, NanAndInfAreCountedAndKeptOutOfMinMaxMean) {
     t.index_put_({at::arange(0, 100000, 997, at::kLong).cuda()}, std::nan(""));
     t.index_put_({at::arange(5, 100000, 1999, at::kLong).cuda()}, INFINITY);
     t.index_put_({at::arange(7, 100000, 3001, at::kLong).cuda()}, -INFINITY);
-    expect_gpu_equals_reference_and_cpu(t, {}, at::toString(type) + " with NaN/Inf");
+    expect_gpu_equals_reference_and_cpu(t, {}, std::string(at::toString(type)) + " with NaN/Inf");
     const auto s = probe::tensor_stats(t);
     EXPECT_GT(s.nan, 0);
     EXPECT_GT(s.inf, 0);
