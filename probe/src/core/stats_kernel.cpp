@@ -66,16 +66,6 @@ int element_size(ElementType type) {
   }
 }
 
-void StatsPartial::merge(const StatsPartial& other) {
-  hash += other.hash;
-  sum_squares += other.sum_squares;
-  sum += other.sum;
-  min = other.min < min ? other.min : min;
-  max = other.max > max ? other.max : max;
-  nan += other.nan;
-  inf += other.inf;
-}
-
 StatsPartial stats_run(ElementType type, const void* data, std::int64_t count,
                        std::uint64_t first_index) {
   return dispatch().run(type, data, count, first_index);
