@@ -231,16 +231,20 @@ struct Differ {
   const DiffOptions& o;
   Result& r;
   std::unordered_map<std::string, std::size_t> series_index;
-  std::set<std::pair<int, std::string>> names_base, names_test;
   // Top-N by relative difference: a min-heap on rel_diff.
   std::vector<Pair> heap;
   static bool heap_less(const Pair& a, const Pair& b) { return a.rel_diff > b.rel_diff; }
 
-  SeriesStats& series(Kind kind, const std::string& name, std::optional<std::int64_t> mb) {
-    auto key = series_key_text(kind, name, mb);
+  std::vector<std::uint8_t> seen;  // per series: bit 0 seen in base, bit 1 in test
+
+  std::size_t series(const std::string& key, Kind kind, const std::string& name,
+                     std::optional<std::int64_t> mb) {
     auto [it, inserted] = series_index.try_emplace(key, r.series.size());
-    if (inserted) r.series.push_back({SeriesKey{kind, name, mb}, SeriesStats{}});
-    return r.series[it->second].second;
+    if (inserted) {
+      r.series.push_back({SeriesKey{kind, name, mb}, SeriesStats{}});
+      seen.push_back(0);
+    }
+    return it->second;
   }
 
   void offer_top(const Pair& p) {
@@ -364,9 +368,10 @@ struct Differ {
         p.name = m.rec.name;
         p.mb = m.rec.microbatch;
         if (!passes(o, p.kind, p.name)) continue;
+        p.key = series_key_text(p.kind, p.name, p.mb);
         std::optional<std::size_t> ti;
         if (test) {
-          auto it = test_index.find(series_key_text(p.kind, p.name, p.mb));
+          auto it = test_index.find(p.key);
           if (it != test_index.end()) ti = it->second;
         }
         p.base = make_side(m);
@@ -387,6 +392,7 @@ struct Differ {
         p.name = m.rec.name;
         p.mb = m.rec.microbatch;
         if (!passes(o, p.kind, p.name)) continue;
+        p.key = series_key_text(p.kind, p.name, p.mb);
         p.test = make_side(m);
         pairs.push_back(std::move(p));
       }
@@ -408,12 +414,11 @@ struct Differ {
         classify(p, o.cmp);
       ++r.counts[static_cast<std::size_t>(p.kind)][static_cast<std::size_t>(p.cls)];
       ++r.records_compared;
-      if (p.base.present) names_base.emplace(static_cast<int>(p.kind), p.name);
-      if (p.test.present) names_test.emplace(static_cast<int>(p.kind), p.name);
-
       // Paired statistics: one path, the comparator's verdict (a bitwise-equal hash counts
       // as agreement even where composed norms differ in the last bit).
-      SeriesStats& st = series(p.kind, p.name, p.kind == Kind::scalar ? std::nullopt : p.mb);
+      const std::size_t si = series(p.key, p.kind, p.name, p.mb);
+      SeriesStats& st = r.series[si].second;
+      seen[si] |= (p.base.present ? 1 : 0) | (p.test.present ? 2 : 0);
       std::optional<double> vb, vt;
       if (p.base.present) vb = series_value(p.base.m.rec);
       if (p.test.present) vt = series_value(p.test.m.rec);
@@ -469,7 +474,7 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   Result r;
   r.base = info_of(base);
   r.test = info_of(test);
-  Differ d{options, r, {}, {}, {}, {}};
+  Differ d{options, r, {}, {}, {}};
   std::vector<Merged> a, b;
   std::int64_t sa = 0, sb = 0;
   for (;;) {
@@ -497,10 +502,15 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   r.test_issues = test.issues();
   std::sort(d.heap.begin(), d.heap.end(), Differ::heap_less);
   r.top = std::move(d.heap);
-  for (const auto& n : d.names_base)
-    if (!d.names_test.count(n)) r.names_only_base.push_back(std::string(kind_name(static_cast<Kind>(n.first))) + " " + n.second);
-  for (const auto& n : d.names_test)
-    if (!d.names_base.count(n)) r.names_only_test.push_back(std::string(kind_name(static_cast<Kind>(n.first))) + " " + n.second);
+  // Names (per kind, any microbatch) seen in one run only.
+  std::map<std::pair<int, std::string>, std::uint8_t> names;
+  for (std::size_t i = 0; i < r.series.size(); ++i)
+    names[{static_cast<int>(r.series[i].first.kind), r.series[i].first.name}] |= d.seen[i];
+  for (const auto& [n, bits] : names) {
+    const std::string text = std::string(kind_name(static_cast<Kind>(n.first))) + " " + n.second;
+    if (bits == 1) r.names_only_base.push_back(text);
+    if (bits == 2) r.names_only_test.push_back(text);
+  }
   return r;
 }
 

@@ -538,6 +538,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   // Group this step's records of every rank by (kind, canonical name, mb).
   std::vector<Group> groups;
   std::unordered_map<std::string, std::size_t> index;
+  index.reserve(last_step_groups_ * 2);
   std::string key;
   const std::int64_t world = std::max<std::int64_t>(world_size_, 1);
   for (auto& src : ranks_) {
@@ -564,6 +565,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
         g.mb = r.microbatch;
         g.raw_name = r.name;
         g.order = order;
+        g.parts.reserve(ranks_.size());
         groups.push_back(std::move(g));
       }
       Group& g = groups[it->second];
@@ -595,6 +597,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
            std::make_tuple(phase_of(b.kind), b.mb.value_or(-1), b.order);
   });
 
+  last_step_groups_ = groups.size();
   records.reserve(groups.size());
   for (auto& g : groups) {
     Merged m;
@@ -666,7 +669,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
                          record_brief(composed)});
       m.rec = std::move(composed);
     } else {
-      m.rec = whole->rec;
+      m.rec = std::move(const_cast<Part*>(whole)->rec);  // the group is discarded below
     }
     m.rec.name = g.name;
     records.push_back(std::move(m));

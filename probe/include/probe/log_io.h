@@ -58,6 +58,7 @@ class LogReader {
   log_format::Header header_;
   std::int64_t line_number_ = 0;
   bool truncated_ = false;
+  std::string line_;  // the line buffer, kept between next() calls
 };
 
 }  // namespace probe

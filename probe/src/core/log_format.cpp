@@ -56,6 +56,7 @@ struct Field {
 
 std::vector<Field> split_fields(std::string_view line) {
   std::vector<Field> fields;
+  fields.reserve(24);  // a tensor record has up to 17 fields: one allocation per line
   std::size_t pos = 0;
   while (pos < line.size()) {
     if (line[pos] == ' ') {
@@ -167,6 +168,7 @@ std::string escape_value(std::string_view raw) {
 }
 
 std::string unescape_value(std::string_view escaped) {
+  if (escaped.find('%') == std::string_view::npos) return std::string(escaped);  // common case
   std::string out;
   out.reserve(escaped.size());
   for (std::size_t i = 0; i < escaped.size(); ++i) {

@@ -127,6 +127,7 @@ class Run {
   std::string setup_, torch_version_;
   IssueLog issues_;
   std::int64_t records_read_ = 0;
+  std::size_t last_step_groups_ = 0;  // sizes the next step's index
 };
 
 // Composes shard records of one tensor (distinct offsets, same global shape) into the whole:
@@ -193,6 +194,7 @@ struct Pair {
   Side base, test;
   double rel_diff = 0;  // relative difference of norms (tensors) or values (scalars)
   std::string note;
+  std::string key;  // internal: the series/alignment key
 };
 
 struct Cause {
