@@ -318,10 +318,10 @@ struct Differ {
     if (first.kind == Kind::grad && first.cls == Class::different && sum_order_like(first, pairs))
       r.causes.push_back(
           {"summation_order",
-           "every mb_grad of " + first.name + " is bitwise equal but its grad differs by a "
-           "relative norm difference of " + lf::format_double(first.rel_diff) +
-           ": floating-point summation order (the reduction order of a collective, e.g. "
-           "all-reduce vs reduce-scatter, or a different bucket layout)"});
+           "every mb_grad of " + first.name + " is bitwise equal but its grad differs by "
+           "relative norm " + lf::format_double(first.rel_diff) +
+           ": summation order (the reduction order of a collective: all-reduce vs "
+           "reduce-scatter, bucket layout)"});
   }
 
   bool sum_order_like(const Pair& g, const std::vector<Pair>& pairs) const {

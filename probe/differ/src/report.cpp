@@ -44,7 +44,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
 std::string side_text(const Side& s) {
   if (!s.present) return "(absent)";
   const Record& r = s.m.rec;
-  std::string out;
+  std::string out, extra;
   switch (r.state) {
     case Record::State::none:
       out = "none";
@@ -59,9 +59,9 @@ std::string side_text(const Side& s) {
       } else if (s.m.hash_source == HashSource::torch_only) {
         out = "torch_hash=" + lf::format_hash(t.torch_hash.value_or(0)) + " norm=" + num(t.norm);
       } else {
-        out = "hash=" + lf::format_hash(t.hash) + " norm=" + num(t.norm) + " min=" + num(t.min) +
-              " max=" + num(t.max) + " mean=" + num(t.mean);
-        if (t.nan || t.inf) out += " nan=" + std::to_string(t.nan) + " inf=" + std::to_string(t.inf);
+        out = "hash=" + lf::format_hash(t.hash) + " norm=" + num(t.norm);
+        extra = "min=" + num(t.min) + " max=" + num(t.max) + " mean=" + num(t.mean);
+        if (t.nan || t.inf) extra += " nan=" + std::to_string(t.nan) + " inf=" + std::to_string(t.inf);
       }
       if (!t.dtype.empty()) {
         out += " " + t.dtype + "[";
@@ -72,6 +72,7 @@ std::string side_text(const Side& s) {
     }
   }
   if (!s.m.ranks.empty() && s.m.ranks[0] >= 0) out += "  (rank " + ranks_text(s.m.ranks) + ")";
+  if (!extra.empty()) out += "\n        " + extra;  // keeps lines terminal-wide
   return out;
 }
 
