@@ -209,14 +209,6 @@ void classify(Pair& p, const Comparator& cmp) {
   p.cls = close ? Class::within_tol : Class::different;
 }
 
-std::string series_key_text(Kind kind, const std::string& name, std::optional<std::int64_t> mb) {
-  std::string k(1, static_cast<char>('0' + static_cast<int>(kind)));
-  if (mb) k += std::to_string(*mb);
-  k += '|';
-  k += name;
-  return k;
-}
-
 bool passes(const DiffOptions& o, Kind kind, const std::string& name) {
   if (o.kinds_mask && !(*o.kinds_mask & (1u << static_cast<unsigned>(kind)))) return false;
   if (o.name_filter && !std::regex_search(name, *o.name_filter)) return false;
@@ -343,56 +335,54 @@ struct Differ {
 
   void compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test) {
     std::vector<Pair> pairs;
-    std::unordered_map<std::string, std::size_t> test_index;
-    std::vector<bool> test_used;
-    if (test) {
-      test_index.reserve(test->size());
-      for (std::size_t i = 0; i < test->size(); ++i) {
-        const auto& m = (*test)[i];
-        test_index.emplace(series_key_text(m.rec.kind, m.rec.name, m.rec.microbatch), i);
-      }
-      test_used.assign(test->size(), false);
-    }
     pairs.reserve((base ? base->size() : 0) + (test ? test->size() : 0));
+    // Index the test step by key, find each base record's partner, and only then move the
+    // records into pairs (the index points into the test records' keys).
+    std::vector<std::ptrdiff_t> partner(base ? base->size() : 0, -1);
+    std::vector<bool> test_used(test ? test->size() : 0, false);
+    if (test && base) {
+      std::unordered_map<std::string_view, std::size_t> test_index;
+      test_index.reserve(test->size() * 2);
+      for (std::size_t i = 0; i < test->size(); ++i) test_index.emplace((*test)[i].key, i);
+      for (std::size_t i = 0; i < base->size(); ++i) {
+        auto it = test_index.find((*base)[i].key);
+        if (it != test_index.end()) {
+          partner[i] = static_cast<std::ptrdiff_t>(it->second);
+          test_used[it->second] = true;
+        }
+      }
+    }
     auto make_side = [](Merged& m) {
       Side s;
       s.present = true;
       s.m = std::move(m);
       return s;
     };
+    auto start_pair = [&](Merged& m) {
+      Pair p;
+      p.step = step;
+      p.kind = m.rec.kind;
+      p.name = m.rec.name;
+      p.mb = m.rec.microbatch;
+      p.key = m.key;
+      return p;
+    };
     if (base) {
-      for (auto& m : *base) {
-        Pair p;
-        p.step = step;
-        p.kind = m.rec.kind;
-        p.name = m.rec.name;
-        p.mb = m.rec.microbatch;
-        if (!passes(o, p.kind, p.name)) continue;
-        p.key = series_key_text(p.kind, p.name, p.mb);
-        std::optional<std::size_t> ti;
-        if (test) {
-          auto it = test_index.find(p.key);
-          if (it != test_index.end()) ti = it->second;
-        }
+      for (std::size_t i = 0; i < base->size(); ++i) {
+        Merged& m = (*base)[i];
+        if (!passes(o, m.rec.kind, m.rec.name)) continue;
+        Pair p = start_pair(m);
         p.base = make_side(m);
-        if (ti) {
-          test_used[*ti] = true;
-          p.test = make_side((*test)[*ti]);
-        }
+        if (partner[i] >= 0) p.test = make_side((*test)[static_cast<std::size_t>(partner[i])]);
         pairs.push_back(std::move(p));
       }
     }
-    if (test) {  // test-only records go where the test run had them (appended: later order)
+    if (test) {  // test-only records
       for (std::size_t i = 0; i < test->size(); ++i) {
         if (test_used[i]) continue;
-        auto& m = (*test)[i];
-        Pair p;
-        p.step = step;
-        p.kind = m.rec.kind;
-        p.name = m.rec.name;
-        p.mb = m.rec.microbatch;
-        if (!passes(o, p.kind, p.name)) continue;
-        p.key = series_key_text(p.kind, p.name, p.mb);
+        Merged& m = (*test)[i];
+        if (!passes(o, m.rec.kind, m.rec.name)) continue;
+        Pair p = start_pair(m);
         p.test = make_side(m);
         pairs.push_back(std::move(p));
       }

@@ -506,6 +506,7 @@ struct Part {
 };
 
 struct Group {
+  std::string key;
   Kind kind;
   std::string name;  // canonical
   std::optional<std::int64_t> mb;
@@ -560,6 +561,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       const std::int64_t order = rank_order * (std::int64_t{1} << 40) + pos++;
       if (inserted) {
         Group g;
+        g.key = key;
         g.kind = r.kind;
         g.name = canon;
         g.mb = r.microbatch;
@@ -671,7 +673,8 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
     } else {
       m.rec = std::move(const_cast<Part*>(whole)->rec);  // the group is discarded below
     }
-    m.rec.name = g.name;
+    m.rec.name = std::move(g.name);
+    m.key = std::move(g.key);
     records.push_back(std::move(m));
   }
   return true;

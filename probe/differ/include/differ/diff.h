@@ -60,6 +60,7 @@ struct Merged {
   std::string raw_name;   // as logged (first rank)
   std::vector<int> ranks; // ranks that logged it
   HashSource hash_source = HashSource::spec_v1;
+  std::string key;  // alignment key: kind, microbatch and canonical name
 };
 
 struct Issue {
