@@ -362,9 +362,9 @@ struct Differ {
       Pair p;
       p.step = step;
       p.kind = m.rec.kind;
-      p.name = m.rec.name;
+      p.name = std::move(m.rec.name);  // the pair's copy is the one reports use
       p.mb = m.rec.microbatch;
-      p.key = m.key;
+      p.key = std::move(m.key);
       return p;
     };
     if (base) {

@@ -601,6 +601,10 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
 
   last_step_groups_ = groups.size();
   records.reserve(groups.size());
+  std::vector<const Part*> reps;
+  std::vector<const TensorStats*> shards;
+  reps.reserve(ranks_.size());
+  shards.reserve(ranks_.size());
   for (auto& g : groups) {
     Merged m;
     m.raw_name = g.raw_name;
@@ -608,45 +612,40 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
     for (const auto& p : g.parts) m.ranks.push_back(p.rank);
     std::sort(m.ranks.begin(), m.ranks.end());
     m.ranks.erase(std::unique(m.ranks.begin(), m.ranks.end()), m.ranks.end());
-    const std::string where = key_text(g.kind, g.name, g.mb);
+    auto where = [&] { return key_text(g.kind, g.name, g.mb); };  // only for issues
 
-    // Buckets of replicas: same shard (or whole). Each bucket's first part represents it.
-    std::vector<std::vector<const Part*>> buckets;
+    // Buckets of replicas: same shard (or whole). Each bucket's first part represents it;
+    // every other member must agree with it.
+    reps.clear();
     for (const auto& p : g.parts) {
-      bool placed = false;
-      for (auto& b : buckets) {
-        if (b[0]->rec.stats.shard == p.rec.stats.shard) {
-          b.push_back(&p);
-          placed = true;
+      const Part* rep = nullptr;
+      for (const Part* r : reps) {
+        if (r->rec.stats.shard == p.rec.stats.shard) {
+          rep = r;
           break;
         }
       }
-      if (!placed) buckets.push_back({&p});
-    }
-    for (const auto& b : buckets) {
-      for (std::size_t i = 1; i < b.size(); ++i) {
-        if (!same_record(b[0]->rec, b[i]->rec)) {
-          issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
-                       "step " + std::to_string(step) + " " + where + ": rank " +
-                           std::to_string(b[0]->rank) + " has " + record_brief(b[0]->rec) +
-                           ", rank " + std::to_string(b[i]->rank) + " has " +
-                           record_brief(b[i]->rec)});
-        }
+      if (!rep) {
+        reps.push_back(&p);
+      } else if (!same_record(rep->rec, p.rec)) {
+        issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
+                     "step " + std::to_string(step) + " " + where() + ": rank " +
+                         std::to_string(rep->rank) + " has " + record_brief(rep->rec) +
+                         ", rank " + std::to_string(p.rank) + " has " + record_brief(p.rec)});
       }
     }
     const Part* whole = nullptr;
-    std::vector<const TensorStats*> shards;
-    for (const auto& b : buckets) {
-      if (b[0]->rec.state == Record::State::tensor && !b[0]->rec.stats.shard.empty())
-        shards.push_back(&b[0]->rec.stats);
+    shards.clear();
+    for (const Part* b : reps) {
+      if (b->rec.state == Record::State::tensor && !b->rec.stats.shard.empty())
+        shards.push_back(&b->rec.stats);
       else if (!whole)
-        whole = b[0];
+        whole = b;
       else  // e.g. `none` on one rank and a scalar on another
         issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
-                     "step " + std::to_string(step) + " " + where + ": rank " +
+                     "step " + std::to_string(step) + " " + where() + ": rank " +
                          std::to_string(whole->rank) + " has " + record_brief(whole->rec) +
-                         ", rank " + std::to_string(b[0]->rank) + " has " +
-                         record_brief(b[0]->rec)});
+                         ", rank " + std::to_string(b->rank) + " has " + record_brief(b->rec)});
     }
     if (!shards.empty()) {
       Record composed = g.parts[0].rec;
@@ -656,7 +655,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
         composed.stats = std::move(*c.stats);
       } else {
         issues_.add({Issue::Severity::error, "shard_tiling", options_.label, step,
-                     "step " + std::to_string(step) + " " + where + ": " + c.error +
+                     "step " + std::to_string(step) + " " + where() + ": " + c.error +
                          " (ranks " + summarize_ranks(m.ranks) + "); not composed"});
         composed.stats = TensorStats{};
         composed.stats.dtype = shards[0]->dtype;
@@ -665,7 +664,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       }
       if (whole && !same_record(whole->rec, composed))
         issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
-                     "step " + std::to_string(step) + " " + where + ": rank " +
+                     "step " + std::to_string(step) + " " + where() + ": rank " +
                          std::to_string(whole->rank) + " has the whole tensor " +
                          record_brief(whole->rec) + ", the composed shards have " +
                          record_brief(composed)});
