@@ -1,5 +1,6 @@
 #include "probe/log_format.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -38,6 +39,8 @@ std::vector<std::int64_t> parse_dims(std::string_view text, std::string_view fie
          "'");
   text = text.substr(1, text.size() - 2);
   std::vector<std::int64_t> dims;
+  if (!text.empty())  // one allocation, not one per growth step
+    dims.reserve(static_cast<std::size_t>(std::count(text.begin(), text.end(), ',')) + 1);
   while (!text.empty()) {
     auto comma = text.find(',');
     dims.push_back(parse_int(text.substr(0, comma), field));
