@@ -472,14 +472,19 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
     if (!pa && !pb) break;
     const std::int64_t step = !pa ? *pb : !pb ? *pa : std::min(*pa, *pb);
     const bool has_a = pa && *pa == step, has_b = pb && *pb == step;
-    if (has_a) {
-      base.next_step(sa, a);
-      note_step(r.base, step);
+    if (has_a) base.next_step(sa, a);
+    if (has_b) test.next_step(sb, b);
+    // A killed rank: compare only the steps every rank completed.
+    std::optional<std::int64_t> limit;
+    for (const Run* run : {&base, &test})
+      if (run->incomplete_from() && (!limit || *run->incomplete_from() < *limit))
+        limit = run->incomplete_from();
+    if (limit && step >= *limit) {
+      r.truncated_at = *limit;
+      break;
     }
-    if (has_b) {
-      test.next_step(sb, b);
-      note_step(r.test, step);
-    }
+    if (has_a) note_step(r.base, step);
+    if (has_b) note_step(r.test, step);
     if (has_a && has_b) ++r.paired_steps;
     if ((options.step_min && step < *options.step_min) ||
         (options.step_max && step > *options.step_max))

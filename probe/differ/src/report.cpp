@@ -103,7 +103,12 @@ std::string run_line(const char* label, const RunInfo& i) {
 void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   Paint paint{opt.color};
   out << run_line("base", r.base) << "\n" << run_line("test", r.test) << "\n";
-  out << "paired steps " << r.paired_steps << ", records compared " << r.records_compared << "\n\n";
+  out << "paired steps " << r.paired_steps << ", records compared " << r.records_compared << "\n";
+  if (r.truncated_at)
+    out << paint(kYellow, "a rank's log is truncated (killed?): steps from " +
+                              std::to_string(*r.truncated_at) + " on are not compared")
+        << "\n";
+  out << "\n";
 
   // Summary per kind.
   static constexpr std::array<std::string_view, kClassCount> kHead = {
@@ -313,6 +318,7 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   j["base"] = run_json(r.base, r.base_issues);
   j["test"] = run_json(r.test, r.test_issues);
   j["paired_steps"] = r.paired_steps;
+  j["truncated_at"] = r.truncated_at ? nlohmann::json(*r.truncated_at) : nlohmann::json(nullptr);
   j["records_compared"] = r.records_compared;
   auto& summary = j["summary"] = nlohmann::json::object();
   for (int k = 0; k < kKindCount; ++k) {

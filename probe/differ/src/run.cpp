@@ -464,12 +464,25 @@ void Run::advance(RankSource& src) {
     try {
       auto r = src.reader->next();
       if (!r) {
-        if (src.reader->truncated())
-          issues_.add({Issue::Severity::warning, "truncated", options_.label, src.last_step,
+        if (src.reader->truncated()) {
+          // The fragment's step (when readable) is the incomplete one; otherwise the rank's
+          // last step may be missing records too.
+          std::int64_t from = std::max<std::int64_t>(src.last_step, 0);
+          std::string_view frag = src.reader->truncated_fragment();
+          if (frag.substr(0, 5) == "step=") {
+            frag.remove_prefix(5);
+            std::int64_t s = -1;
+            auto [p, ec] = std::from_chars(frag.data(), frag.data() + frag.size(), s);
+            if (ec == std::errc() && p < frag.data() + frag.size() && *p == ' ' && s > src.last_step)
+              from = s;
+          }
+          if (!incomplete_from_ || from < *incomplete_from_) incomplete_from_ = from;
+          issues_.add({Issue::Severity::warning, "truncated", options_.label, from,
                        src.reader->path().string() + ":" +
                            std::to_string(src.reader->line_number()) +
-                           ": last line has no newline (rank killed?); using every completed "
-                           "line before it"});
+                           ": last line has no newline (rank killed?): steps before " +
+                           std::to_string(from) + " are used, later ones are not compared"});
+        }
         return;
       }
       if (r->step < src.last_step) {

@@ -112,6 +112,9 @@ class Run {
   const std::string& torch_version() const { return torch_version_; }
   IssueLog& issues() { return issues_; }
   std::int64_t records_read() const { return records_read_; }
+  // Set once a rank's log turned out truncated (a killed writer): the first step that may be
+  // incomplete. Steps from it on are not compared.
+  std::optional<std::int64_t> incomplete_from() const { return incomplete_from_; }
 
   struct RankSource;
 
@@ -129,6 +132,7 @@ class Run {
   IssueLog issues_;
   std::int64_t records_read_ = 0;
   std::size_t last_step_groups_ = 0;  // sizes the next step's index
+  std::optional<std::int64_t> incomplete_from_;
 };
 
 // Composes shard records of one tensor (distinct offsets, same global shape) into the whole:
@@ -234,6 +238,7 @@ struct Result {
   std::vector<std::string> names_only_base, names_only_test;
   IssueLog base_issues, test_issues;
   std::int64_t records_compared = 0;
+  std::optional<std::int64_t> truncated_at;  // comparison stopped here (a killed rank)
   bool any_divergence() const;
   int exit_code() const;  // 0 equal / within tolerance, 1 differences or run errors
 };
