@@ -74,6 +74,7 @@ TEST(Names, MapRulesApplyAfterStripping) {
   NameMapper m(true, {R"(^stage1\.layers\.(\d+)=layers.4$1)"});
   EXPECT_EQ(m.map("module.stage1.layers.0.w"), "layers.40.w");
   EXPECT_THROW(NameMapper(true, {"no-equals-sign"}), InputError);
+  EXPECT_THROW(NameMapper(true, {"@4-x:a=b"}), InputError);
   EXPECT_THROW(NameMapper(true, {"([=x"}), InputError);
 }
 
@@ -118,4 +119,14 @@ TEST(Comparator, ToleranceIsRelativeToBaseAndNanAgreesOnlyWithNan) {
   EXPECT_FALSE(tol.agree(NAN, 1.0));
   EXPECT_FALSE(tol.agree(INFINITY, 1e308));
   EXPECT_TRUE((Comparator{0, 0.5}).agree(0.0, 0.4));
+}
+
+TEST(Names, RankScopedRuleWithArithmeticRenumbersPipelineStageLayers) {
+  // Stage 1 (ranks 4-7) numbers its layers from 0; globally they start at 4.
+  NameMapper m(true, {R"(@4-7:^layers\.(\d+)\.=layers.${1+4}.)"});
+  EXPECT_EQ(m.map("layers.0.w", 5), "layers.4.w");
+  EXPECT_EQ(m.map("layers.3.attn.wq", 7), "layers.7.attn.wq");
+  EXPECT_EQ(m.map("layers.0.w", 1), "layers.0.w");  // stage 0: unchanged
+  NameMapper n(false, {"(a)(b)=$2$1$$${1}", R"(x(\d)=${1-1})"});
+  EXPECT_EQ(n.map("ab.x5"), "ba$a.4");
 }

@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
   app.add_option("test", test_path, "test run directory or log file")->required();
   app.add_option("--rtol", rtol, "relative tolerance: |test-base| <= atol + rtol*|base|")->check(CLI::NonNegativeNumber);
   app.add_option("--atol", atol, "absolute tolerance")->check(CLI::NonNegativeNumber);
-  app.add_option("--map", maps, "REGEX=REPLACEMENT rule applied to names of both runs (repeatable)");
+  app.add_option("--map", maps,
+                 "[@RANKS:]REGEX=REPLACEMENT rule applied to names of both runs (repeatable); "
+                 "@4-7: limits it to those ranks; $1, ${1}, ${1+4} (arithmetic), $&, $$");
   app.add_option("--map-base", maps_base, "REGEX=REPLACEMENT rule for the base run's names only");
   app.add_option("--map-test", maps_test, "REGEX=REPLACEMENT rule for the test run's names only");
   app.add_flag("--no-strip-wrappers", no_strip, "keep module./_fsdp_wrapped_module./_orig_mod./_checkpoint_wrapped_module.");

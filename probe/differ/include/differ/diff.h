@@ -36,18 +36,30 @@ struct Comparator {
 };
 
 // Canonicalises parameter names: strips wrapper prefixes (module., _fsdp_wrapped_module.,
-// _orig_mod., _checkpoint_wrapped_module.) at any depth, then applies REGEX=REPLACEMENT rules
-// in order. Results are cached (names repeat every step).
+// _orig_mod., _checkpoint_wrapped_module.) at any depth, then applies rules in order.
+// A rule is `[@RANKS:]REGEX=REPLACEMENT`: RANKS (e.g. `4-7` or `1,3`) limits it to records of
+// those ranks (pipeline stages that renumber their layers); the replacement takes `$N`,
+// `${N}`, `$&`, `$$` and arithmetic on a numeric group, `${N+K}` / `${N-K}`. Results are
+// cached (names repeat every step).
 class NameMapper {
  public:
   NameMapper(bool strip_wrappers, const std::vector<std::string>& rules);  // throws InputError
-  const std::string& map(const std::string& name);
+  const std::string& map(const std::string& name, int rank = 0);
+
+  struct Rule {
+    std::vector<std::pair<int, int>> ranks;  // empty: every rank
+    std::regex re;
+    std::string replacement;
+  };
 
  private:
   bool strip_;
-  std::vector<std::pair<std::regex, std::string>> rules_;
+  bool rank_scoped_ = false;
+  std::vector<Rule> rules_;
   std::unordered_map<std::string, std::string> cache_;
 };
+// Expands a replacement (see NameMapper) for one match. Throws InputError.
+std::string expand_replacement(const std::smatch& m, const std::string& replacement);
 std::string strip_wrapper_prefixes(const std::string& name);
 
 // Where a merged record's hash came from: hash spec v1 (the probe) or torch.hash_tensor
