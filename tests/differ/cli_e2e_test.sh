@@ -57,6 +57,12 @@ expect 1 "FIRST DIVERGENCE" -- --name 'layers\.5\.' "$T/single" "$T/sumorder"
 # JSON.
 expect 1 "" -- --json "$T/out.json" "$T/single" "$T/sumorder"
 grep -q '"first_divergence": {' "$T/out.json" || { echo "FAIL: json lacks first_divergence"; fail=1; }
+# A pipeline whose stage 1 (ranks 1,3,5,7; layers 6-11) numbers its layers from 0: its
+# names collide with stage 0's (replica mismatches) until a rank-scoped --map renumbers them.
+gen "$T/pprenum" --layout pp --world 8 --stages 2 --pp-renumber
+expect 1 "base only: grad layers.6.w" -- "$T/single" "$T/pprenum"
+expect 1 "replica_mismatch=" -- "$T/single" "$T/pprenum"
+expect 0 "RESULT: equal" -- --map-test '@1,3,5,7:^layers\.(\d+)\.=layers.${1+6}.' "$T/single" "$T/pprenum"
 # Bad input and usage: exit 2.
 mkdir -p "$T/empty"
 expect 2 "holds no logs" -- "$T/single" "$T/empty"

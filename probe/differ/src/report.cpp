@@ -162,6 +162,9 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
     out << paint(kBold, std::string("RUN ISSUES (") + label + ")");
     for (const auto& [type, n] : log->count_by_type) out << "  " << type << "=" << n;
     out << "\n";
+    if (log->count_by_type.count("replica_mismatch"))
+      out << "  (ranks that are different pipeline stages reusing names? align them with a "
+             "rank-scoped rule: --map '@RANKS:REGEX=REPLACEMENT')\n";
     std::size_t shown = 0;
     for (const auto& i : log->detail) {
       if (shown++ >= 8) {

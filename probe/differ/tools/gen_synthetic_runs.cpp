@@ -39,6 +39,7 @@ struct Config {
   int world = 8, stages = 2;
   int steps = 1000, params = 500, mbs = 8, block_rows = 4, cols = 16;
   bool mb_grads = false, forward = true;
+  bool pp_renumber = false;  // pipeline stages number their layers from 0
   std::string variant = "none";  // none, sum_order, rng, none_grads, nan, loss_ulp
   int at_step = 3;
   int param = 1;
@@ -129,6 +130,7 @@ int main(int argc, char** argv) {
   app.add_option("--block-rows", c.block_rows, "rows per row block (8 blocks per parameter)");
   app.add_flag("--mb-grads", c.mb_grads, "log mb_grad records (one per parameter and microbatch)");
   app.add_flag("!--no-forward", c.forward, "omit rng/input/output records");
+  app.add_flag("--pp-renumber", c.pp_renumber, "pp layout: each stage numbers its layers from 0");
   app.add_option("--variant", c.variant, "none, sum_order, rng, none_grads, nan, loss_ulp")
       ->check(CLI::IsMember({"none", "sum_order", "rng", "none_grads", "nan", "loss_ulp"}));
   app.add_option("--at-step", c.at_step, "step where the variant starts");
@@ -167,8 +169,15 @@ int main(int argc, char** argv) {
   auto stage_of = [&](int p) { return p * stages / c.params; };
   auto rank_of = [&](int stage, int d) { return d * stages + stage; };
   auto dp_of_mb = [&](int mb) { return mb % dp; };
-  const bool varied = [&] { return true; }();
-  (void)varied;
+  auto first_of_stage = [&](int stage) {  // smallest p with stage_of(p) == stage
+    int p = 0;
+    while (p < c.params && stage_of(p) < stage) ++p;
+    return p;
+  };
+  auto layer_name = [&](int p) {
+    const int shown = c.layout == "pp" && c.pp_renumber ? p - first_of_stage(stage_of(p)) : p;
+    return "layers." + std::to_string(shown) + ".w";
+  };
 
   for (int step = 0; step < c.steps; ++step) {
     const bool on = step >= c.at_step;
@@ -189,13 +198,14 @@ int main(int argc, char** argv) {
           Tensor g{tid(step, 5, p, mb)};
           if (c.variant == "rng" && on) g.id = mix(g.id);
           emit(rank_of(stage_of(p), d),
-               tensor_record(c, step, Kind::mb_grad, "layers." + std::to_string(p) + ".w", mb, g, 0, kBlocks));
+               tensor_record(c, step, Kind::mb_grad, layer_name(p), mb, g, 0, kBlocks));
         }
       }
     }
     for (int p = 0; p < c.params; ++p) {
-      const std::string name = (c.layout == "ddp" ? "module.layers." : c.layout == "zero3" ? "_fsdp_wrapped_module.layers." : "layers.") +
-                               std::to_string(p) + ".w";
+      const std::string name =
+          (c.layout == "ddp" ? "module." : c.layout == "zero3" ? "_fsdp_wrapped_module." : "") +
+          layer_name(p);
       Tensor g{tid(step, 6, p, 0)};
       if (c.variant == "sum_order" && on && p == c.param) g.perturb = true;
       if (c.variant == "rng" && on) g.id = mix(g.id);
