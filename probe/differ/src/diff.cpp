@@ -209,11 +209,6 @@ void classify(Pair& p, const Comparator& cmp) {
   p.cls = close ? Class::within_tol : Class::different;
 }
 
-bool passes(const DiffOptions& o, Kind kind, const std::string& name) {
-  if (o.kinds_mask && !(*o.kinds_mask & (1u << static_cast<unsigned>(kind)))) return false;
-  if (o.name_filter && !std::regex_search(name, *o.name_filter)) return false;
-  return true;
-}
 
 std::int64_t nonfinite(const Merged& m) {
   return m.rec.state == Record::State::tensor ? m.rec.stats.nan + m.rec.stats.inf : 0;
@@ -228,6 +223,16 @@ struct Differ {
   static bool heap_less(const Pair& a, const Pair& b) { return a.rel_diff > b.rel_diff; }
 
   std::vector<std::uint8_t> seen;  // per series: bit 0 seen in base, bit 1 in test
+  std::unordered_map<std::string, bool> name_passes;  // --name verdicts (names repeat)
+
+  bool passes(Kind kind, const std::string& name) {
+    if (o.kinds_mask && !(*o.kinds_mask & (1u << static_cast<unsigned>(kind)))) return false;
+    if (!o.name_filter) return true;
+    auto it = name_passes.find(name);
+    if (it == name_passes.end())
+      it = name_passes.emplace(name, std::regex_search(name, *o.name_filter)).first;
+    return it->second;
+  }
 
   std::size_t series(const std::string& key, Kind kind, const std::string& name,
                      std::optional<std::int64_t> mb) {
@@ -370,7 +375,7 @@ struct Differ {
     if (base) {
       for (std::size_t i = 0; i < base->size(); ++i) {
         Merged& m = (*base)[i];
-        if (!passes(o, m.rec.kind, m.rec.name)) continue;
+        if (!passes(m.rec.kind, m.rec.name)) continue;
         Pair p = start_pair(m);
         p.base = make_side(m);
         if (partner[i] >= 0) p.test = make_side((*test)[static_cast<std::size_t>(partner[i])]);
@@ -381,7 +386,7 @@ struct Differ {
       for (std::size_t i = 0; i < test->size(); ++i) {
         if (test_used[i]) continue;
         Merged& m = (*test)[i];
-        if (!passes(o, m.rec.kind, m.rec.name)) continue;
+        if (!passes(m.rec.kind, m.rec.name)) continue;
         Pair p = start_pair(m);
         p.test = make_side(m);
         pairs.push_back(std::move(p));
@@ -464,7 +469,7 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   Result r;
   r.base = info_of(base);
   r.test = info_of(test);
-  Differ d{options, r, {}, {}, {}};
+  Differ d{options, r, {}, {}, {}, {}};
   std::vector<Merged> a, b;
   std::int64_t sa = 0, sb = 0;
   for (;;) {
