@@ -159,6 +159,9 @@ NameMapper::NameMapper(bool strip_wrappers, const std::vector<std::string>& rule
 }
 
 const std::string& NameMapper::map(const std::string& name, int rank) {
+  // Fast path: no rules and no wrapper component possible ("module." and "_orig_mod."
+  // both contain "mod").
+  if (rules_.empty() && (!strip_ || name.find("mod") == std::string::npos)) return name;
   std::string key;
   const std::string* lookup = &name;
   if (rank_scoped_) {
