@@ -793,7 +793,10 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
                          ", rank " + std::to_string(b->rank) + " has " + record_brief(b->rec)});
     }
     if (!shards.empty()) {
-      Record composed = g.parts[0].rec;
+      Record composed;  // only the key fields of a part: the figures come from composing
+      composed.step = step;
+      composed.kind = g.kind;
+      composed.microbatch = g.mb;
       composed.state = Record::State::tensor;
       ComposeResult c = compose_shards(shards);
       if (c.stats) {
