@@ -85,10 +85,6 @@ inline void write_run(const std::filesystem::path& dir, const std::vector<std::v
   }
 }
 
-struct Diffed {
-  probe::differ::Result result;
-};
-
 inline probe::differ::Result diff(const std::filesystem::path& a, const std::filesystem::path& b,
                                   probe::differ::DiffOptions opt = {}, bool lenient = false,
                                   std::vector<std::string> maps = {}) {

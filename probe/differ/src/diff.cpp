@@ -3,8 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <set>
-#include <unordered_set>
+#include <map>
 
 #include "differ/diff.h"
 #include "probe/log_format.h"

@@ -274,13 +274,13 @@ std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> parse_step_r
 std::uint32_t parse_kinds(const std::string& text);
 
 // autoparallel NumericsLogger lines: "[prefix] hash=H, norm=N" or "[prefix] None". Returns
-// nullopt for lines that are not of that shape; throws InputError-free ParseError for a
+// nullopt for lines that are not of that shape; throws log_format::ParseError for a
 // bracketed line whose fields cannot be read.
 struct PythonLine {
   std::string prefix;
   bool none = false;
   std::optional<std::uint64_t> hash;  // torch.hash_tensor value
-  std::string hash_text;              // when not a single integer (complex tensors)
+  std::string hash_text;  // when not one integer (complex tensors): hash is FNV-1a of it
   double norm = 0;
 };
 std::optional<PythonLine> parse_python_line(std::string_view line);
