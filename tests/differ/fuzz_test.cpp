@@ -2,6 +2,7 @@
 // clear InputError (or, with --lenient, counted warnings), never a crash.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 #include <sstream>
 
@@ -56,7 +57,10 @@ TEST(Fuzz, RandomlyCorruptedLogsNeverCrash) {
   const std::string rank1 = read_all(dir / "good" / "rank1" / "diff.log");
   std::mt19937_64 rng(20240611);
   const std::string alphabet = "0123456789abcdef=[],@ \n%-.eE+kindstepnamehashnormnone#";
-  for (int iter = 0; iter < 400; ++iter) {
+  // NUMPROBE_FUZZ_ITERATIONS raises the count for a longer local run (e.g. under ASan).
+  const char* env = std::getenv("NUMPROBE_FUZZ_ITERATIONS");
+  const int iterations = env ? std::atoi(env) : 400;
+  for (int iter = 0; iter < iterations; ++iter) {
     std::string text = iter % 2 ? rank0 : rank1;
     const int edits = 1 + static_cast<int>(rng() % 4);
     for (int e = 0; e < edits && !text.empty(); ++e) {

@@ -315,7 +315,12 @@ ComposeResult compose_shards(const std::vector<const TensorStats*>& shards) {
   }
   const auto& g = shards[0]->shard.global_shape;
   std::int64_t global_numel = 1;
-  for (auto d : g) global_numel *= d;
+  for (auto d : g) {
+    if (d < 0 || __builtin_mul_overflow(global_numel, d, &global_numel)) {
+      res.error = "bad global shape";
+      return res;
+    }
+  }
   std::int64_t total = 0;
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const auto& s = *shards[i];
@@ -333,7 +338,10 @@ ComposeResult compose_shards(const std::vector<const TensorStats*>& shards) {
       res.error = e.what();
       return res;
     }
-    total += s.numel();
+    if (__builtin_add_overflow(total, s.numel(), &total)) {  // fits: inside the global shape
+      res.error = "shards overlap";
+      return res;
+    }
     for (std::size_t j = 0; j < i; ++j) {  // overlap: boxes intersect in every dim
       const auto& t = *shards[j];
       bool overlap = true;
