@@ -1,5 +1,6 @@
 #include "probe/log_format.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -38,6 +39,8 @@ std::vector<std::int64_t> parse_dims(std::string_view text, std::string_view fie
          "'");
   text = text.substr(1, text.size() - 2);
   std::vector<std::int64_t> dims;
+  if (!text.empty())  // one allocation, not one per growth step
+    dims.reserve(static_cast<std::size_t>(std::count(text.begin(), text.end(), ',')) + 1);
   while (!text.empty()) {
     auto comma = text.find(',');
     dims.push_back(parse_int(text.substr(0, comma), field));
@@ -54,8 +57,10 @@ struct Field {
   bool bare;  // a token without '='
 };
 
-std::vector<Field> split_fields(std::string_view line) {
-  std::vector<Field> fields;
+// Calls f(Field) for each space-separated token, without allocating (records are parsed
+// millions of times per second by the differ).
+template <class F>
+void for_each_field(std::string_view line, F&& f) {
   std::size_t pos = 0;
   while (pos < line.size()) {
     if (line[pos] == ' ') {
@@ -67,11 +72,16 @@ std::vector<Field> split_fields(std::string_view line) {
     std::string_view token = line.substr(pos, end - pos);
     auto eq = token.find('=');
     if (eq == std::string_view::npos)
-      fields.push_back({token, {}, true});
+      f(Field{token, {}, true});
     else
-      fields.push_back({token.substr(0, eq), token.substr(eq + 1), false});
+      f(Field{token.substr(0, eq), token.substr(eq + 1), false});
     pos = end;
   }
+}
+
+std::vector<Field> split_fields(std::string_view line) {
+  std::vector<Field> fields;
+  for_each_field(line, [&](const Field& f) { fields.push_back(f); });
   return fields;
 }
 
@@ -141,12 +151,21 @@ std::string format_hash(std::uint64_t h) {
 
 std::uint64_t parse_hash(std::string_view text) {
   if (text.size() != 16) fail("hash is not 16 hex digits: '" + std::string(text) + "'");
+  static constexpr auto kHex = [] {
+    std::array<std::int8_t, 256> t{};
+    t.fill(-1);
+    for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - '0');
+    for (int c = 'a'; c <= 'f'; ++c) t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - 'a' + 10);
+    return t;
+  }();
   std::uint64_t h = 0;
+  int bad = 0;
   for (char c : text) {
-    int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
-    if (d < 0) fail("hash is not lowercase hex: '" + std::string(text) + "'");
-    h = (h << 4) | static_cast<std::uint64_t>(d);
+    const int d = kHex[static_cast<unsigned char>(c)];
+    bad |= d;  // negative once any digit is not lowercase hex
+    h = (h << 4) | static_cast<std::uint64_t>(d & 0xf);
   }
+  if (bad < 0) fail("hash is not lowercase hex: '" + std::string(text) + "'");
   return h;
 }
 
@@ -167,6 +186,7 @@ std::string escape_value(std::string_view raw) {
 }
 
 std::string unescape_value(std::string_view escaped) {
+  if (escaped.find('%') == std::string_view::npos) return std::string(escaped);  // common case
   std::string out;
   out.reserve(escaped.size());
   for (std::size_t i = 0; i < escaped.size(); ++i) {
@@ -278,11 +298,11 @@ Record parse_record(std::string_view line) {
   bool has_step = false, has_kind = false, has_name = false, has_value = false;
   bool has_hash = false, has_dtype = false, has_shape = false;
   bool is_none = false;
-  for (const Field& f : split_fields(line)) {
+  for_each_field(line, [&](const Field& f) {
     if (f.bare) {
       if (f.key != "none") fail("unexpected token '" + std::string(f.key) + "'");
       is_none = true;
-      continue;
+      return;
     }
     const std::string_view k = f.key, v = f.value;
     if (k == "step") {
@@ -336,7 +356,7 @@ Record parse_record(std::string_view line) {
     } else {
       fail("unknown field '" + std::string(k) + "'");
     }
-  }
+  });
   if (!has_step) fail("record lacks step=");
   if (!has_kind) fail("record lacks kind=");
   if (!has_name) fail("record lacks name=");
