@@ -1,0 +1,507 @@
+// Aligning two runs step by step, classifying pairs, paired statistics and likely causes.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <unordered_set>
+
+#include "differ/diff.h"
+#include "probe/log_format.h"
+
+namespace probe::differ {
+namespace lf = probe::log_format;
+
+bool Comparator::agree(double base, double test) const {
+  if (std::isnan(base) || std::isnan(test)) return std::isnan(base) && std::isnan(test);
+  if (base == test) return true;
+  if (!std::isfinite(base) || !std::isfinite(test)) return false;
+  return std::fabs(test - base) <= atol + rtol * std::fabs(base);
+}
+
+std::string_view class_name(Class c) {
+  static constexpr std::array<std::string_view, kClassCount> kNames = {
+      "equal", "within_tol", "different", "only_base", "only_test", "none_one_side",
+      "unsupported"};
+  return kNames[static_cast<std::size_t>(c)];
+}
+
+bool is_divergence(Class c) {
+  return c == Class::different || c == Class::only_base || c == Class::only_test ||
+         c == Class::none_one_side;
+}
+
+void SeriesStats::add_pair(std::int64_t step, double base, double test, bool agree) {
+  ++paired;
+  if (agree)
+    ++exact;
+  else if (!first_divergent_step)
+    first_divergent_step = step;
+  const bool same = base == test || (std::isnan(base) && std::isnan(test));
+  const double d = same ? 0.0 : test - base;
+  final_diff = d;
+  final_step = step;
+  if (!std::isfinite(d)) {  // NaN or Inf on one side only (or opposite infinities)
+    ++nonfinite_mismatch;
+    if (!std::isinf(max_abs)) {
+      max_abs = std::numeric_limits<double>::infinity();
+      max_abs_step = step;
+    }
+    return;
+  }
+  ++finite_pairs;
+  sum_abs += std::fabs(d);
+  sum_sq += d * d;
+  if (!max_abs_step || std::fabs(d) > max_abs) {
+    max_abs = std::fabs(d);
+    max_abs_step = step;
+  }
+}
+
+double SeriesStats::mae() const {
+  return finite_pairs ? sum_abs / static_cast<double>(finite_pairs) : 0.0;
+}
+double SeriesStats::rmse() const {
+  return finite_pairs ? std::sqrt(sum_sq / static_cast<double>(finite_pairs)) : 0.0;
+}
+
+bool Result::any_divergence() const {
+  for (const auto& per_kind : counts)
+    for (int c = 0; c < kClassCount; ++c)
+      if (per_kind[static_cast<std::size_t>(c)] > 0 && is_divergence(static_cast<Class>(c)))
+        return true;
+  return false;
+}
+
+int Result::exit_code() const {
+  return any_divergence() || base_issues.errors > 0 || test_issues.errors > 0 ? 1 : 0;
+}
+
+std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> parse_step_range(
+    const std::string& text) {
+  auto num = [&](const std::string& s) -> std::optional<std::int64_t> {
+    if (s.empty()) return std::nullopt;
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(s, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != s.size() || v < 0) throw InputError("--steps '" + text + "': bad step number");
+    return v;
+  };
+  auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    auto v = num(text);
+    if (!v) throw InputError("--steps is empty");
+    return {v, v};
+  }
+  auto lo = num(text.substr(0, colon)), hi = num(text.substr(colon + 1));
+  if (lo && hi && *lo > *hi) throw InputError("--steps '" + text + "': empty range");
+  return {lo, hi};
+}
+
+std::uint32_t parse_kinds(const std::string& text) {
+  std::uint32_t mask = 0;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    auto comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    auto name = text.substr(pos, comma - pos);
+    if (!name.empty()) {
+      auto k = parse_kind(name);
+      if (!k)
+        throw InputError("--kinds: unknown kind '" + name +
+                         "' (rng, input, output, tap, output_grad, mb_grad, grad, scalar)");
+      mask |= 1u << static_cast<unsigned>(*k);
+    }
+    pos = comma + 1;
+  }
+  if (!mask) throw InputError("--kinds lists no kind");
+  return mask;
+}
+
+namespace {
+
+bool low_precision(const std::string& dtype) {
+  return dtype == "bfloat16" || dtype == "float16" || dtype == "half" ||
+         dtype.rfind("float8", 0) == 0;
+}
+
+double rel_diff(double a, double b) {
+  if (std::isnan(a) && std::isnan(b)) return 0;
+  if (a == b) return 0;
+  if (!std::isfinite(a) || !std::isfinite(b)) return std::numeric_limits<double>::infinity();
+  double scale = std::max(std::fabs(a), std::fabs(b));
+  return scale == 0 ? 0 : std::fabs(a - b) / scale;
+}
+
+// The number the paired statistics follow: a scalar's value, a tensor's norm.
+std::optional<double> series_value(const Record& r) {
+  if (r.state == Record::State::scalar) return r.value;
+  if (r.state == Record::State::tensor && !r.stats.unsupported) return r.stats.norm;
+  return std::nullopt;
+}
+
+void classify(Pair& p, const Comparator& cmp) {
+  const Merged& a = p.base.m;
+  const Merged& b = p.test.m;
+  const Record &x = a.rec, &y = b.rec;
+  using S = Record::State;
+  if (x.state == S::none || y.state == S::none) {
+    p.cls = x.state == y.state ? Class::equal : Class::none_one_side;
+    return;
+  }
+  if (x.state != y.state) {
+    p.cls = Class::different;
+    p.note = "a scalar in one run, a tensor in the other";
+    return;
+  }
+  if (x.state == S::scalar) {
+    p.rel_diff = rel_diff(x.value, y.value);
+    const bool bitwise =
+        std::memcmp(&x.value, &y.value, sizeof(double)) == 0 || (std::isnan(x.value) && std::isnan(y.value));
+    p.cls = bitwise ? Class::equal : cmp.agree(x.value, y.value) ? Class::within_tol : Class::different;
+    return;
+  }
+  const TensorStats &s = x.stats, &t = y.stats;
+  if (s.unsupported || t.unsupported) {
+    p.cls = Class::unsupported;
+    p.note = s.unsupported ? *s.unsupported : *t.unsupported;
+    return;
+  }
+  p.rel_diff = rel_diff(s.norm, t.norm);
+  if (s.shape != t.shape && !(a.hash_source == HashSource::torch_only || b.hash_source == HashSource::torch_only)) {
+    p.cls = Class::different;
+    p.note = "shapes differ";
+    return;
+  }
+  if (!s.dtype.empty() && !t.dtype.empty() && s.dtype != t.dtype) {
+    p.cls = Class::different;
+    p.note = "dtypes differ (" + s.dtype + " vs " + t.dtype + ")";
+    return;
+  }
+  bool hashes_equal;
+  if (a.hash_source == HashSource::spec_v1 && b.hash_source == HashSource::spec_v1) {
+    hashes_equal = s.hash == t.hash;
+  } else if (s.torch_hash && t.torch_hash) {
+    hashes_equal = *s.torch_hash == *t.torch_hash;
+  } else {
+    p.cls = Class::unsupported;
+    p.note = "no common hash (switch on the probe's torch-compatible hash to compare with "
+             "Python logs)";
+    return;
+  }
+  if (hashes_equal) {
+    p.cls = Class::equal;
+    return;
+  }
+  if (cmp.exact()) {
+    p.cls = Class::different;
+    return;
+  }
+  const bool python = a.hash_source == HashSource::torch_only || b.hash_source == HashSource::torch_only;
+  bool close = cmp.agree(s.norm, t.norm);
+  if (!python)
+    close = close && s.nan == t.nan && s.inf == t.inf && cmp.agree(s.min, t.min) &&
+            cmp.agree(s.max, t.max) && cmp.agree(s.mean, t.mean);
+  p.cls = close ? Class::within_tol : Class::different;
+}
+
+std::string series_key_text(Kind kind, const std::string& name, std::optional<std::int64_t> mb) {
+  std::string k(1, static_cast<char>('0' + static_cast<int>(kind)));
+  if (mb) k += std::to_string(*mb);
+  k += '|';
+  k += name;
+  return k;
+}
+
+bool passes(const DiffOptions& o, Kind kind, const std::string& name) {
+  if (o.kinds_mask && !(*o.kinds_mask & (1u << static_cast<unsigned>(kind)))) return false;
+  if (o.name_filter && !std::regex_search(name, *o.name_filter)) return false;
+  return true;
+}
+
+std::int64_t nonfinite(const Merged& m) {
+  return m.rec.state == Record::State::tensor ? m.rec.stats.nan + m.rec.stats.inf : 0;
+}
+
+struct Differ {
+  const DiffOptions& o;
+  Result& r;
+  std::unordered_map<std::string, std::size_t> series_index;
+  std::set<std::pair<int, std::string>> names_base, names_test;
+  // Top-N by relative difference: a min-heap on rel_diff.
+  std::vector<Pair> heap;
+  static bool heap_less(const Pair& a, const Pair& b) { return a.rel_diff > b.rel_diff; }
+
+  SeriesStats& series(Kind kind, const std::string& name, std::optional<std::int64_t> mb) {
+    auto key = series_key_text(kind, name, mb);
+    auto [it, inserted] = series_index.try_emplace(key, r.series.size());
+    if (inserted) r.series.push_back({SeriesKey{kind, name, mb}, SeriesStats{}});
+    return r.series[it->second].second;
+  }
+
+  void offer_top(const Pair& p) {
+    if (o.top == 0 || p.rel_diff <= 0) return;
+    if (heap.size() < o.top) {
+      heap.push_back(p);
+      std::push_heap(heap.begin(), heap.end(), heap_less);
+    } else if (p.rel_diff > heap.front().rel_diff) {
+      std::pop_heap(heap.begin(), heap.end(), heap_less);
+      heap.back() = p;
+      std::push_heap(heap.begin(), heap.end(), heap_less);
+    }
+  }
+
+  void likely_causes(std::int64_t step, const std::vector<Pair>& pairs, const Pair& first) {
+    // NaN/Inf appearing first at a named tensor.
+    for (const auto& p : pairs) {
+      const std::int64_t nb = p.base.present ? nonfinite(p.base.m) : 0;
+      const std::int64_t nt = p.test.present ? nonfinite(p.test.m) : 0;
+      if ((nb == 0) != (nt == 0)) {
+        const bool in_test = nt > 0;
+        const Record& rec = in_test ? p.test.m.rec : p.base.m.rec;
+        r.causes.push_back(
+            {"nonfinite", "NaN/Inf appears first at " + std::string(kind_name(p.kind)) + " " +
+                              p.name + (p.mb ? " mb=" + std::to_string(*p.mb) : "") +
+                              " (step " + std::to_string(step) + ", " +
+                              (in_test ? "test" : "base") + " run: nan=" +
+                              std::to_string(rec.stats.nan) + " inf=" +
+                              std::to_string(rec.stats.inf) + ")"});
+        break;
+      }
+    }
+    // Gradients `none` on one side.
+    if (first.cls == Class::none_one_side) {
+      std::int64_t none_base = 0, none_test = 0, grads = 0;
+      for (const auto& p : pairs) {
+        if (p.kind != Kind::grad) continue;
+        ++grads;
+        if (p.cls == Class::none_one_side) (p.base.m.rec.state == Record::State::none ? none_base : none_test)++;
+      }
+      const bool in_base = first.base.m.rec.state == Record::State::none;
+      std::string msg = std::string(kind_name(first.kind)) + " " + first.name + " is none in the " +
+                        (in_base ? "base" : "test") +
+                        " run: the gradient was never computed, or was read before backward";
+      const std::int64_t n = in_base ? none_base : none_test;
+      if (grads > 0 && n == grads)
+        msg += "; all " + std::to_string(grads) + " grads of step " + std::to_string(step) +
+               " are none there";
+      else if (n > 1)
+        msg += "; " + std::to_string(n) + " of " + std::to_string(grads) + " grads of step " +
+               std::to_string(step) + " are none there";
+      r.causes.push_back({"none_gradient", msg});
+    }
+    // Inputs equal but RNG fingerprints differ.
+    bool rng_differs = false, inputs_differ = false;
+    const Pair* first_rng = nullptr;
+    for (const auto& p : pairs) {
+      if (p.kind == Kind::rng && is_divergence(p.cls)) {
+        rng_differs = true;
+        if (!first_rng) first_rng = &p;
+      }
+      if (p.kind == Kind::input && is_divergence(p.cls)) inputs_differ = true;
+    }
+    if (rng_differs && !inputs_differ)
+      r.causes.push_back({"rng", "inputs are equal but the RNG fingerprint " + first_rng->name +
+                                     (first_rng->mb ? " mb=" + std::to_string(*first_rng->mb) : "") +
+                                     " differs at step " + std::to_string(step) +
+                                     ": dropout/RNG state (seed, generator offset, or RNG "
+                                     "consumed in a different order)"});
+    // Summation order of a collective.
+    if (first.kind == Kind::grad && first.cls == Class::different && sum_order_like(first, pairs))
+      r.causes.push_back(
+          {"summation_order",
+           "every mb_grad of " + first.name + " is bitwise equal but its grad differs by a "
+           "relative norm difference of " + lf::format_double(first.rel_diff) +
+           ": floating-point summation order (the reduction order of a collective, e.g. "
+           "all-reduce vs reduce-scatter, or a different bucket layout)"});
+  }
+
+  bool sum_order_like(const Pair& g, const std::vector<Pair>& pairs) const {
+    if (g.kind != Kind::grad || g.cls != Class::different || !g.base.present || !g.test.present)
+      return false;
+    if (g.base.m.rec.state != Record::State::tensor || g.test.m.rec.state != Record::State::tensor)
+      return false;
+    std::int64_t mbs = 0;
+    for (const auto& p : pairs) {
+      if (p.kind != Kind::mb_grad || p.name != g.name) continue;
+      if (p.cls != Class::equal) return false;
+      ++mbs;
+    }
+    if (mbs == 0) return false;
+    const double bound =
+        low_precision(g.base.m.rec.stats.dtype) ? o.sum_order_rtol_lowp : o.sum_order_rtol;
+    return g.rel_diff <= bound;
+  }
+
+  void compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test) {
+    std::vector<Pair> pairs;
+    std::unordered_map<std::string, std::size_t> test_index;
+    std::vector<bool> test_used;
+    if (test) {
+      test_index.reserve(test->size());
+      for (std::size_t i = 0; i < test->size(); ++i) {
+        const auto& m = (*test)[i];
+        test_index.emplace(series_key_text(m.rec.kind, m.rec.name, m.rec.microbatch), i);
+      }
+      test_used.assign(test->size(), false);
+    }
+    pairs.reserve((base ? base->size() : 0) + (test ? test->size() : 0));
+    auto make_side = [](Merged& m) {
+      Side s;
+      s.present = true;
+      s.m = std::move(m);
+      return s;
+    };
+    if (base) {
+      for (auto& m : *base) {
+        Pair p;
+        p.step = step;
+        p.kind = m.rec.kind;
+        p.name = m.rec.name;
+        p.mb = m.rec.microbatch;
+        if (!passes(o, p.kind, p.name)) continue;
+        std::optional<std::size_t> ti;
+        if (test) {
+          auto it = test_index.find(series_key_text(p.kind, p.name, p.mb));
+          if (it != test_index.end()) ti = it->second;
+        }
+        p.base = make_side(m);
+        if (ti) {
+          test_used[*ti] = true;
+          p.test = make_side((*test)[*ti]);
+        }
+        pairs.push_back(std::move(p));
+      }
+    }
+    if (test) {  // test-only records go where the test run had them (appended: later order)
+      for (std::size_t i = 0; i < test->size(); ++i) {
+        if (test_used[i]) continue;
+        auto& m = (*test)[i];
+        Pair p;
+        p.step = step;
+        p.kind = m.rec.kind;
+        p.name = m.rec.name;
+        p.mb = m.rec.microbatch;
+        if (!passes(o, p.kind, p.name)) continue;
+        p.test = make_side(m);
+        pairs.push_back(std::move(p));
+      }
+      // Keep execution order: a stable sort on phase then microbatch puts test-only records
+      // among the base ones.
+      std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
+        return std::make_pair(phase_of(a.kind), a.mb.value_or(-1)) <
+               std::make_pair(phase_of(b.kind), b.mb.value_or(-1));
+      });
+    }
+
+    const Pair* first = nullptr;
+    for (auto& p : pairs) {
+      if (!p.base.present)
+        p.cls = Class::only_test;
+      else if (!p.test.present)
+        p.cls = Class::only_base;
+      else
+        classify(p, o.cmp);
+      ++r.counts[static_cast<std::size_t>(p.kind)][static_cast<std::size_t>(p.cls)];
+      ++r.records_compared;
+      if (p.base.present) names_base.emplace(static_cast<int>(p.kind), p.name);
+      if (p.test.present) names_test.emplace(static_cast<int>(p.kind), p.name);
+
+      // Paired statistics: one path, the comparator's verdict (a bitwise-equal hash counts
+      // as agreement even where composed norms differ in the last bit).
+      SeriesStats& st = series(p.kind, p.name, p.kind == Kind::scalar ? std::nullopt : p.mb);
+      std::optional<double> vb, vt;
+      if (p.base.present) vb = series_value(p.base.m.rec);
+      if (p.test.present) vt = series_value(p.test.m.rec);
+      if (vb) ++st.base_steps;
+      if (vt) ++st.test_steps;
+      if (vb && vt) {
+        const bool agree = p.cls == Class::equal ? true : o.cmp.agree(*vb, *vt) && p.cls != Class::different;
+        st.add_pair(step, *vb, p.cls == Class::equal ? *vb : *vt, agree);
+      }
+      if (is_divergence(p.cls) && !first) first = &p;
+      if (p.cls == Class::different || p.cls == Class::within_tol) offer_top(p);
+    }
+    for (const auto& p : pairs)
+      if (sum_order_like(p, pairs)) ++r.summation_order_grads;
+    if (first && !r.first_divergence) {
+      r.first_divergence = *first;
+      likely_causes(step, pairs, *first);
+    }
+  }
+};
+
+void note_step(RunInfo& info, std::int64_t step) {
+  ++info.steps;
+  if (!info.first_step) info.first_step = step;
+  info.last_step = step;
+}
+
+RunInfo info_of(const Run& run) {
+  RunInfo i;
+  i.path = run.path().string();
+  i.setup = run.setup();
+  i.torch_version = run.torch_version();
+  i.world_size = run.world_size();
+  i.ranks_found = run.ranks_found();
+  i.python = run.python();
+  return i;
+}
+
+}  // namespace
+
+Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
+  if (!base.python() && !test.python()) {
+    if (base.format_version() != test.format_version())
+      throw InputError("the runs use different log format versions (" +
+                       std::to_string(base.format_version()) + " and " +
+                       std::to_string(test.format_version()) + ")");
+    if (base.hash_spec_version() != test.hash_spec_version())
+      throw InputError("the runs use different hash spec versions (" +
+                       std::to_string(base.hash_spec_version()) + " and " +
+                       std::to_string(test.hash_spec_version()) +
+                       "): their hashes cannot be compared");
+  }
+  Result r;
+  r.base = info_of(base);
+  r.test = info_of(test);
+  Differ d{options, r, {}, {}, {}, {}};
+  std::vector<Merged> a, b;
+  std::int64_t sa = 0, sb = 0;
+  for (;;) {
+    auto pa = base.peek_step(), pb = test.peek_step();
+    if (!pa && !pb) break;
+    const std::int64_t step = !pa ? *pb : !pb ? *pa : std::min(*pa, *pb);
+    const bool has_a = pa && *pa == step, has_b = pb && *pb == step;
+    if (has_a) {
+      base.next_step(sa, a);
+      note_step(r.base, step);
+    }
+    if (has_b) {
+      test.next_step(sb, b);
+      note_step(r.test, step);
+    }
+    if (has_a && has_b) ++r.paired_steps;
+    if ((options.step_min && step < *options.step_min) ||
+        (options.step_max && step > *options.step_max))
+      continue;
+    d.compare_step(step, has_a ? &a : nullptr, has_b ? &b : nullptr);
+  }
+  r.base.records = base.records_read();
+  r.test.records = test.records_read();
+  r.base_issues = base.issues();
+  r.test_issues = test.issues();
+  std::sort(d.heap.begin(), d.heap.end(), Differ::heap_less);
+  r.top = std::move(d.heap);
+  for (const auto& n : d.names_base)
+    if (!d.names_test.count(n)) r.names_only_base.push_back(std::string(kind_name(static_cast<Kind>(n.first))) + " " + n.second);
+  for (const auto& n : d.names_test)
+    if (!d.names_base.count(n)) r.names_only_test.push_back(std::string(kind_name(static_cast<Kind>(n.first))) + " " + n.second);
+  return r;
+}
+
+}  // namespace probe::differ

@@ -1,0 +1,355 @@
+// The terminal report and the --json document.
+#include <nlohmann/json.hpp>
+
+#include <ostream>
+#include <sstream>
+
+#include "differ/diff.h"
+#include "probe/log_format.h"
+
+namespace probe::differ {
+namespace lf = probe::log_format;
+
+namespace {
+
+struct Paint {
+  bool on;
+  std::string operator()(std::string_view code, const std::string& text) const {
+    if (!on) return text;
+    return "\033[" + std::string(code) + "m" + text + "\033[0m";
+  }
+};
+constexpr std::string_view kRed = "31", kGreen = "32", kYellow = "33", kBold = "1", kDim = "2";
+
+std::string num(double v) { return lf::format_double(v); }
+
+std::string pad(std::string s, std::size_t width, bool right = false) {
+  if (s.size() >= width) return s;
+  return right ? std::string(width - s.size(), ' ') + s : s + std::string(width - s.size(), ' ');
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!s.empty()) s += ',';
+    s += std::to_string(ranks[i]);
+    if (j > i) s += "-" + std::to_string(ranks[j]);
+    i = j;
+  }
+  return s;
+}
+
+std::string side_text(const Side& s) {
+  if (!s.present) return "(absent)";
+  const Record& r = s.m.rec;
+  std::string out;
+  switch (r.state) {
+    case Record::State::none:
+      out = "none";
+      break;
+    case Record::State::scalar:
+      out = "value=" + num(r.value);
+      break;
+    case Record::State::tensor: {
+      const auto& t = r.stats;
+      if (t.unsupported) {
+        out = "unsupported (" + *t.unsupported + ")";
+      } else if (s.m.hash_source == HashSource::torch_only) {
+        out = "torch_hash=" + lf::format_hash(t.torch_hash.value_or(0)) + " norm=" + num(t.norm);
+      } else {
+        out = "hash=" + lf::format_hash(t.hash) + " norm=" + num(t.norm) + " min=" + num(t.min) +
+              " max=" + num(t.max) + " mean=" + num(t.mean);
+        if (t.nan || t.inf) out += " nan=" + std::to_string(t.nan) + " inf=" + std::to_string(t.inf);
+      }
+      if (!t.dtype.empty()) {
+        out += " " + t.dtype + "[";
+        for (std::size_t i = 0; i < t.shape.size(); ++i) out += (i ? "," : "") + std::to_string(t.shape[i]);
+        out += "]";
+      }
+      break;
+    }
+  }
+  if (!s.m.ranks.empty() && s.m.ranks[0] >= 0) out += "  (rank " + ranks_text(s.m.ranks) + ")";
+  return out;
+}
+
+std::string where(const Pair& p) {
+  static constexpr std::array<std::string_view, 3> kPhase = {"forward", "backward", "step end"};
+  std::string s = "step " + std::to_string(p.step) + "  " +
+                  std::string(kPhase[static_cast<std::size_t>(phase_of(p.kind))]);
+  if (p.mb) s += "  mb " + std::to_string(*p.mb);
+  s += "  " + std::string(kind_name(p.kind)) + " " + p.name;
+  return s;
+}
+
+std::string run_line(const char* label, const RunInfo& i) {
+  std::string s = std::string(label) + ": " + i.path;
+  if (i.python)
+    s += "  (NumericsLogger log)";
+  else
+    s += "  (" + std::to_string(i.ranks_found) + "/" + std::to_string(i.world_size) + " ranks" +
+         (i.setup.empty() ? "" : ", " + i.setup) + ")";
+  s += "  steps " + std::to_string(i.steps);
+  if (i.first_step) s += " [" + std::to_string(*i.first_step) + ".." + std::to_string(*i.last_step) + "]";
+  s += ", " + std::to_string(i.records) + " records";
+  return s;
+}
+
+}  // namespace
+
+void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
+  Paint paint{opt.color};
+  out << run_line("base", r.base) << "\n" << run_line("test", r.test) << "\n";
+  out << "paired steps " << r.paired_steps << ", records compared " << r.records_compared << "\n\n";
+
+  // Summary per kind.
+  static constexpr std::array<std::string_view, kClassCount> kHead = {
+      "equal", "within_tol", "different", "only_base", "only_test", "none_1side", "unsupported"};
+  out << paint(kBold, pad("SUMMARY", 12));
+  for (auto h : kHead) out << pad(std::string(h), 12, true);
+  out << "\n";
+  for (int k = 0; k < kKindCount; ++k) {
+    const auto& row = r.counts[static_cast<std::size_t>(k)];
+    std::int64_t total = 0;
+    for (auto c : row) total += c;
+    if (total == 0) continue;
+    out << "  " << pad(std::string(kind_name(static_cast<Kind>(k))), 10);
+    for (int c = 0; c < kClassCount; ++c) {
+      const auto n = row[static_cast<std::size_t>(c)];
+      std::string cell = pad(std::to_string(n), 12, true);
+      if (n > 0 && is_divergence(static_cast<Class>(c))) cell = paint(kRed, cell);
+      else if (n > 0 && c == static_cast<int>(Class::equal)) cell = paint(kGreen, cell);
+      else if (n == 0) cell = paint(kDim, cell);
+      out << cell;
+    }
+    out << "\n";
+  }
+  out << "\n";
+
+  // First divergence.
+  if (r.first_divergence) {
+    const Pair& p = *r.first_divergence;
+    out << paint(kBold, "FIRST DIVERGENCE") << "  " << paint(kRed, where(p)) << "  ["
+        << class_name(p.cls) << "]\n";
+    out << "  base: " << side_text(p.base) << "\n";
+    out << "  test: " << side_text(p.test) << "\n";
+    if (p.rel_diff > 0) out << "  relative norm difference: " << num(p.rel_diff) << "\n";
+    if (!p.note.empty()) out << "  note: " << p.note << "\n";
+  } else {
+    out << paint(kBold, "FIRST DIVERGENCE") << "  " << paint(kGreen, "none") << "\n";
+  }
+  if (!r.causes.empty()) {
+    out << paint(kBold, "LIKELY CAUSE") << "\n";
+    for (const auto& c : r.causes) out << "  [" << c.rule << "] " << c.message << "\n";
+  }
+  if (r.summation_order_grads > 0)
+    out << "  " << r.summation_order_grads
+        << " grad record(s) differ only at summation-order size with bitwise-equal mb_grads\n";
+  out << "\n";
+
+  // Run issues.
+  for (const auto* log : {&r.base_issues, &r.test_issues}) {
+    if (log->count_by_type.empty()) continue;
+    const char* label = log == &r.base_issues ? "base" : "test";
+    out << paint(kBold, std::string("RUN ISSUES (") + label + ")");
+    for (const auto& [type, n] : log->count_by_type) out << "  " << type << "=" << n;
+    out << "\n";
+    std::size_t shown = 0;
+    for (const auto& i : log->detail) {
+      if (shown++ >= 8) {
+        out << "  ... (all in --json, up to " << IssueLog::kDetailPerType << " per type)\n";
+        break;
+      }
+      out << "  " << (i.severity == Issue::Severity::error ? paint(kRed, "error") : paint(kYellow, "warning"))
+          << " " << i.type << ": " << i.message << "\n";
+    }
+    out << "\n";
+  }
+  if (!r.names_only_base.empty() || !r.names_only_test.empty()) {
+    out << paint(kBold, "NAMES IN ONE RUN ONLY") << " (use --map REGEX=REPLACEMENT to align renamed ones)\n";
+    for (const auto* list : {&r.names_only_base, &r.names_only_test}) {
+      const char* label = list == &r.names_only_base ? "base only" : "test only";
+      for (std::size_t i = 0; i < list->size() && i < 10; ++i) out << "  " << label << ": " << (*list)[i] << "\n";
+      if (list->size() > 10) out << "  " << label << ": ... " << list->size() - 10 << " more\n";
+    }
+    out << "\n";
+  }
+
+  // Top differences.
+  if (!r.top.empty()) {
+    out << paint(kBold, "TOP " + std::to_string(r.top.size()) + " DIFFERENCES") << " (relative norm/value difference)\n";
+    for (const auto& p : r.top)
+      out << "  " << pad(num(p.rel_diff), 24) << " " << where(p) << "  [" << class_name(p.cls) << "]\n";
+    out << "\n";
+  }
+
+  // Paired statistics: every scalar series, and the tensor norm series that mismatch.
+  std::size_t tensor_total = 0, tensor_mismatch = 0;
+  for (const auto& [k, s] : r.series)
+    if (k.kind != Kind::scalar) {
+      ++tensor_total;
+      if (s.exact != s.paired || s.base_steps != s.test_steps) ++tensor_mismatch;
+    }
+  out << paint(kBold, "PAIRED STATISTICS") << " (d = test - base; all scalar series, "
+      << std::min(tensor_mismatch, opt.max_series) << " of " << tensor_mismatch
+      << " mismatching tensor norm series of " << tensor_total << "; every series in --json)\n";
+  std::size_t tensor_shown = 0;
+  for (const auto& [k, s] : r.series) {
+    const bool mismatch = s.exact != s.paired || s.base_steps != s.test_steps;
+    if (k.kind != Kind::scalar) {
+      if (!mismatch || tensor_shown >= opt.max_series) continue;
+      ++tensor_shown;
+    }
+    std::string title = std::string(kind_name(k.kind)) + " " + k.name;
+    if (k.mb) title += " mb=" + std::to_string(*k.mb);
+    out << "  " << (mismatch ? paint(kRed, title) : paint(kGreen, title)) << "\n";
+    out << "    steps base " << s.base_steps << " test " << s.test_steps << " paired " << s.paired
+        << " exact " << s.exact << " first-divergent "
+        << (s.first_divergent_step ? std::to_string(*s.first_divergent_step) : "-") << "\n";
+    out << "    MAE " << num(s.mae()) << "  RMSE " << num(s.rmse()) << "  max|d| " << num(s.max_abs)
+        << (s.max_abs_step ? " @" + std::to_string(*s.max_abs_step) : "") << "  final d "
+        << num(s.final_diff);
+    if (s.nonfinite_mismatch) out << "  NaN/Inf-on-one-side steps " << s.nonfinite_mismatch;
+    out << "\n";
+  }
+  out << "\n";
+  const int code = r.exit_code();
+  out << (code == 0 ? paint(kGreen, "RESULT: equal") : paint(kRed, "RESULT: differences found"))
+      << " (exit " << code << ")\n";
+}
+
+namespace {
+
+nlohmann::json num_json(double v) {
+  if (std::isfinite(v)) return v;
+  return lf::format_double(v);  // "nan", "inf", "-inf": JSON has no such numbers
+}
+
+nlohmann::json side_json(const Side& s) {
+  if (!s.present) return nullptr;
+  const Record& r = s.m.rec;
+  nlohmann::json j;
+  j["ranks"] = s.m.ranks;
+  j["raw_name"] = s.m.raw_name;
+  switch (r.state) {
+    case Record::State::none:
+      j["state"] = "none";
+      return j;
+    case Record::State::scalar:
+      j["state"] = "scalar";
+      j["value"] = num_json(r.value);
+      return j;
+    case Record::State::tensor:
+      j["state"] = "tensor";
+  }
+  const auto& t = r.stats;
+  if (t.unsupported) j["unsupported"] = *t.unsupported;
+  if (s.m.hash_source == HashSource::spec_v1 && !t.unsupported) j["hash"] = lf::format_hash(t.hash);
+  if (t.torch_hash) j["torch_hash"] = lf::format_hash(*t.torch_hash);
+  j["norm"] = num_json(t.norm);
+  if (s.m.hash_source == HashSource::spec_v1) {
+    j["min"] = num_json(t.min);
+    j["max"] = num_json(t.max);
+    j["mean"] = num_json(t.mean);
+    j["nan"] = t.nan;
+    j["inf"] = t.inf;
+    j["dtype"] = t.dtype;
+    j["shape"] = t.shape;
+  }
+  return j;
+}
+
+nlohmann::json pair_json(const Pair& p) {
+  nlohmann::json j;
+  j["step"] = p.step;
+  j["kind"] = kind_name(p.kind);
+  j["name"] = p.name;
+  j["mb"] = p.mb ? nlohmann::json(*p.mb) : nlohmann::json(nullptr);
+  j["class"] = class_name(p.cls);
+  j["rel_diff"] = num_json(p.rel_diff);
+  j["base"] = side_json(p.base);
+  j["test"] = side_json(p.test);
+  if (!p.note.empty()) j["note"] = p.note;
+  return j;
+}
+
+nlohmann::json run_json(const RunInfo& i, const IssueLog& issues) {
+  nlohmann::json j;
+  j["path"] = i.path;
+  j["python"] = i.python;
+  j["world_size"] = i.world_size;
+  j["ranks_found"] = i.ranks_found;
+  j["setup"] = i.setup;
+  j["torch"] = i.torch_version;
+  j["steps"] = i.steps;
+  j["first_step"] = i.first_step ? nlohmann::json(*i.first_step) : nlohmann::json(nullptr);
+  j["last_step"] = i.last_step ? nlohmann::json(*i.last_step) : nlohmann::json(nullptr);
+  j["records"] = i.records;
+  j["issue_counts"] = issues.count_by_type;
+  auto& list = j["issues"] = nlohmann::json::array();
+  for (const auto& is : issues.detail)
+    list.push_back({{"severity", is.severity == Issue::Severity::error ? "error" : "warning"},
+                    {"type", is.type},
+                    {"step", is.step >= 0 ? nlohmann::json(is.step) : nlohmann::json(nullptr)},
+                    {"message", is.message}});
+  return j;
+}
+
+}  // namespace
+
+std::string to_json(const Result& r, const DiffOptions& opt) {
+  nlohmann::json j;
+  j["schema"] = "numprobe.diff_logs/1";
+  j["exit_code"] = r.exit_code();
+  j["options"] = {{"rtol", opt.cmp.rtol},
+                  {"atol", opt.cmp.atol},
+                  {"sum_order_rtol", opt.sum_order_rtol},
+                  {"sum_order_rtol_lowp", opt.sum_order_rtol_lowp},
+                  {"name", opt.name_filter_text},
+                  {"top", opt.top}};
+  j["base"] = run_json(r.base, r.base_issues);
+  j["test"] = run_json(r.test, r.test_issues);
+  j["paired_steps"] = r.paired_steps;
+  j["records_compared"] = r.records_compared;
+  auto& summary = j["summary"] = nlohmann::json::object();
+  for (int k = 0; k < kKindCount; ++k) {
+    nlohmann::json row;
+    for (int c = 0; c < kClassCount; ++c)
+      row[std::string(class_name(static_cast<Class>(c)))] =
+          r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)];
+    summary[std::string(kind_name(static_cast<Kind>(k)))] = row;
+  }
+  j["first_divergence"] = r.first_divergence ? pair_json(*r.first_divergence) : nlohmann::json(nullptr);
+  auto& causes = j["likely_causes"] = nlohmann::json::array();
+  for (const auto& c : r.causes) causes.push_back({{"rule", c.rule}, {"message", c.message}});
+  j["summation_order_grads"] = r.summation_order_grads;
+  auto& top = j["top"] = nlohmann::json::array();
+  for (const auto& p : r.top) top.push_back(pair_json(p));
+  j["names_only_base"] = r.names_only_base;
+  j["names_only_test"] = r.names_only_test;
+  auto& series = j["series"] = nlohmann::json::array();
+  for (const auto& [k, s] : r.series) {
+    series.push_back({
+        {"kind", kind_name(k.kind)},
+        {"name", k.name},
+        {"mb", k.mb ? nlohmann::json(*k.mb) : nlohmann::json(nullptr)},
+        {"value", k.kind == Kind::scalar ? "value" : "norm"},
+        {"base_steps", s.base_steps},
+        {"test_steps", s.test_steps},
+        {"paired_steps", s.paired},
+        {"exact_matches", s.exact},
+        {"first_divergent_step", s.first_divergent_step ? nlohmann::json(*s.first_divergent_step) : nlohmann::json(nullptr)},
+        {"mae", num_json(s.mae())},
+        {"rmse", num_json(s.rmse())},
+        {"max_abs_diff", num_json(s.max_abs)},
+        {"max_abs_diff_step", s.max_abs_step ? nlohmann::json(*s.max_abs_step) : nlohmann::json(nullptr)},
+        {"final_diff", num_json(s.final_diff)},
+        {"nonfinite_mismatch_steps", s.nonfinite_mismatch},
+    });
+  }
+  return j.dump(1) + "\n";
+}
+
+}  // namespace probe::differ

@@ -1,0 +1,677 @@
+// Reading one run: rank discovery, step-by-step k-way merge of its ranks, replica check and
+// shard composition, and autoparallel NumericsLogger lines.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <tuple>
+
+#include "differ/diff.h"
+#include "probe/log_format.h"
+
+namespace probe::differ {
+namespace fs = std::filesystem;
+namespace lf = probe::log_format;
+
+// ---------------------------------------------------------------------------------------
+// Names
+
+namespace {
+constexpr std::array<std::string_view, 4> kWrappers = {
+    "module.", "_fsdp_wrapped_module.", "_orig_mod.", "_checkpoint_wrapped_module."};
+}
+
+std::string strip_wrapper_prefixes(const std::string& name) {
+  std::string out;
+  out.reserve(name.size());
+  std::size_t pos = 0;
+  while (pos < name.size()) {  // at each component start, drop wrapper components
+    bool dropped = false;
+    for (auto w : kWrappers) {
+      if (name.compare(pos, w.size(), w) == 0) {
+        pos += w.size();
+        dropped = true;
+        break;
+      }
+    }
+    if (dropped) continue;
+    auto dot = name.find('.', pos);
+    auto end = dot == std::string::npos ? name.size() : dot + 1;
+    out.append(name, pos, end - pos);
+    pos = end;
+  }
+  return out;
+}
+
+NameMapper::NameMapper(bool strip_wrappers, const std::vector<std::string>& rules)
+    : strip_(strip_wrappers) {
+  for (const auto& rule : rules) {
+    auto eq = rule.rfind('=');
+    if (eq == std::string::npos || eq == 0)
+      throw InputError("--map rule '" + rule + "' is not REGEX=REPLACEMENT");
+    try {
+      rules_.emplace_back(std::regex(rule.substr(0, eq)), rule.substr(eq + 1));
+    } catch (const std::regex_error& e) {
+      throw InputError("--map rule '" + rule + "': bad regular expression: " + e.what());
+    }
+  }
+}
+
+const std::string& NameMapper::map(const std::string& name) {
+  auto it = cache_.find(name);
+  if (it != cache_.end()) return it->second;
+  std::string out = strip_ ? strip_wrapper_prefixes(name) : name;
+  for (const auto& [re, repl] : rules_) out = std::regex_replace(out, re, repl);
+  return cache_.emplace(name, std::move(out)).first->second;
+}
+
+// ---------------------------------------------------------------------------------------
+// Issues
+
+void IssueLog::add(Issue issue) {
+  auto& n = count_by_type[issue.type];
+  ++n;
+  if (issue.severity == Issue::Severity::error) ++errors;
+  if (static_cast<std::size_t>(n) <= kDetailPerType) detail.push_back(std::move(issue));
+}
+
+// ---------------------------------------------------------------------------------------
+// Python (autoparallel NumericsLogger) lines
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+// Strips "DTensor(" / "tensor(" wrappers and returns the first value token.
+std::string_view unwrap_value(std::string_view s) {
+  s = trim(s);
+  for (bool again = true; again;) {
+    again = false;
+    for (std::string_view w : {std::string_view("DTensor("), std::string_view("tensor(")}) {
+      if (s.substr(0, w.size()) == w) {
+        s.remove_prefix(w.size());
+        again = true;
+      }
+    }
+  }
+  auto end = s.find_first_of(",)");
+  return trim(s.substr(0, end));
+}
+
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+}  // namespace
+
+std::optional<PythonLine> parse_python_line(std::string_view line) {
+  line = trim(line);
+  if (line.empty() || line.front() != '[') return std::nullopt;
+  auto close = line.find("] ");
+  if (close == std::string_view::npos) {
+    if (line.back() != ']') return std::nullopt;
+    close = line.size() - 1;
+  }
+  PythonLine out;
+  out.prefix = std::string(line.substr(1, close - 1));
+  std::string_view rest = close + 1 < line.size() ? trim(line.substr(close + 2)) : "";
+  if (rest == "None") {
+    out.none = true;
+    return out;
+  }
+  if (rest.substr(0, 5) != "hash=") throw lf::ParseError("expected 'hash=' or 'None' after ']'");
+  auto norm_at = rest.rfind(", norm=");
+  if (norm_at == std::string_view::npos) throw lf::ParseError("expected ', norm=' after hash=");
+  std::string_view hash_text = rest.substr(5, norm_at - 5);
+  std::string_view norm_text = rest.substr(norm_at + 7);
+  std::string_view hv = unwrap_value(hash_text);
+  std::int64_t signed_v = 0;
+  std::uint64_t v = 0;
+  if (auto [p, ec] = std::from_chars(hv.data(), hv.data() + hv.size(), v);
+      ec == std::errc() && p == hv.data() + hv.size() && !hv.empty()) {
+    out.hash = v;
+  } else if (auto [p2, ec2] = std::from_chars(hv.data(), hv.data() + hv.size(), signed_v);
+             ec2 == std::errc() && p2 == hv.data() + hv.size() && !hv.empty()) {
+    out.hash = static_cast<std::uint64_t>(signed_v);
+  } else {
+    out.hash_text = std::string(trim(hash_text));  // complex "real=..., imag=..." and such
+    if (out.hash_text.empty()) throw lf::ParseError("empty hash=");
+    out.hash = fnv1a(out.hash_text);
+  }
+  std::string_view nv = unwrap_value(norm_text);
+  try {
+    out.norm = lf::parse_double(nv);
+  } catch (const lf::ParseError&) {
+    throw lf::ParseError("norm is not a number: '" + std::string(norm_text) + "'");
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Composition and replica checks
+
+bool same_record(const Record& a, const Record& b) {
+  if (a.state != b.state) return false;
+  switch (a.state) {
+    case Record::State::none:
+      return true;
+    case Record::State::scalar:
+      return a.value == b.value || (std::isnan(a.value) && std::isnan(b.value));
+    case Record::State::tensor:
+      break;
+  }
+  const auto &x = a.stats, &y = b.stats;
+  if (x.unsupported != y.unsupported || x.dtype != y.dtype || x.shape != y.shape) return false;
+  if (x.torch_hash && y.torch_hash && *x.torch_hash != *y.torch_hash) return false;
+  if (x.unsupported) return true;
+  return x.hash == y.hash && x.nan == y.nan && x.inf == y.inf;
+}
+
+ComposeResult compose_shards(const std::vector<const TensorStats*>& shards) {
+  ComposeResult res;
+  if (shards.empty()) {
+    res.error = "no shards";
+    return res;
+  }
+  const auto& g = shards[0]->shard.global_shape;
+  std::int64_t global_numel = 1;
+  for (auto d : g) global_numel *= d;
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const auto& s = *shards[i];
+    if (s.shard.global_shape != g) {
+      res.error = "shards disagree on the global shape";
+      return res;
+    }
+    if (s.dtype != shards[0]->dtype) {
+      res.error = "shards disagree on dtype (" + shards[0]->dtype + " vs " + s.dtype + ")";
+      return res;
+    }
+    try {
+      s.shard.check_fits(s.shape, "shard");
+    } catch (const std::invalid_argument& e) {
+      res.error = e.what();
+      return res;
+    }
+    total += s.numel();
+    for (std::size_t j = 0; j < i; ++j) {  // overlap: boxes intersect in every dim
+      const auto& t = *shards[j];
+      bool overlap = true;
+      for (std::size_t d = 0; d < g.size() && overlap; ++d) {
+        auto a0 = s.shard.offset[d], a1 = a0 + s.shape[d];
+        auto b0 = t.shard.offset[d], b1 = b0 + t.shape[d];
+        overlap = std::max(a0, b0) < std::min(a1, b1);
+      }
+      if (overlap && s.numel() > 0 && t.numel() > 0) {
+        res.error = "shards overlap";
+        return res;
+      }
+    }
+  }
+  if (total != global_numel) {
+    res.error = "shards cover " + std::to_string(total) + " of " +
+                std::to_string(global_numel) + " elements (gap)";
+    return res;
+  }
+  TensorStats out;
+  out.dtype = shards[0]->dtype;
+  out.shape = g;
+  double sum_sq = 0, weighted_mean = 0;
+  std::int64_t non_nan = 0;
+  bool all_torch_hash = true;
+  std::uint64_t torch_hash = 0;
+  for (const TensorStats* s : shards) {
+    if (s->unsupported) {
+      out.unsupported = *s->unsupported;
+      res.stats = out;
+      return res;
+    }
+    out.hash += s->hash;
+    sum_sq += s->norm * s->norm;
+    if (!std::isnan(s->min) && !(s->min >= out.min)) out.min = std::isnan(out.min) ? s->min : std::min(out.min, s->min);
+    if (!std::isnan(s->max) && !(s->max <= out.max)) out.max = std::isnan(out.max) ? s->max : std::max(out.max, s->max);
+    out.nan += s->nan;
+    out.inf += s->inf;
+    const std::int64_t n = s->numel() - s->nan;
+    if (n > 0) {
+      weighted_mean += s->mean * static_cast<double>(n);
+      non_nan += n;
+    }
+    if (s->torch_hash)
+      torch_hash ^= *s->torch_hash;
+    else
+      all_torch_hash = false;
+  }
+  out.norm = out.nan > 0 ? std::numeric_limits<double>::quiet_NaN() : std::sqrt(sum_sq);
+  out.mean = non_nan > 0 ? weighted_mean / static_cast<double>(non_nan)
+                         : std::numeric_limits<double>::quiet_NaN();
+  if (all_torch_hash) out.torch_hash = torch_hash;
+  res.stats = std::move(out);
+  return res;
+}
+
+// ---------------------------------------------------------------------------------------
+// Rank sources
+
+struct Run::RankSource {
+  int rank = 0;
+  std::unique_ptr<LogReader> reader;       // numprobe logs
+  std::vector<Record> python;              // NumericsLogger logs (loaded whole, sorted)
+  std::size_t python_pos = 0;
+  std::optional<Record> ahead;
+  std::int64_t last_step = -1;
+};
+
+namespace {
+
+std::string record_brief(const Record& r) {
+  switch (r.state) {
+    case Record::State::none:
+      return "none";
+    case Record::State::scalar:
+      return "value=" + lf::format_double(r.value);
+    case Record::State::tensor:
+      break;
+  }
+  if (r.stats.unsupported) return "unsupported=" + *r.stats.unsupported;
+  std::string s = "hash=" + lf::format_hash(r.stats.hash) + " norm=" + lf::format_double(r.stats.norm);
+  if (r.stats.nan || r.stats.inf)
+    s += " nan=" + std::to_string(r.stats.nan) + " inf=" + std::to_string(r.stats.inf);
+  return s;
+}
+
+std::string key_text(Kind kind, const std::string& name, std::optional<std::int64_t> mb) {
+  std::string s(kind_name(kind));
+  s += ' ';
+  s += name;
+  if (mb) s += " mb=" + std::to_string(*mb);
+  return s;
+}
+
+bool is_numprobe_log(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::string first(lf::kHeaderTag.size(), '\0');
+  in.read(first.data(), static_cast<std::streamsize>(first.size()));
+  return in.gcount() == static_cast<std::streamsize>(first.size()) && first == lf::kHeaderTag;
+}
+
+std::vector<Record> load_python_log(const fs::path& p, bool lenient, IssueLog& issues,
+                                    const std::string& label) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw InputError("cannot open log file '" + p.string() + "'");
+  std::vector<Record> out;
+  std::unordered_map<std::string, std::int64_t> occurrences;
+  std::string line;
+  std::int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (in.eof() && !line.empty()) {
+      issues.add({Issue::Severity::warning, "truncated", label, -1,
+                  p.string() + ":" + std::to_string(line_no) +
+                      ": last line has no newline (writer killed?); ignored"});
+      break;
+    }
+    if (trim(line).empty()) continue;
+    std::optional<PythonLine> pl;
+    std::string error;
+    try {
+      pl = parse_python_line(line);
+      if (!pl) error = "not a NumericsLogger line ('[prefix] hash=H, norm=N' or '[prefix] None')";
+    } catch (const lf::ParseError& e) {
+      error = e.what();
+    }
+    if (!pl) {
+      std::string msg = p.string() + ":" + std::to_string(line_no) + ": " + error;
+      if (!lenient) throw InputError(msg);
+      issues.add({Issue::Severity::warning, "skipped_line", label, -1, msg});
+      continue;
+    }
+    Record r;
+    std::string prefix = pl->prefix;
+    if (prefix.rfind("grad ", 0) == 0) {
+      r.kind = Kind::grad;
+      r.name = prefix.substr(5);
+    } else if (prefix == "full batch input") {
+      r.kind = Kind::input;
+      r.name = prefix;
+    } else {
+      r.kind = Kind::tap;
+      r.name = prefix;
+    }
+    r.step = occurrences[prefix]++;  // the k-th time a prefix is logged is step k
+    if (pl->none) {
+      r.state = Record::State::none;
+    } else {
+      r.state = Record::State::tensor;
+      r.stats.torch_hash = pl->hash;
+      r.stats.norm = pl->norm;
+    }
+    out.push_back(std::move(r));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Record& a, const Record& b) { return a.step < b.step; });
+  return out;
+}
+
+}  // namespace
+
+Run::Run(const fs::path& path, RunOptions options)
+    : path_(path), options_(std::move(options)), mapper_(options_.strip_wrappers, options_.map_rules) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw InputError("'" + path.string() + "' does not exist");
+  std::vector<std::pair<int, fs::path>> files;  // (rank from the directory name, path)
+  if (fs::is_directory(path, ec)) {
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+      const std::string dir = entry.path().filename().string();
+      if (!entry.is_directory() || dir.rfind("rank", 0) != 0) continue;
+      int r = -1;
+      auto digits = std::string_view(dir).substr(4);
+      auto [p, e] = std::from_chars(digits.data(), digits.data() + digits.size(), r);
+      if (e != std::errc() || p != digits.data() + digits.size() || r < 0) continue;
+      if (fs::exists(entry.path() / "diff.log")) files.emplace_back(r, entry.path() / "diff.log");
+    }
+    if (ec) throw InputError("cannot list '" + path.string() + "': " + ec.message());
+    if (files.empty() && fs::is_regular_file(path / "diff.log")) files.emplace_back(-1, path / "diff.log");
+    if (files.empty())
+      throw InputError("'" + path.string() +
+                       "' holds no logs (expected rank<R>/diff.log files or a diff.log)");
+    std::sort(files.begin(), files.end());
+  } else {
+    files.emplace_back(-1, path);
+  }
+
+  if (files.size() == 1 && !is_numprobe_log(files[0].second)) {
+    std::ifstream probe_in(files[0].second);
+    if (!probe_in) throw InputError("cannot open log file '" + files[0].second.string() + "'");
+    std::string first;
+    std::getline(probe_in, first);
+    if (first.empty() && probe_in.eof())
+      throw InputError(files[0].second.string() + ":1: empty file (no numprobe header)");
+    if (!first.empty() && first[0] == '[') {
+      python_ = true;
+      auto src = std::make_unique<RankSource>();
+      src->python = load_python_log(files[0].second, options_.lenient, issues_, options_.label);
+      ranks_.push_back(std::move(src));
+      advance(*ranks_.back());
+      return;
+    }
+  }
+
+  bool first = true;
+  std::vector<bool> seen;
+  for (auto& [dir_rank, file] : files) {
+    auto src = std::make_unique<RankSource>();
+    try {
+      src->reader = std::make_unique<LogReader>(file);
+    } catch (const lf::ParseError& e) {
+      throw InputError(e.what());
+    } catch (const std::runtime_error& e) {
+      throw InputError(e.what());
+    }
+    const auto& h = src->reader->header();
+    if (first) {
+      world_size_ = h.world_size;
+      format_version_ = h.format_version;
+      hash_spec_version_ = h.hash_spec_version;
+      setup_ = h.setup;
+      torch_version_ = h.torch_version;
+      seen.assign(static_cast<std::size_t>(world_size_), false);
+      first = false;
+    } else {
+      if (h.world_size != world_size_)
+        throw InputError(file.string() + ": header says world_size=" + std::to_string(h.world_size) +
+                         " but " + files[0].second.string() + " says " + std::to_string(world_size_));
+      if (h.hash_spec_version != hash_spec_version_)
+        throw InputError(file.string() + ": hash spec version " + std::to_string(h.hash_spec_version) +
+                         " differs from the run's other ranks (" + std::to_string(hash_spec_version_) + ")");
+    }
+    if (dir_rank >= 0 && dir_rank != h.rank)
+      throw InputError(file.string() + ": header says rank=" + std::to_string(h.rank) +
+                       " but the directory says rank" + std::to_string(dir_rank));
+    if (seen[static_cast<std::size_t>(h.rank)])
+      throw InputError(file.string() + ": rank " + std::to_string(h.rank) + " appears twice in the run");
+    seen[static_cast<std::size_t>(h.rank)] = true;
+    src->rank = h.rank;
+    ranks_.push_back(std::move(src));
+  }
+  for (int r = 0; r < world_size_; ++r) {
+    if (!seen[static_cast<std::size_t>(r)])
+      issues_.add({Issue::Severity::error, "missing_rank", options_.label, -1,
+                   path_.string() + ": world_size is " + std::to_string(world_size_) +
+                       " but rank" + std::to_string(r) + "/diff.log is missing"});
+  }
+  for (auto& src : ranks_) advance(*src);
+}
+
+Run::~Run() = default;
+Run::Run(Run&&) noexcept = default;
+
+void Run::advance(RankSource& src) {
+  src.ahead.reset();
+  if (!src.reader) {
+    if (src.python_pos < src.python.size()) src.ahead = std::move(src.python[src.python_pos++]);
+    return;
+  }
+  for (;;) {
+    try {
+      auto r = src.reader->next();
+      if (!r) {
+        if (src.reader->truncated())
+          issues_.add({Issue::Severity::warning, "truncated", options_.label, src.last_step,
+                       src.reader->path().string() + ":" +
+                           std::to_string(src.reader->line_number()) +
+                           ": last line has no newline (rank killed?); using every completed "
+                           "line before it"});
+        return;
+      }
+      if (r->step < src.last_step) {
+        std::string msg = src.reader->path().string() + ":" +
+                          std::to_string(src.reader->line_number()) + ": step " +
+                          std::to_string(r->step) + " after step " +
+                          std::to_string(src.last_step) + " (records out of step order)";
+        if (!options_.lenient) throw InputError(msg);
+        issues_.add({Issue::Severity::warning, "skipped_line", options_.label, r->step, msg});
+        continue;
+      }
+      src.last_step = r->step;
+      src.ahead = std::move(r);
+      return;
+    } catch (const lf::ParseError& e) {
+      if (!options_.lenient) throw InputError(e.what());
+      issues_.add({Issue::Severity::warning, "skipped_line", options_.label, -1, e.what()});
+    }
+  }
+}
+
+std::optional<std::int64_t> Run::peek_step() const {
+  std::optional<std::int64_t> s;
+  for (const auto& src : ranks_)
+    if (src->ahead && (!s || src->ahead->step < *s)) s = src->ahead->step;
+  return s;
+}
+
+namespace {
+
+struct Part {
+  int rank;
+  Record rec;
+};
+
+struct Group {
+  Kind kind;
+  std::string name;  // canonical
+  std::optional<std::int64_t> mb;
+  std::string raw_name;
+  std::int64_t order = 0;  // execution-order position (see next_step)
+  std::vector<Part> parts;
+};
+
+std::string summarize_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!s.empty()) s += ',';
+    s += std::to_string(ranks[i]);
+    if (j > i) s += "-" + std::to_string(ranks[j]);
+    i = j;
+  }
+  return s;
+}
+
+}  // namespace
+
+bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
+  records.clear();
+  auto s = peek_step();
+  if (!s) return false;
+  step = *s;
+
+  // Group this step's records of every rank by (kind, canonical name, mb).
+  std::vector<Group> groups;
+  std::unordered_map<std::string, std::size_t> index;
+  std::string key;
+  const std::int64_t world = std::max<std::int64_t>(world_size_, 1);
+  for (auto& src : ranks_) {
+    std::int64_t pos = 0;
+    while (src->ahead && src->ahead->step == step) {
+      Record& r = *src->ahead;
+      ++records_read_;
+      const std::string& canon = mapper_.map(r.name);
+      key.clear();
+      key += static_cast<char>('0' + static_cast<int>(r.kind));
+      if (r.microbatch) key += std::to_string(*r.microbatch);
+      key += '|';
+      key += canon;
+      auto [it, inserted] = index.try_emplace(key, groups.size());
+      // Execution order: ranks ascending in forward and step end, descending in backward
+      // (pipeline stages run backward last stage first), then the rank's own line order.
+      const std::int64_t rank_order =
+          phase_of(r.kind) == Phase::backward ? world - 1 - src->rank : src->rank;
+      const std::int64_t order = rank_order * (std::int64_t{1} << 40) + pos++;
+      if (inserted) {
+        Group g;
+        g.kind = r.kind;
+        g.name = canon;
+        g.mb = r.microbatch;
+        g.raw_name = r.name;
+        g.order = order;
+        groups.push_back(std::move(g));
+      }
+      Group& g = groups[it->second];
+      g.order = std::min(g.order, order);
+      bool duplicate = false;
+      for (const auto& p : g.parts) {
+        if (p.rank == src->rank && p.rec.stats.shard == r.stats.shard) {
+          duplicate = true;
+          break;
+        }
+      }
+      if (duplicate) {
+        std::string msg = src->reader ? src->reader->path().string() + ":" +
+                                            std::to_string(src->reader->line_number()) + ": "
+                                      : std::string();
+        msg += "duplicate record " + key_text(r.kind, r.name, r.microbatch) + " at step " +
+               std::to_string(step);
+        if (!options_.lenient) throw InputError(msg);
+        issues_.add({Issue::Severity::warning, "duplicate_record", options_.label, step, msg});
+      } else {
+        g.parts.push_back({src->rank, std::move(r)});
+      }
+      advance(*src);
+    }
+  }
+
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+    return std::make_tuple(phase_of(a.kind), a.mb.value_or(-1), a.order) <
+           std::make_tuple(phase_of(b.kind), b.mb.value_or(-1), b.order);
+  });
+
+  records.reserve(groups.size());
+  for (auto& g : groups) {
+    Merged m;
+    m.raw_name = g.raw_name;
+    m.hash_source = python_ ? HashSource::torch_only : HashSource::spec_v1;
+    for (const auto& p : g.parts) m.ranks.push_back(p.rank);
+    std::sort(m.ranks.begin(), m.ranks.end());
+    m.ranks.erase(std::unique(m.ranks.begin(), m.ranks.end()), m.ranks.end());
+    const std::string where = key_text(g.kind, g.name, g.mb);
+
+    // Buckets of replicas: same shard (or whole). Each bucket's first part represents it.
+    std::vector<std::vector<const Part*>> buckets;
+    for (const auto& p : g.parts) {
+      bool placed = false;
+      for (auto& b : buckets) {
+        if (b[0]->rec.stats.shard == p.rec.stats.shard) {
+          b.push_back(&p);
+          placed = true;
+          break;
+        }
+      }
+      if (!placed) buckets.push_back({&p});
+    }
+    for (const auto& b : buckets) {
+      for (std::size_t i = 1; i < b.size(); ++i) {
+        if (!same_record(b[0]->rec, b[i]->rec)) {
+          issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
+                       "step " + std::to_string(step) + " " + where + ": rank " +
+                           std::to_string(b[0]->rank) + " has " + record_brief(b[0]->rec) +
+                           ", rank " + std::to_string(b[i]->rank) + " has " +
+                           record_brief(b[i]->rec)});
+        }
+      }
+    }
+    const Part* whole = nullptr;
+    std::vector<const TensorStats*> shards;
+    for (const auto& b : buckets) {
+      if (b[0]->rec.state == Record::State::tensor && !b[0]->rec.stats.shard.empty())
+        shards.push_back(&b[0]->rec.stats);
+      else if (!whole)
+        whole = b[0];
+      else  // e.g. `none` on one rank and a scalar on another
+        issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
+                     "step " + std::to_string(step) + " " + where + ": rank " +
+                         std::to_string(whole->rank) + " has " + record_brief(whole->rec) +
+                         ", rank " + std::to_string(b[0]->rank) + " has " +
+                         record_brief(b[0]->rec)});
+    }
+    if (!shards.empty()) {
+      Record composed = g.parts[0].rec;
+      composed.state = Record::State::tensor;
+      ComposeResult c = compose_shards(shards);
+      if (c.stats) {
+        composed.stats = std::move(*c.stats);
+      } else {
+        issues_.add({Issue::Severity::error, "shard_tiling", options_.label, step,
+                     "step " + std::to_string(step) + " " + where + ": " + c.error +
+                         " (ranks " + summarize_ranks(m.ranks) + "); not composed"});
+        composed.stats = TensorStats{};
+        composed.stats.dtype = shards[0]->dtype;
+        composed.stats.shape = shards[0]->shard.global_shape;
+        composed.stats.unsupported = "shards do not tile: " + c.error;
+      }
+      if (whole && !same_record(whole->rec, composed))
+        issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
+                     "step " + std::to_string(step) + " " + where + ": rank " +
+                         std::to_string(whole->rank) + " has the whole tensor " +
+                         record_brief(whole->rec) + ", the composed shards have " +
+                         record_brief(composed)});
+      m.rec = std::move(composed);
+    } else {
+      m.rec = whole->rec;
+    }
+    m.rec.name = g.name;
+    records.push_back(std::move(m));
+  }
+  return true;
+}
+
+}  // namespace probe::differ

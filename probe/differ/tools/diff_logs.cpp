@@ -1,0 +1,92 @@
+// diff_logs BASE TEST: where two training runs stop agreeing. Thin CLI over numprobe_differ.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "differ/diff.h"
+
+int main(int argc, char** argv) {
+  namespace d = probe::differ;
+  CLI::App app{
+      "diff_logs: compare two numprobe runs (run directories of rank<R>/diff.log, or log "
+      "files) and report where they stop agreeing.\nExit status: 0 equal (or within "
+      "tolerance), 1 differences found, 2 bad input or usage."};
+  std::string base_path, test_path, json_path, kinds, steps, name_re;
+  std::vector<std::string> maps, maps_base, maps_test;
+  double rtol = 0, atol = 0, sum_rtol = 1e-5, sum_rtol_lowp = 1e-2;
+  std::size_t top = 10, max_series = 20;
+  bool lenient = false, no_strip = false, color_always = false, color_never = false;
+  app.add_option("base", base_path, "baseline run directory or log file")->required();
+  app.add_option("test", test_path, "test run directory or log file")->required();
+  app.add_option("--rtol", rtol, "relative tolerance: |test-base| <= atol + rtol*|base|")->check(CLI::NonNegativeNumber);
+  app.add_option("--atol", atol, "absolute tolerance")->check(CLI::NonNegativeNumber);
+  app.add_option("--map", maps, "REGEX=REPLACEMENT rule applied to names of both runs (repeatable)");
+  app.add_option("--map-base", maps_base, "REGEX=REPLACEMENT rule for the base run's names only");
+  app.add_option("--map-test", maps_test, "REGEX=REPLACEMENT rule for the test run's names only");
+  app.add_flag("--no-strip-wrappers", no_strip, "keep module./_fsdp_wrapped_module./_orig_mod./_checkpoint_wrapped_module.");
+  app.add_option("--kinds", kinds, "comma-separated kinds to compare (rng,input,output,tap,output_grad,mb_grad,grad,scalar)");
+  app.add_option("--steps", steps, "steps to compare: N, A:B, A: or :B (inclusive)");
+  app.add_option("--name", name_re, "compare only names matching this regular expression");
+  app.add_option("--top", top, "how many largest differences to list (default 10)");
+  app.add_option("--max-series", max_series, "tensor norm series shown on the terminal (default 20)");
+  app.add_option("--sum-order-rtol", sum_rtol, "relative norm difference bound of the summation-order rule, fp32/fp64 grads (default 1e-5)");
+  app.add_option("--sum-order-rtol-lowp", sum_rtol_lowp, "the same bound for bf16/fp16/fp8 grads (default 1e-2)");
+  app.add_flag("--lenient", lenient, "skip and count garbage lines, out-of-order and duplicate records instead of failing");
+  app.add_option("--json", json_path, "write the whole result as JSON to this file ('-' for stdout)");
+  app.add_flag("--color", color_always, "colour even when stdout is not a terminal");
+  app.add_flag("--no-color", color_never, "never colour");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    d::DiffOptions opt;
+    opt.cmp = {rtol, atol};
+    opt.top = top;
+    opt.sum_order_rtol = sum_rtol;
+    opt.sum_order_rtol_lowp = sum_rtol_lowp;
+    if (!kinds.empty()) opt.kinds_mask = d::parse_kinds(kinds);
+    if (!steps.empty()) std::tie(opt.step_min, opt.step_max) = d::parse_step_range(steps);
+    if (!name_re.empty()) {
+      try {
+        opt.name_filter = std::regex(name_re);
+      } catch (const std::regex_error& e) {
+        throw d::InputError("--name '" + name_re + "': bad regular expression: " + e.what());
+      }
+      opt.name_filter_text = name_re;
+    }
+    auto rules = [&](const std::vector<std::string>& own) {
+      std::vector<std::string> all = maps;
+      all.insert(all.end(), own.begin(), own.end());
+      return all;
+    };
+    d::Run base(base_path, {lenient, !no_strip, rules(maps_base), "base"});
+    d::Run test(test_path, {lenient, !no_strip, rules(maps_test), "test"});
+    d::Result result = d::diff_runs(base, test, opt);
+    d::TextOptions text;
+    text.color = !color_never && (color_always || ::isatty(STDOUT_FILENO));
+    text.max_series = max_series;
+    if (json_path != "-") d::print_text(result, std::cout, text);
+    if (!json_path.empty()) {
+      const std::string doc = d::to_json(result, opt);
+      if (json_path == "-") {
+        std::cout << doc;
+      } else {
+        std::ofstream out(json_path);
+        out << doc;
+        if (!out) throw d::InputError("cannot write --json file '" + json_path + "'");
+      }
+    }
+    return result.exit_code();
+  } catch (const d::InputError& e) {
+    std::cerr << "diff_logs: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "diff_logs: error: " << e.what() << "\n";
+    return 2;
+  }
+}

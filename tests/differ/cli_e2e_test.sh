@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# End-to-end: the diff_logs CLI on runs written in different layouts (format_record, the
+# probe's line writer). Checks exit codes and the first-divergence line of each seed case.
+set -uo pipefail
+DIFF="$1"
+GEN="$2"
+T="$(mktemp -d)"
+trap 'rm -rf "$T"' EXIT
+fail=0
+gen() { "$GEN" "$@" --steps 6 --params 12 --mbs 4 --mb-grads || { echo "generator failed: $*"; exit 1; }; }
+expect() {  # expect RC PATTERN -- diff_logs args
+  local want_rc="$1" pattern="$2"
+  shift 3
+  local out rc
+  out="$("$DIFF" --no-color "$@" 2>&1)"
+  rc=$?
+  if [ "$rc" != "$want_rc" ] || ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL: diff_logs $* -> rc=$rc (want $want_rc), pattern '$pattern'"
+    echo "$out" | head -40
+    fail=1
+  else
+    echo "ok: diff_logs $* -> rc=$rc, /$pattern/"
+  fi
+}
+
+gen "$T/single" --layout single
+gen "$T/zero3" --layout zero3 --world 4
+gen "$T/ppdp" --layout pp --world 8 --stages 2
+gen "$T/ddp" --layout ddp --world 2
+gen "$T/sumorder" --layout zero3 --world 8 --variant sum_order --at-step 2 --param 5
+gen "$T/rng" --layout ddp --world 4 --variant rng --at-step 3
+gen "$T/nonegrads" --layout pp --world 4 --stages 2 --variant none_grads --at-step 0
+gen "$T/nan" --layout single --variant nan --at-step 4 --param 7
+gen "$T/lossulp" --layout single --variant loss_ulp --at-step 5
+
+# Same model and data in four layouts: equal.
+expect 0 "RESULT: equal" -- "$T/single" "$T/zero3"
+expect 0 "RESULT: equal" -- "$T/zero3" "$T/ppdp"
+expect 0 "RESULT: equal" -- "$T/ppdp" "$T/ddp"
+expect 0 "RESULT: equal" -- "$T/single/rank0/diff.log" "$T/ddp"
+# Seed cases.
+expect 1 "^FIRST DIVERGENCE  step 2  step end  grad layers.5.w  \[different\]" -- "$T/single" "$T/sumorder"
+expect 1 "\[summation_order\] every mb_grad of layers.5.w is bitwise equal" -- "$T/ppdp" "$T/sumorder"
+expect 1 "^FIRST DIVERGENCE  step 3  forward  mb 0  rng cuda_rng" -- "$T/zero3" "$T/rng"
+expect 1 "\[rng\] inputs are equal but the RNG fingerprint cuda_rng mb=0 differs at step 3" -- "$T/zero3" "$T/rng"
+expect 1 "^FIRST DIVERGENCE  step 0  step end  grad layers.0.w  \[none_one_side\]" -- "$T/single" "$T/nonegrads"
+expect 1 "all 12 grads of step 0 are none there" -- "$T/single" "$T/nonegrads"
+expect 1 "\[nonfinite\] NaN/Inf appears first at grad layers.7.w \(step 4, test run" -- "$T/zero3" "$T/nan"
+expect 1 "exact 5 first-divergent 5" -- "$T/single" "$T/lossulp"
+# Tolerance: a 1e-7 relative grad-norm change (other hash, same min/max/mean) is within
+# --rtol 1e-6, so the runs pass.
+expect 0 "RESULT: equal" -- --rtol 1e-6 "$T/single" "$T/sumorder"
+# Filters.
+expect 0 "RESULT: equal" -- --kinds scalar,rng "$T/single" "$T/sumorder"
+expect 0 "RESULT: equal" -- --steps 0:1 "$T/single" "$T/sumorder"
+expect 1 "FIRST DIVERGENCE" -- --name 'layers\.5\.' "$T/single" "$T/sumorder"
+# JSON.
+expect 1 "" -- --json "$T/out.json" "$T/single" "$T/sumorder"
+grep -q '"first_divergence": {' "$T/out.json" || { echo "FAIL: json lacks first_divergence"; fail=1; }
+# Bad input and usage: exit 2.
+mkdir -p "$T/empty"
+expect 2 "holds no logs" -- "$T/single" "$T/empty"
+expect 2 "does not exist" -- "$T/single" "$T/nowhere"
+expect 2 "" -- --kinds bogus "$T/single" "$T/single"
+expect 2 "" -- "$T/single"
+cp -r "$T/single" "$T/garbage"
+sed -i '5s/.*/garbage here/' "$T/garbage/rank0/diff.log"
+expect 2 "garbage/rank0/diff.log:5: unexpected token 'garbage'" -- "$T/single" "$T/garbage"
+expect 1 "skipped_line=1" -- --lenient "$T/single" "$T/garbage"
+rm "$T/ppdp/rank3/diff.log"
+expect 1 "rank3/diff.log is missing" -- "$T/single" "$T/ppdp"
+exit $fail

@@ -1,0 +1,91 @@
+// Randomized corruption of logs, and the checked-in corpus: reading bad input must end in a
+// clear InputError (or, with --lenient, counted warnings), never a crash.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <sstream>
+
+#include "differ_test_util.h"
+
+using namespace differ_test;
+using namespace probe::differ;
+
+namespace {
+
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs the whole pipeline (both modes); fails the test on anything but InputError.
+void survive(const std::filesystem::path& a, const std::filesystem::path& b) {
+  for (bool lenient : {false, true}) {
+    try {
+      probe::differ::Run base(a, {lenient, true, {}, "base"});
+      probe::differ::Run test(b, {lenient, true, {}, "test"});
+      Result r = diff_runs(base, test, {});
+      std::ostringstream out;
+      print_text(r, out, {});
+      (void)to_json(r, {});
+    } catch (const InputError&) {
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Fuzz, RandomlyCorruptedLogsNeverCrash) {
+  auto dir = fresh_dir("fuzz");
+  std::vector<std::vector<Record>> ranks(2);
+  for (int s = 0; s < 4; ++s) {
+    for (int r = 0; r < 2; ++r) {
+      auto& v = ranks[static_cast<std::size_t>(r)];
+      v.push_back(tensor(s, Kind::input, "x", 5, 1.0, r));
+      v.push_back(sharded(tensor(s, Kind::grad, "module.w", 1 + r, 1.0), 2 * r, 2));
+      auto t = tensor(s, Kind::tap, "t", 9, 1.0, r);
+      t.stats.torch_hash = 3;
+      v.push_back(t);
+      v.push_back(none(s, Kind::grad, "n"));
+      v.push_back(scalar(s, "loss", 1.0 / (s + 1)));
+    }
+  }
+  write_run(dir / "good", ranks);
+  const std::string rank0 = read_all(dir / "good" / "rank0" / "diff.log");
+  const std::string rank1 = read_all(dir / "good" / "rank1" / "diff.log");
+  std::mt19937_64 rng(20240611);
+  const std::string alphabet = "0123456789abcdef=[],@ \n%-.eE+kindstepnamehashnormnone#";
+  for (int iter = 0; iter < 400; ++iter) {
+    std::string text = iter % 2 ? rank0 : rank1;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !text.empty(); ++e) {
+      const std::size_t pos = rng() % text.size();
+      switch (rng() % 4) {
+        case 0: text[pos] = alphabet[rng() % alphabet.size()]; break;
+        case 1: text.erase(pos, 1 + rng() % 8); break;
+        case 2: text.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
+        case 3: text.resize(pos); break;
+      }
+    }
+    auto bad = dir / "bad";
+    std::filesystem::remove_all(bad);
+    std::filesystem::create_directories(bad / "rank0");
+    std::filesystem::create_directories(bad / "rank1");
+    std::ofstream(bad / "rank0" / "diff.log", std::ios::binary) << (iter % 2 ? text : rank0);
+    std::ofstream(bad / "rank1" / "diff.log", std::ios::binary) << (iter % 2 ? rank1 : text);
+    survive(dir / "good", bad);
+    std::ofstream(dir / "single.log", std::ios::binary) << text;
+    survive(dir / "single.log", dir / "good");
+  }
+}
+
+TEST(Fuzz, CheckedInCorpusNeverCrashes) {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(NUMPROBE_DIFFER_CORPUS)) {
+    SCOPED_TRACE(entry.path().string());
+    survive(entry.path(), entry.path());
+    ++files;
+  }
+  EXPECT_GE(files, 5);
+}
