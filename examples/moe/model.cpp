@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "probe/probe.h"
+
 namespace moe {
 
 std::uint64_t mix_seed(std::uint64_t seed, std::initializer_list<std::uint64_t> values) {
@@ -168,6 +170,7 @@ at::Tensor TransformerImpl::forward(const at::Tensor& x, const DropoutRng& rng) 
   for (auto i = first_layer; i < last_layer; ++i) {
     auto block = layers[std::to_string(i)]->as<TransformerBlockImpl>();
     h = block->forward(h, rng.for_layer(i));
+    probe::tap("layers." + std::to_string(i), h);  // a no-op without an active probe
   }
   return has_output() ? output(norm(h)) : h;
 }

@@ -2,7 +2,7 @@
 // the numprobe probe logging every microbatch, so that two setups can be compared with
 // diff_logs. docs/examples.md describes the setups, flags and faults.
 //
-//   torchrun --standalone --nproc-per-node 4 --no-python build/examples/moe_train \
+//   torchrun --standalone --nproc-per-node 4 --no-python build/examples/moe_train
 //       --setup zero3 --rng-seed 42 --steps 3 --out out/0
 //
 // Every setup is "S pipeline stages x D data-parallel ranks" run by one GPipe loop:
@@ -50,7 +50,7 @@ struct Config {
   std::int64_t microbatches = 8;  // global, per step
   std::int64_t microbatch_size = 2;
   std::int64_t seq_len = 32;
-  double lr = 0.05, momentum = 0.9;
+  double lr = 0.1, momentum = 0.9;
   std::string device = "cpu";
   std::string out;  // probe run dir ("" = next free out/<N>)
   bool probe = true;
@@ -78,7 +78,8 @@ struct Fault {
       f.kind = Kind::rng_per_rank;
     } else if (text.starts_with("nan=") && value("nan=").find(':') != std::string::npos) {
       f.kind = Kind::nan;
-      const auto v = value("nan="), colon = v.find(':');
+      const std::string v = value("nan=");
+      const auto colon = v.find(':');
       f.step = std::stoll(v.substr(0, colon));
       f.param = v.substr(colon + 1);
     } else if (text.starts_with("skip-reduce=")) {
@@ -93,14 +94,22 @@ struct Fault {
   }
 };
 
-// The tokens of global microbatch `mb` of `step`: the same in every setup.
+// The tokens of global microbatch `mb` of `step`: the same in every setup. Each sequence
+// counts up from a random token by a random stride (mod vocab), with some tokens replaced by
+// noise, so the loss has something to learn.
 struct Microbatch {
   at::Tensor inputs, targets;  // [B, T] int64
 };
 Microbatch make_microbatch(const Config& c, std::int64_t step, std::int64_t mb) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(
       moe::mix_seed(c.rng_seed, {0xDA7Au, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(mb)}));
-  auto tokens = at::randint(c.model.vocab_size, {c.microbatch_size, c.seq_len + 1}, gen, at::kLong);
+  const auto B = c.microbatch_size, T = c.seq_len + 1, V = c.model.vocab_size;
+  auto start = at::randint(V, {B, 1}, gen, at::kLong);
+  auto stride = at::randint(1, 4, {B, 1}, gen, at::kLong);
+  auto tokens = (start + stride * at::arange(T, at::kLong)).remainder(V);
+  auto noise = at::randint(V, {B, T}, gen, at::kLong);
+  auto noisy = at::rand({B, T}, gen) < 0.1;
+  tokens = at::where(noisy, noise, tokens);
   return {tokens.narrow(1, 0, c.seq_len).contiguous(), tokens.narrow(1, 1, c.seq_len).contiguous()};
 }
 
