@@ -141,6 +141,7 @@ class Trainer {
                                   " is not divisible by the data-parallel size " + std::to_string(g_.dp_size));
     if (c_.model.n_layers < g_.stages)
       throw std::invalid_argument("more pipeline stages than layers");
+    check_fault_param();  // before the default generator is reset below: it builds a model
     // Stage s holds layers [s*L/S, (s+1)*L/S).
     const auto L = c_.model.n_layers;
     model_ = Transformer(c_.model, g_.stage * L / g_.stages, (g_.stage + 1) * L / g_.stages);
@@ -149,7 +150,6 @@ class Trainer {
     // its fingerprint (the probe's `rng cpu` record) is the same on every rank and setup.
     at::manual_seed(c_.rng_seed);
     model_->train();
-    check_fault_param();
 
     for (auto& item : model_->named_parameters()) {
       Param p;

@@ -28,12 +28,12 @@ def fail(msg):
     sys.exit(1)
 
 
-def train(name, setup, ranks, *flags, expect_ok=True):
+def train(name, setup, ranks, *flags, expect_ok=True, steps=STEPS):
     """Runs moe_train; returns its run directory."""
     out = os.path.join(WORK, name)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [TORCHRUN, "--standalone", "--nproc-per-node", str(ranks), "--no-python", MOE_TRAIN,
-           "--setup", setup, "--steps", STEPS, "--out", out, *flags]
+           "--setup", setup, "--steps", str(steps), "--out", out, *flags]
     print("$ " + " ".join(cmd), flush=True)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -163,8 +163,8 @@ def case_fault_skip_reduce():
 
 
 def case_killed_rank():
-    a = train("ddp2_full", "ddp", 2, "--steps", "3")
-    b = train("ddp2_killed", "ddp", 2, "--steps", "3", "--die-after-step", "1", "--die-rank", "1",
+    a = train("ddp2_full", "ddp", 2, steps=3)
+    b = train("ddp2_killed", "ddp", 2, "--die-after-step", "1", "--die-rank", "1", steps=3,
               expect_ok=False)
     r = diff(a, b)
     issues = r["test"]["issue_counts"]
