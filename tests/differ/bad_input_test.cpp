@@ -40,6 +40,27 @@ TEST(BadInput, TruncatedLastLineWarnsAndUsesEveryCompletedStep) {
   EXPECT_EQ(res.exit_code(), 0);
 }
 
+TEST(BadInput, KilledRankEndsTheComparisonAtItsIncompleteStep) {
+  auto dir = fresh_dir("killed");
+  // Rank 1 died while writing step 1; rank 0 and the other run went on to step 3.
+  std::vector<Record> r0, other;
+  for (int s = 0; s < 4; ++s) {
+    r0.push_back(scalar(s, "loss", 1));
+    other.push_back(scalar(s, "loss", 1));
+    other.push_back(tensor(s, Kind::grad, "w", 1, 1.0));
+  }
+  write_run(dir / "a", {r0, {}}, /*world_size=*/2);
+  write_file(dir / "a" / "rank1" / "diff.log",
+             header(1, 2) + lf::format_record(tensor(0, Kind::grad, "w", 1, 1.0)) + "\n" +
+                 lf::format_record(scalar(0, "loss", 1)) + "\n" +
+                 lf::format_record(tensor(1, Kind::grad, "w", 1, 1.0)).substr(0, 30));
+  write_run(dir / "b", {other});
+  auto res = diff(dir / "a", dir / "b");
+  EXPECT_EQ(res.truncated_at, 1);
+  EXPECT_EQ(res.paired_steps, 1);
+  EXPECT_EQ(res.exit_code(), 0);  // every completed step agrees
+}
+
 TEST(BadInput, GarbageLineIsAnErrorWithFileAndLineOrSkippedWithLenient) {
   auto dir = fresh_dir("garbage");
   auto path = dir / "a" / "rank0" / "diff.log";

@@ -209,14 +209,6 @@ void classify(Pair& p, const Comparator& cmp) {
   p.cls = close ? Class::within_tol : Class::different;
 }
 
-std::string series_key_text(Kind kind, const std::string& name, std::optional<std::int64_t> mb) {
-  std::string k(1, static_cast<char>('0' + static_cast<int>(kind)));
-  if (mb) k += std::to_string(*mb);
-  k += '|';
-  k += name;
-  return k;
-}
-
 bool passes(const DiffOptions& o, Kind kind, const std::string& name) {
   if (o.kinds_mask && !(*o.kinds_mask & (1u << static_cast<unsigned>(kind)))) return false;
   if (o.name_filter && !std::regex_search(name, *o.name_filter)) return false;
@@ -231,16 +223,20 @@ struct Differ {
   const DiffOptions& o;
   Result& r;
   std::unordered_map<std::string, std::size_t> series_index;
-  std::set<std::pair<int, std::string>> names_base, names_test;
   // Top-N by relative difference: a min-heap on rel_diff.
   std::vector<Pair> heap;
   static bool heap_less(const Pair& a, const Pair& b) { return a.rel_diff > b.rel_diff; }
 
-  SeriesStats& series(Kind kind, const std::string& name, std::optional<std::int64_t> mb) {
-    auto key = series_key_text(kind, name, mb);
+  std::vector<std::uint8_t> seen;  // per series: bit 0 seen in base, bit 1 in test
+
+  std::size_t series(const std::string& key, Kind kind, const std::string& name,
+                     std::optional<std::int64_t> mb) {
     auto [it, inserted] = series_index.try_emplace(key, r.series.size());
-    if (inserted) r.series.push_back({SeriesKey{kind, name, mb}, SeriesStats{}});
-    return r.series[it->second].second;
+    if (inserted) {
+      r.series.push_back({SeriesKey{kind, name, mb}, SeriesStats{}});
+      seen.push_back(0);
+    }
+    return it->second;
   }
 
   void offer_top(const Pair& p) {
@@ -314,10 +310,10 @@ struct Differ {
     if (first.kind == Kind::grad && first.cls == Class::different && sum_order_like(first, pairs))
       r.causes.push_back(
           {"summation_order",
-           "every mb_grad of " + first.name + " is bitwise equal but its grad differs by a "
-           "relative norm difference of " + lf::format_double(first.rel_diff) +
-           ": floating-point summation order (the reduction order of a collective, e.g. "
-           "all-reduce vs reduce-scatter, or a different bucket layout)"});
+           "every mb_grad of " + first.name + " is bitwise equal but its grad differs by "
+           "relative norm " + lf::format_double(first.rel_diff) +
+           ": summation order (the reduction order of a collective: all-reduce vs "
+           "reduce-scatter, bucket layout)"});
   }
 
   bool sum_order_like(const Pair& g, const std::vector<Pair>& pairs) const {
@@ -339,54 +335,54 @@ struct Differ {
 
   void compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test) {
     std::vector<Pair> pairs;
-    std::unordered_map<std::string, std::size_t> test_index;
-    std::vector<bool> test_used;
-    if (test) {
-      test_index.reserve(test->size());
-      for (std::size_t i = 0; i < test->size(); ++i) {
-        const auto& m = (*test)[i];
-        test_index.emplace(series_key_text(m.rec.kind, m.rec.name, m.rec.microbatch), i);
-      }
-      test_used.assign(test->size(), false);
-    }
     pairs.reserve((base ? base->size() : 0) + (test ? test->size() : 0));
+    // Index the test step by key, find each base record's partner, and only then move the
+    // records into pairs (the index points into the test records' keys).
+    std::vector<std::ptrdiff_t> partner(base ? base->size() : 0, -1);
+    std::vector<bool> test_used(test ? test->size() : 0, false);
+    if (test && base) {
+      std::unordered_map<std::string_view, std::size_t> test_index;
+      test_index.reserve(test->size() * 2);
+      for (std::size_t i = 0; i < test->size(); ++i) test_index.emplace((*test)[i].key, i);
+      for (std::size_t i = 0; i < base->size(); ++i) {
+        auto it = test_index.find((*base)[i].key);
+        if (it != test_index.end()) {
+          partner[i] = static_cast<std::ptrdiff_t>(it->second);
+          test_used[it->second] = true;
+        }
+      }
+    }
     auto make_side = [](Merged& m) {
       Side s;
       s.present = true;
       s.m = std::move(m);
       return s;
     };
+    auto start_pair = [&](Merged& m) {
+      Pair p;
+      p.step = step;
+      p.kind = m.rec.kind;
+      p.name = std::move(m.rec.name);  // the pair's copy is the one reports use
+      p.mb = m.rec.microbatch;
+      p.key = std::move(m.key);
+      return p;
+    };
     if (base) {
-      for (auto& m : *base) {
-        Pair p;
-        p.step = step;
-        p.kind = m.rec.kind;
-        p.name = m.rec.name;
-        p.mb = m.rec.microbatch;
-        if (!passes(o, p.kind, p.name)) continue;
-        std::optional<std::size_t> ti;
-        if (test) {
-          auto it = test_index.find(series_key_text(p.kind, p.name, p.mb));
-          if (it != test_index.end()) ti = it->second;
-        }
+      for (std::size_t i = 0; i < base->size(); ++i) {
+        Merged& m = (*base)[i];
+        if (!passes(o, m.rec.kind, m.rec.name)) continue;
+        Pair p = start_pair(m);
         p.base = make_side(m);
-        if (ti) {
-          test_used[*ti] = true;
-          p.test = make_side((*test)[*ti]);
-        }
+        if (partner[i] >= 0) p.test = make_side((*test)[static_cast<std::size_t>(partner[i])]);
         pairs.push_back(std::move(p));
       }
     }
-    if (test) {  // test-only records go where the test run had them (appended: later order)
+    if (test) {  // test-only records
       for (std::size_t i = 0; i < test->size(); ++i) {
         if (test_used[i]) continue;
-        auto& m = (*test)[i];
-        Pair p;
-        p.step = step;
-        p.kind = m.rec.kind;
-        p.name = m.rec.name;
-        p.mb = m.rec.microbatch;
-        if (!passes(o, p.kind, p.name)) continue;
+        Merged& m = (*test)[i];
+        if (!passes(o, m.rec.kind, m.rec.name)) continue;
+        Pair p = start_pair(m);
         p.test = make_side(m);
         pairs.push_back(std::move(p));
       }
@@ -408,12 +404,11 @@ struct Differ {
         classify(p, o.cmp);
       ++r.counts[static_cast<std::size_t>(p.kind)][static_cast<std::size_t>(p.cls)];
       ++r.records_compared;
-      if (p.base.present) names_base.emplace(static_cast<int>(p.kind), p.name);
-      if (p.test.present) names_test.emplace(static_cast<int>(p.kind), p.name);
-
       // Paired statistics: one path, the comparator's verdict (a bitwise-equal hash counts
       // as agreement even where composed norms differ in the last bit).
-      SeriesStats& st = series(p.kind, p.name, p.kind == Kind::scalar ? std::nullopt : p.mb);
+      const std::size_t si = series(p.key, p.kind, p.name, p.mb);
+      SeriesStats& st = r.series[si].second;
+      seen[si] |= (p.base.present ? 1 : 0) | (p.test.present ? 2 : 0);
       std::optional<double> vb, vt;
       if (p.base.present) vb = series_value(p.base.m.rec);
       if (p.test.present) vt = series_value(p.test.m.rec);
@@ -469,7 +464,7 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   Result r;
   r.base = info_of(base);
   r.test = info_of(test);
-  Differ d{options, r, {}, {}, {}, {}};
+  Differ d{options, r, {}, {}, {}};
   std::vector<Merged> a, b;
   std::int64_t sa = 0, sb = 0;
   for (;;) {
@@ -477,14 +472,19 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
     if (!pa && !pb) break;
     const std::int64_t step = !pa ? *pb : !pb ? *pa : std::min(*pa, *pb);
     const bool has_a = pa && *pa == step, has_b = pb && *pb == step;
-    if (has_a) {
-      base.next_step(sa, a);
-      note_step(r.base, step);
+    if (has_a) base.next_step(sa, a);
+    if (has_b) test.next_step(sb, b);
+    // A killed rank: compare only the steps every rank completed.
+    std::optional<std::int64_t> limit;
+    for (const Run* run : {&base, &test})
+      if (run->incomplete_from() && (!limit || *run->incomplete_from() < *limit))
+        limit = run->incomplete_from();
+    if (limit && step >= *limit) {
+      r.truncated_at = *limit;
+      break;
     }
-    if (has_b) {
-      test.next_step(sb, b);
-      note_step(r.test, step);
-    }
+    if (has_a) note_step(r.base, step);
+    if (has_b) note_step(r.test, step);
     if (has_a && has_b) ++r.paired_steps;
     if ((options.step_min && step < *options.step_min) ||
         (options.step_max && step > *options.step_max))
@@ -497,10 +497,15 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   r.test_issues = test.issues();
   std::sort(d.heap.begin(), d.heap.end(), Differ::heap_less);
   r.top = std::move(d.heap);
-  for (const auto& n : d.names_base)
-    if (!d.names_test.count(n)) r.names_only_base.push_back(std::string(kind_name(static_cast<Kind>(n.first))) + " " + n.second);
-  for (const auto& n : d.names_test)
-    if (!d.names_base.count(n)) r.names_only_test.push_back(std::string(kind_name(static_cast<Kind>(n.first))) + " " + n.second);
+  // Names (per kind, any microbatch) seen in one run only.
+  std::map<std::pair<int, std::string>, std::uint8_t> names;
+  for (std::size_t i = 0; i < r.series.size(); ++i)
+    names[{static_cast<int>(r.series[i].first.kind), r.series[i].first.name}] |= d.seen[i];
+  for (const auto& [n, bits] : names) {
+    const std::string text = std::string(kind_name(static_cast<Kind>(n.first))) + " " + n.second;
+    if (bits == 1) r.names_only_base.push_back(text);
+    if (bits == 2) r.names_only_test.push_back(text);
+  }
   return r;
 }
 

@@ -44,7 +44,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
 std::string side_text(const Side& s) {
   if (!s.present) return "(absent)";
   const Record& r = s.m.rec;
-  std::string out;
+  std::string out, extra;
   switch (r.state) {
     case Record::State::none:
       out = "none";
@@ -59,9 +59,9 @@ std::string side_text(const Side& s) {
       } else if (s.m.hash_source == HashSource::torch_only) {
         out = "torch_hash=" + lf::format_hash(t.torch_hash.value_or(0)) + " norm=" + num(t.norm);
       } else {
-        out = "hash=" + lf::format_hash(t.hash) + " norm=" + num(t.norm) + " min=" + num(t.min) +
-              " max=" + num(t.max) + " mean=" + num(t.mean);
-        if (t.nan || t.inf) out += " nan=" + std::to_string(t.nan) + " inf=" + std::to_string(t.inf);
+        out = "hash=" + lf::format_hash(t.hash) + " norm=" + num(t.norm);
+        extra = "min=" + num(t.min) + " max=" + num(t.max) + " mean=" + num(t.mean);
+        if (t.nan || t.inf) extra += " nan=" + std::to_string(t.nan) + " inf=" + std::to_string(t.inf);
       }
       if (!t.dtype.empty()) {
         out += " " + t.dtype + "[";
@@ -72,6 +72,7 @@ std::string side_text(const Side& s) {
     }
   }
   if (!s.m.ranks.empty() && s.m.ranks[0] >= 0) out += "  (rank " + ranks_text(s.m.ranks) + ")";
+  if (!extra.empty()) out += "\n        " + extra;  // keeps lines terminal-wide
   return out;
 }
 
@@ -102,7 +103,12 @@ std::string run_line(const char* label, const RunInfo& i) {
 void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   Paint paint{opt.color};
   out << run_line("base", r.base) << "\n" << run_line("test", r.test) << "\n";
-  out << "paired steps " << r.paired_steps << ", records compared " << r.records_compared << "\n\n";
+  out << "paired steps " << r.paired_steps << ", records compared " << r.records_compared << "\n";
+  if (r.truncated_at)
+    out << paint(kYellow, "a rank's log is truncated (killed?): steps from " +
+                              std::to_string(*r.truncated_at) + " on are not compared")
+        << "\n";
+  out << "\n";
 
   // Summary per kind.
   static constexpr std::array<std::string_view, kClassCount> kHead = {
@@ -312,6 +318,7 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   j["base"] = run_json(r.base, r.base_issues);
   j["test"] = run_json(r.test, r.test_issues);
   j["paired_steps"] = r.paired_steps;
+  j["truncated_at"] = r.truncated_at ? nlohmann::json(*r.truncated_at) : nlohmann::json(nullptr);
   j["records_compared"] = r.records_compared;
   auto& summary = j["summary"] = nlohmann::json::object();
   for (int k = 0; k < kKindCount; ++k) {

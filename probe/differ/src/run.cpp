@@ -464,12 +464,25 @@ void Run::advance(RankSource& src) {
     try {
       auto r = src.reader->next();
       if (!r) {
-        if (src.reader->truncated())
-          issues_.add({Issue::Severity::warning, "truncated", options_.label, src.last_step,
+        if (src.reader->truncated()) {
+          // The fragment's step (when readable) is the incomplete one; otherwise the rank's
+          // last step may be missing records too.
+          std::int64_t from = std::max<std::int64_t>(src.last_step, 0);
+          std::string_view frag = src.reader->truncated_fragment();
+          if (frag.substr(0, 5) == "step=") {
+            frag.remove_prefix(5);
+            std::int64_t s = -1;
+            auto [p, ec] = std::from_chars(frag.data(), frag.data() + frag.size(), s);
+            if (ec == std::errc() && p < frag.data() + frag.size() && *p == ' ' && s > src.last_step)
+              from = s;
+          }
+          if (!incomplete_from_ || from < *incomplete_from_) incomplete_from_ = from;
+          issues_.add({Issue::Severity::warning, "truncated", options_.label, from,
                        src.reader->path().string() + ":" +
                            std::to_string(src.reader->line_number()) +
-                           ": last line has no newline (rank killed?); using every completed "
-                           "line before it"});
+                           ": last line has no newline (rank killed?): steps before " +
+                           std::to_string(from) + " are used, later ones are not compared"});
+        }
         return;
       }
       if (r->step < src.last_step) {
@@ -506,6 +519,7 @@ struct Part {
 };
 
 struct Group {
+  std::string key;
   Kind kind;
   std::string name;  // canonical
   std::optional<std::int64_t> mb;
@@ -538,6 +552,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   // Group this step's records of every rank by (kind, canonical name, mb).
   std::vector<Group> groups;
   std::unordered_map<std::string, std::size_t> index;
+  index.reserve(last_step_groups_ * 2);
   std::string key;
   const std::int64_t world = std::max<std::int64_t>(world_size_, 1);
   for (auto& src : ranks_) {
@@ -559,11 +574,13 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       const std::int64_t order = rank_order * (std::int64_t{1} << 40) + pos++;
       if (inserted) {
         Group g;
+        g.key = key;
         g.kind = r.kind;
         g.name = canon;
         g.mb = r.microbatch;
         g.raw_name = r.name;
         g.order = order;
+        g.parts.reserve(ranks_.size());
         groups.push_back(std::move(g));
       }
       Group& g = groups[it->second];
@@ -595,7 +612,12 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
            std::make_tuple(phase_of(b.kind), b.mb.value_or(-1), b.order);
   });
 
+  last_step_groups_ = groups.size();
   records.reserve(groups.size());
+  std::vector<const Part*> reps;
+  std::vector<const TensorStats*> shards;
+  reps.reserve(ranks_.size());
+  shards.reserve(ranks_.size());
   for (auto& g : groups) {
     Merged m;
     m.raw_name = g.raw_name;
@@ -603,45 +625,40 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
     for (const auto& p : g.parts) m.ranks.push_back(p.rank);
     std::sort(m.ranks.begin(), m.ranks.end());
     m.ranks.erase(std::unique(m.ranks.begin(), m.ranks.end()), m.ranks.end());
-    const std::string where = key_text(g.kind, g.name, g.mb);
+    auto where = [&] { return key_text(g.kind, g.name, g.mb); };  // only for issues
 
-    // Buckets of replicas: same shard (or whole). Each bucket's first part represents it.
-    std::vector<std::vector<const Part*>> buckets;
+    // Buckets of replicas: same shard (or whole). Each bucket's first part represents it;
+    // every other member must agree with it.
+    reps.clear();
     for (const auto& p : g.parts) {
-      bool placed = false;
-      for (auto& b : buckets) {
-        if (b[0]->rec.stats.shard == p.rec.stats.shard) {
-          b.push_back(&p);
-          placed = true;
+      const Part* rep = nullptr;
+      for (const Part* r : reps) {
+        if (r->rec.stats.shard == p.rec.stats.shard) {
+          rep = r;
           break;
         }
       }
-      if (!placed) buckets.push_back({&p});
-    }
-    for (const auto& b : buckets) {
-      for (std::size_t i = 1; i < b.size(); ++i) {
-        if (!same_record(b[0]->rec, b[i]->rec)) {
-          issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
-                       "step " + std::to_string(step) + " " + where + ": rank " +
-                           std::to_string(b[0]->rank) + " has " + record_brief(b[0]->rec) +
-                           ", rank " + std::to_string(b[i]->rank) + " has " +
-                           record_brief(b[i]->rec)});
-        }
+      if (!rep) {
+        reps.push_back(&p);
+      } else if (!same_record(rep->rec, p.rec)) {
+        issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
+                     "step " + std::to_string(step) + " " + where() + ": rank " +
+                         std::to_string(rep->rank) + " has " + record_brief(rep->rec) +
+                         ", rank " + std::to_string(p.rank) + " has " + record_brief(p.rec)});
       }
     }
     const Part* whole = nullptr;
-    std::vector<const TensorStats*> shards;
-    for (const auto& b : buckets) {
-      if (b[0]->rec.state == Record::State::tensor && !b[0]->rec.stats.shard.empty())
-        shards.push_back(&b[0]->rec.stats);
+    shards.clear();
+    for (const Part* b : reps) {
+      if (b->rec.state == Record::State::tensor && !b->rec.stats.shard.empty())
+        shards.push_back(&b->rec.stats);
       else if (!whole)
-        whole = b[0];
+        whole = b;
       else  // e.g. `none` on one rank and a scalar on another
         issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
-                     "step " + std::to_string(step) + " " + where + ": rank " +
+                     "step " + std::to_string(step) + " " + where() + ": rank " +
                          std::to_string(whole->rank) + " has " + record_brief(whole->rec) +
-                         ", rank " + std::to_string(b[0]->rank) + " has " +
-                         record_brief(b[0]->rec)});
+                         ", rank " + std::to_string(b->rank) + " has " + record_brief(b->rec)});
     }
     if (!shards.empty()) {
       Record composed = g.parts[0].rec;
@@ -651,7 +668,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
         composed.stats = std::move(*c.stats);
       } else {
         issues_.add({Issue::Severity::error, "shard_tiling", options_.label, step,
-                     "step " + std::to_string(step) + " " + where + ": " + c.error +
+                     "step " + std::to_string(step) + " " + where() + ": " + c.error +
                          " (ranks " + summarize_ranks(m.ranks) + "); not composed"});
         composed.stats = TensorStats{};
         composed.stats.dtype = shards[0]->dtype;
@@ -660,15 +677,16 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       }
       if (whole && !same_record(whole->rec, composed))
         issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
-                     "step " + std::to_string(step) + " " + where + ": rank " +
+                     "step " + std::to_string(step) + " " + where() + ": rank " +
                          std::to_string(whole->rank) + " has the whole tensor " +
                          record_brief(whole->rec) + ", the composed shards have " +
                          record_brief(composed)});
       m.rec = std::move(composed);
     } else {
-      m.rec = whole->rec;
+      m.rec = std::move(const_cast<Part*>(whole)->rec);  // the group is discarded below
     }
-    m.rec.name = g.name;
+    m.rec.name = std::move(g.name);
+    m.key = std::move(g.key);
     records.push_back(std::move(m));
   }
   return true;

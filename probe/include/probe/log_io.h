@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "probe/log_format.h"
@@ -50,6 +51,10 @@ class LogReader {
   // True once the end was reached and the last line had no newline (a writer killed
   // mid-line): that fragment was not parsed.
   bool truncated() const { return truncated_; }
+  // The unparsed fragment once truncated() (e.g. "step=7 kind=gr"), else empty.
+  std::string_view truncated_fragment() const {
+    return truncated_ ? std::string_view(line_) : std::string_view();
+  }
   std::int64_t line_number() const { return line_number_; }
 
  private:
@@ -58,6 +63,7 @@ class LogReader {
   log_format::Header header_;
   std::int64_t line_number_ = 0;
   bool truncated_ = false;
+  std::string line_;  // the line buffer, kept between next() calls
 };
 
 }  // namespace probe

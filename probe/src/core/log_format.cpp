@@ -1,5 +1,6 @@
 #include "probe/log_format.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -38,6 +39,8 @@ std::vector<std::int64_t> parse_dims(std::string_view text, std::string_view fie
          "'");
   text = text.substr(1, text.size() - 2);
   std::vector<std::int64_t> dims;
+  if (!text.empty())  // one allocation, not one per growth step
+    dims.reserve(static_cast<std::size_t>(std::count(text.begin(), text.end(), ',')) + 1);
   while (!text.empty()) {
     auto comma = text.find(',');
     dims.push_back(parse_int(text.substr(0, comma), field));
@@ -56,6 +59,7 @@ struct Field {
 
 std::vector<Field> split_fields(std::string_view line) {
   std::vector<Field> fields;
+  fields.reserve(24);  // a tensor record has up to 17 fields: one allocation per line
   std::size_t pos = 0;
   while (pos < line.size()) {
     if (line[pos] == ' ') {
@@ -167,6 +171,7 @@ std::string escape_value(std::string_view raw) {
 }
 
 std::string unescape_value(std::string_view escaped) {
+  if (escaped.find('%') == std::string_view::npos) return std::string(escaped);  // common case
   std::string out;
   out.reserve(escaped.size());
   for (std::size_t i = 0; i < escaped.size(); ++i) {

@@ -119,7 +119,7 @@ LogReader::LogReader(const std::filesystem::path& path) : path_(path) {
 }
 
 std::optional<Record> LogReader::next() {
-  std::string line;
+  std::string& line = line_;  // reused: no allocation per line
   while (std::getline(in_, line)) {
     ++line_number_;
     if (in_.eof()) {  // no newline after this line: the writer died mid-line

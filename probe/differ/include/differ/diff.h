@@ -60,6 +60,7 @@ struct Merged {
   std::string raw_name;   // as logged (first rank)
   std::vector<int> ranks; // ranks that logged it
   HashSource hash_source = HashSource::spec_v1;
+  std::string key;  // alignment key: kind, microbatch and canonical name
 };
 
 struct Issue {
@@ -111,6 +112,9 @@ class Run {
   const std::string& torch_version() const { return torch_version_; }
   IssueLog& issues() { return issues_; }
   std::int64_t records_read() const { return records_read_; }
+  // Set once a rank's log turned out truncated (a killed writer): the first step that may be
+  // incomplete. Steps from it on are not compared.
+  std::optional<std::int64_t> incomplete_from() const { return incomplete_from_; }
 
   struct RankSource;
 
@@ -127,6 +131,8 @@ class Run {
   std::string setup_, torch_version_;
   IssueLog issues_;
   std::int64_t records_read_ = 0;
+  std::size_t last_step_groups_ = 0;  // sizes the next step's index
+  std::optional<std::int64_t> incomplete_from_;
 };
 
 // Composes shard records of one tensor (distinct offsets, same global shape) into the whole:
@@ -193,6 +199,7 @@ struct Pair {
   Side base, test;
   double rel_diff = 0;  // relative difference of norms (tensors) or values (scalars)
   std::string note;
+  std::string key;  // internal: the series/alignment key
 };
 
 struct Cause {
@@ -231,6 +238,7 @@ struct Result {
   std::vector<std::string> names_only_base, names_only_test;
   IssueLog base_issues, test_issues;
   std::int64_t records_compared = 0;
+  std::optional<std::int64_t> truncated_at;  // comparison stopped here (a killed rank)
   bool any_divergence() const;
   int exit_code() const;  // 0 equal / within tolerance, 1 differences or run errors
 };
