@@ -173,7 +173,6 @@ class Trainer {
       if (step > 0) total_ms += ms;  // step 0 warms up allocators and connections
       if (g_.rank == 0) std::printf("step %lld  loss %.6f  time %.2f ms\n", static_cast<long long>(step), loss, ms);
       std::fflush(stdout);
-      if (step == c_.die_after_step && g_.rank == c_.die_rank) std::raise(SIGKILL);  // as if the OS killed it
     }
     if (g_.rank == 0 && c_.steps > 1)
       std::printf("mean step time (steps 1-%lld): %.3f ms\n", static_cast<long long>(c_.steps - 1),
@@ -197,6 +196,9 @@ class Trainer {
     double loss = 0;
     for (std::int64_t mb = 0; mb < c_.microbatches; ++mb) loss += losses[mb].item<double>();
     loss /= static_cast<double>(c_.microbatches);
+
+    // A rank killed mid-run (tests): its peers log this step, it does not.
+    if (c_.die_after_step >= 0 && step == c_.die_after_step + 1 && g_.rank == c_.die_rank) std::raise(SIGKILL);
 
     if (fault_.kind == Fault::Kind::grads_none) {
       // The bug this project was started for: gradients logged after the optimizer step had
@@ -434,7 +436,7 @@ int main(int argc, char** argv) {
   app.add_option("--probe-kinds", c.probe_kinds, "kinds to record: all, a list, or -kind to drop one")->capture_default_str();
   app.add_option("--fault", c.fault, "none, grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>")->capture_default_str();
   app.add_option("--params-out", c.params_out, "write a fingerprint of the final parameters to DIR/rank<R>.txt");
-  app.add_option("--die-after-step", c.die_after_step, "SIGKILL --die-rank after this step (tests)")->capture_default_str();
+  app.add_option("--die-after-step", c.die_after_step, "SIGKILL --die-rank in the step after this one, once its collectives are done and before it logs the step (tests)")->capture_default_str();
   app.add_option("--die-rank", c.die_rank, "the rank --die-after-step kills")->capture_default_str();
   auto& m = c.model;
   app.add_option("--vocab", m.vocab_size)->capture_default_str();

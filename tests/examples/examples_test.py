@@ -163,16 +163,35 @@ def case_fault_skip_reduce():
 
 
 def case_killed_rank():
+    # Rank 1 is SIGKILLed during step 2; torchrun then stops rank 0. Every line either rank
+    # wrote is complete (the probe writes a step at once), so the killed run just ends early.
     a = train("ddp2_full", "ddp", 2, steps=3)
     b = train("ddp2_killed", "ddp", 2, "--die-after-step", "1", "--die-rank", "1", steps=3,
               expect_ok=False)
-    r = diff(a, b)
-    issues = r["test"]["issue_counts"]
-    if not issues:
-        fail("diff_logs reports no issue for the run whose rank 1 was killed")
-    text = r["text"].lower()
-    if "truncat" not in text and "killed" not in text and "missing" not in text:
-        fail("the report does not mention the truncated run")
+    r = diff(a, b, expect=1)
+    if r["test"]["last_step"] != 1 or r["base"]["last_step"] != 2:
+        fail(f"expected the killed run to end at step 1: {r['test']}")
+    fd = r["first_divergence"]
+    if fd["step"] != 2 or fd["class"] != "only_base":
+        fail(f"steps 0-1 must agree and step 2 be missing from the killed run: {fd}")
+    if "steps 2 [0..1]" not in r["text"]:
+        fail("the report does not show that the killed run stops after step 1")
+
+    # A kill in the middle of a write leaves a torn last line: cut rank 1's log inside its last
+    # line, as the OS would leave it, and check diff_logs reads the rest and says so.
+    torn = os.path.join(WORK, "ddp2_torn")
+    shutil.rmtree(torn, ignore_errors=True)
+    shutil.copytree(b, torn)
+    log = os.path.join(torn, "rank1", "diff.log")
+    with open(log, "rb") as f:
+        data = f.read()
+    with open(log, "wb") as f:
+        f.write(data[: data.rstrip(b"\n").rfind(b"\n") + 20])
+    r = diff(a, torn)
+    if "truncated" not in r["test"]["issue_counts"]:
+        fail(f"diff_logs does not report the torn log as truncated: {r['test']['issue_counts']}")
+    if "truncat" not in r["text"]:
+        fail("the text report does not mention the truncation")
 
 
 def case_probe_off():

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The README's demo, on CPU from a fresh machine: installs and builds what is missing, then
+# compares a 4-rank zero3 run with an 8-rank (2 pipeline stages x 4 data-parallel) run of the
+# example MoE -- first as they are, then with the pipeline run logging its gradients at the
+# wrong moment (--fault grads-none, the bug numprobe was started for) -- and shows both reports.
+set -euo pipefail
+source "$(dirname "$0")/setup.sh"
+configure_and_build
+cd "$NUMPROBE_ROOT"
+export BUILD_DIR TORCHRUN="$VENV/bin/torchrun"
+STEPS="${STEPS:-3}"
+
+banner() { printf '\n\033[1m==== %s\033[0m\n' "$*"; }
+
+banner "1/2  zero3 x4  vs  pp x ddp (2 stages x 4) x8: expect only summation-order differences"
+set +e
+OUT=out/demo1 scripts/compare.sh "zero3 4" "pp-ddp 8 --stages 2" --rng-seed 42 --steps "$STEPS"
+first=$?
+banner "2/2  the same, with the pipeline run logging its gradients after the optimizer cleared them"
+OUT=out/demo2 scripts/compare.sh "zero3 4" "pp-ddp 8 --stages 2" --rng-seed 42 --steps "$STEPS" \
+  --b --fault grads-none
+second=$?
+set -e
+banner "diff_logs exit status: $first (summation order only) and $second (grads none)"
