@@ -163,19 +163,18 @@ def case_fault_skip_reduce():
 
 
 def case_killed_rank():
-    # Rank 1 is SIGKILLed during step 2; torchrun then stops rank 0. Every line either rank
-    # wrote is complete (the probe writes a step at once), so the killed run just ends early.
+    # Rank 1 is SIGKILLed during step 2, after that step's collectives; torchrun then stops
+    # rank 0, which may or may not have logged step 2 by then. Every line either rank wrote is
+    # complete (the probe writes a step at once): the killed run just ends early.
     a = train("ddp2_full", "ddp", 2, steps=3)
     b = train("ddp2_killed", "ddp", 2, "--die-after-step", "1", "--die-rank", "1", steps=3,
               expect_ok=False)
     r = diff(a, b, expect=1)
-    if r["test"]["last_step"] != 1 or r["base"]["last_step"] != 2:
-        fail(f"expected the killed run to end at step 1: {r['test']}")
     fd = r["first_divergence"]
     if fd["step"] != 2 or fd["class"] != "only_base":
-        fail(f"steps 0-1 must agree and step 2 be missing from the killed run: {fd}")
-    if "steps 2 [0..1]" not in r["text"]:
-        fail("the report does not show that the killed run stops after step 1")
+        fail(f"steps 0-1 must agree and rank 1's step 2 be missing from the killed run: {fd}")
+    if r["test"]["records"] >= r["base"]["records"]:
+        fail("the killed run has as many records as the full one")
 
     # A kill in the middle of a write leaves a torn last line: cut rank 1's log inside its last
     # line, as the OS would leave it, and check diff_logs reads the rest and says so.
