@@ -146,7 +146,8 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a) : dropout(a.dropo
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, std::optional<at::Generator> dropout_generator) {
   auto a = attention(attention_norm(x));
   if (dropout_generator && dropout > 0 && is_training()) {
-    auto keep = at::empty_like(a).bernoulli_(1.0 - dropout, *dropout_generator);
+    // Drawn on the CPU (the generator is a CPU one): the same mask on every device.
+    auto keep = at::empty(a.sizes(), a.options().device(at::kCPU)).bernoulli_(1.0 - dropout, *dropout_generator).to(a.device());
     a = a * keep / (1.0 - dropout);
   }
   auto h = x + a;

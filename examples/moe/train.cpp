@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -100,7 +101,7 @@ struct Fault {
 struct Microbatch {
   at::Tensor inputs, targets;  // [B, T] int64
 };
-Microbatch make_microbatch(const Config& c, std::int64_t step, std::int64_t mb) {
+Microbatch make_microbatch(const Config& c, std::int64_t step, std::int64_t mb, at::Device device) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(
       moe::mix_seed(c.rng_seed, {0xDA7Au, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(mb)}));
   const auto B = c.microbatch_size, T = c.seq_len + 1, V = c.model.vocab_size;
@@ -110,7 +111,7 @@ Microbatch make_microbatch(const Config& c, std::int64_t step, std::int64_t mb) 
   auto noise = at::randint(V, {B, T}, gen, at::kLong);
   auto noisy = at::rand({B, T}, gen) < 0.1;
   tokens = at::where(noisy, noise, tokens);
-  return {tokens.narrow(1, 0, c.seq_len).contiguous(), tokens.narrow(1, 1, c.seq_len).contiguous()};
+  return {tokens.narrow(1, 0, c.seq_len).to(device).contiguous(), tokens.narrow(1, 1, c.seq_len).to(device).contiguous()};
 }
 
 // One parameter as this rank holds it.
@@ -136,6 +137,7 @@ class Trainer {
   Trainer(Config config, ProcessGroups& groups, probe::Probe& probe)
       : c_(std::move(config)), g_(groups), probe_(probe), fault_(Fault::parse(c_.fault)) {
     zero3_ = c_.setup == "zero3";
+    device_ = c_.device == "cpu" ? at::Device(at::kCPU) : at::Device(at::kCUDA, local_rank());
     if (c_.microbatches % g_.dp_size != 0)
       throw std::invalid_argument("--microbatches " + std::to_string(c_.microbatches) +
                                   " is not divisible by the data-parallel size " + std::to_string(g_.dp_size));
@@ -149,6 +151,7 @@ class Trainer {
     // Module constructors drew from the default generator, differently per stage; reset it so
     // its fingerprint (the probe's `rng cpu` record) is the same on every rank and setup.
     at::manual_seed(c_.rng_seed);
+    model_->to(device_);  // initialised on the CPU: the same values on every device
     model_->train();
 
     for (auto& item : model_->named_parameters()) {
@@ -192,7 +195,13 @@ class Trainer {
 
     // Every microbatch's loss was computed on exactly one rank: the sum over ranks is exact,
     // and summing it in microbatch order gives the same step loss in every setup.
-    g_.world.all_reduce_sum(losses);
+    if (device_.is_cpu()) {
+      g_.world.all_reduce_sum(losses);
+    } else {  // NCCL reduces device tensors
+      auto on_device = losses.to(device_);
+      g_.world.all_reduce_sum(on_device);
+      losses = on_device.cpu();
+    }
     double loss = 0;
     for (std::int64_t mb = 0; mb < c_.microbatches; ++mb) loss += losses[mb].item<double>();
     loss /= static_cast<double>(c_.microbatches);
@@ -232,13 +241,13 @@ class Trainer {
       const std::int64_t mb = g_.dp_rank * per_rank + i;  // the global microbatch id
       const DropoutRng rng{c_.rng_seed, step, mb,
                            fault_.kind == Fault::Kind::rng_per_rank ? g_.rank : 0};
-      const auto data = make_microbatch(c_, step, mb);
+      const auto data = make_microbatch(c_, step, mb, device_);
       at::Tensor x;
       if (first) {
         x = data.inputs;
         probe_.begin_forward("model", mb, {x});
       } else {
-        x = at::empty(activation_shape);
+        x = at::empty(activation_shape, device_);
         g_.pp.recv(x, g_.stage - 1, forward_tag(mb));
         x.requires_grad_(true);
         probe_.begin_forward("model", mb, {});  // the model's input lives on stage 0
@@ -266,7 +275,7 @@ class Trainer {
       if (last) {
         probe_.backward(f.mb, f.output);
       } else {
-        auto grad = at::empty(activation_shape);
+        auto grad = at::empty(activation_shape, device_);
         g_.pp.recv(grad, g_.stage + 1, backward_tag(f.mb));
         probe_.backward(f.mb, f.output, grad);
       }
@@ -377,6 +386,11 @@ class Trainer {
     }
   }
 
+  static int local_rank() {
+    const char* v = std::getenv("LOCAL_RANK");
+    return v ? std::atoi(v) : 0;
+  }
+
   void check_fault_param() {
     if (fault_.param.empty()) return;
     Transformer whole(c_.model, 0, c_.model.n_layers);
@@ -391,7 +405,7 @@ class Trainer {
     for (const auto& p : params_) {
       out << p.name;
       for (auto o : p.shard.offset) out << " @" << o;
-      out << " " << std::hex << fingerprint(p.owned) << std::dec << "\n";
+      out << " " << std::hex << fingerprint(p.owned.cpu()) << std::dec << "\n";
     }
   }
 
@@ -400,6 +414,7 @@ class Trainer {
   probe::Probe& probe_;
   Fault fault_;
   bool zero3_ = false;
+  at::Device device_{at::kCPU};
   Transformer model_{nullptr};
   std::vector<Param> params_;
   std::int64_t backward_microbatch_ = 0;
@@ -456,6 +471,7 @@ int main(int argc, char** argv) {
     // K processes on K cores do not oversubscribe.
     at::set_num_threads(1);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    if (c.device != "cpu") ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);  // deterministic cuBLAS
 
     const int world_size = std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1;
     ProcessGroups groups = moe::init_process_groups(stages_for(c, world_size), c.device);
