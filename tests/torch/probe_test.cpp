@@ -299,3 +299,48 @@ TEST(Probe, ShardedParameterRecordsCarryTheirShard) {
     }
   EXPECT_TRUE(seen);
 }
+
+#ifdef NUMPROBE_PYTHON
+// The hashes a probe wrote, recomputed by Python's xxhash package from the tensors' bytes.
+TEST(Probe, LoggedHashesMatchPythonXxhashReference) {
+  auto dir = fresh_dir("python");
+  auto dump = dir / "tensors";
+  std::filesystem::create_directories(dump);
+  torch::manual_seed(11);
+  auto full = torch::randn({6, 5});
+  std::vector<std::tuple<std::string, torch::Tensor, probe::Shard>> cases = {
+      {"f32", torch::randn({3, 7}), {}},
+      {"bf16", torch::randn({33}).to(torch::kBFloat16), {}},
+      {"f16", torch::randn({2, 2, 3}).to(torch::kHalf), {}},
+      {"f64", torch::randn({9}, torch::kDouble), {}},
+      {"i64", torch::randint(-1000, 1000, {17}), {}},
+      {"u8", torch::randint(0, 255, {10}).to(torch::kByte), {}},
+      {"bool", torch::randint(0, 2, {12}).to(torch::kBool), {}},
+      {"transposed", full.t(), {}},
+      {"row_shard", full.narrow(0, 2, 3), probe::Shard::along({6, 5}, 0, 2)},
+      {"block_shard", full.narrow(0, 1, 2).narrow(1, 3, 2), probe::Shard{{6, 5}, {1, 3}}},
+  };
+  probe::Probe p(options_in(dir));
+  for (const auto& [name, t, shard] : cases) {
+    p.tap(name, t, shard);
+    auto c = t.contiguous();
+    std::ofstream(dump / (name + ".bin"), std::ios::binary)
+        .write(static_cast<const char*>(c.const_data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+    auto join = [](at::IntArrayRef v) {
+      std::string s;
+      for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+      return s.empty() ? std::string(",") : s;
+    };
+    std::vector<std::int64_t> offset(static_cast<std::size_t>(t.dim()), 0);
+    auto global = shard.empty() ? t.sizes().vec() : shard.global_shape;
+    if (!shard.empty()) offset = shard.offset;
+    std::ofstream(dump / (name + ".meta"))
+        << c.element_size() << " " << join(global) << " " << join(offset) << " " << join(t.sizes());
+  }
+  p.end_step();
+  const std::string command = std::string(NUMPROBE_PYTHON) + " " + NUMPROBE_SOURCE_DIR +
+                              "/tests/python/recompute_hashes.py " + p.log_path().string() + " " +
+                              dump.string();
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+#endif

@@ -258,3 +258,23 @@ TEST(TensorStats, Float8ValuesDecodeExactly) {
     }
   }
 }
+
+// The test vectors of docs/hash-spec.md, computed independently with Python's xxhash package.
+TEST(TensorStats, HashSpecTestVectors) {
+  auto hex = [](const at::Tensor& t, const probe::Shard& shard = {}) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx",
+                  static_cast<unsigned long long>(probe::tensor_stats(t, shard).hash));
+    return std::string(buf);
+  };
+  EXPECT_EQ(hex(at::tensor({1.0f, 2.0f, 3.0f})), "84d390c4bcab1c37");
+  EXPECT_EQ(hex(at::tensor({1.0f, -2.0f}).to(at::kBFloat16)), "232a1db401293636");
+  EXPECT_EQ(hex(at::arange(4, at::kLong)), "a61d02c53eab0cdf");
+  EXPECT_EQ(hex(at::tensor({1, 0, 1}).to(at::kBool)), "a493f7ab00933d50");
+  EXPECT_EQ(hex(at::tensor({0.5f}).to(at::kHalf)), "d07b779ec0e9fd91");
+  EXPECT_EQ(hex(at::tensor({1.0, 2.0, 3.0, 4.0}, at::kDouble).view({2, 2})), "a550ab65782c24bd");
+  at::Tensor full = at::arange(8, at::kFloat).view({4, 2});
+  EXPECT_EQ(hex(full), "aea685ac8b7c8fdc");
+  EXPECT_EQ(hex(full.narrow(0, 0, 2), probe::Shard::along({4, 2}, 0, 0)), "3b7bde38d43388c6");
+  EXPECT_EQ(hex(full.narrow(0, 2, 2), probe::Shard::along({4, 2}, 0, 2)), "732aa773b7490716");
+}

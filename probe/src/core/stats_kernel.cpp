@@ -66,22 +66,24 @@ int element_size(ElementType type) {
   }
 }
 
-void StatsPartial::merge(const StatsPartial& other) {
-  hash += other.hash;
-  sum_squares += other.sum_squares;
-  sum += other.sum;
-  min = other.min < min ? other.min : min;
-  max = other.max > max ? other.max : max;
-  nan += other.nan;
-  inf += other.inf;
-}
-
 StatsPartial stats_run(ElementType type, const void* data, std::int64_t count,
                        std::uint64_t first_index) {
   return dispatch().run(type, data, count, first_index);
 }
 
 const char* stats_kernel_isa() { return dispatch().isa; }
+
+std::vector<IsaKernel> runnable_isa_kernels() {
+  std::vector<IsaKernel> kernels{{"generic", generic::stats_run}};
+#if defined(NUMPROBE_X86_KERNELS)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    kernels.push_back({"avx2", avx2::stats_run});
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
+    kernels.push_back({"avx512", avx512::stats_run});
+#endif
+  return kernels;
+}
 
 ContiguousLayout::ContiguousLayout(ElementType type, const void* data,
                                    std::vector<std::int64_t> local_shape, const Shard& shard)

@@ -10,30 +10,12 @@
 #include <vector>
 
 #include "probe/shard.h"
+#include "stats_element.h"
 #include "probe/tensor_stats_record.h"
 
 namespace probe::kernels {
 
-enum class ElementType : std::uint8_t {
-  float32, float64, float16, bfloat16,
-  float8_e4m3fn, float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz, float8_e8m0fnu,
-  int8, uint8, int16, uint16, int32, uint32, int64, uint64, boolean,
-};
 int element_size(ElementType type);
-
-// Running figures of a set of elements; merge() is exact for every field but the floating
-// sums, whose order the caller fixes.
-struct StatsPartial {
-  std::uint64_t hash = 0;
-  double sum_squares = 0;
-  double sum = 0;  // of non-NaN values
-  double min = __builtin_inf();
-  double max = -__builtin_inf();
-  std::int64_t nan = 0;
-  std::int64_t inf = 0;
-
-  void merge(const StatsPartial& other);
-};
 
 // `count` elements stored contiguously at `data`, with global indices first_index, +1, ...
 StatsPartial stats_run(ElementType type, const void* data, std::int64_t count,
@@ -54,6 +36,13 @@ class ContiguousLayout {
   // Figures of local elements [chunk * kChunkElements, ...) in a fixed order.
   StatsPartial chunk_stats(std::int64_t chunk) const;
 
+  // The run structure, for kernels that walk the same layout (the CUDA one): local element i
+  // has global index run_first_global_index(i / run_length) + i % run_length.
+  std::int64_t run_length() const { return run_length_; }
+  std::uint64_t base_global_index() const { return base_global_index_; }
+  const std::vector<std::int64_t>& outer_extent() const { return outer_extent_; }
+  const std::vector<std::uint64_t>& outer_global_stride() const { return outer_global_stride_; }
+
  private:
   std::uint64_t run_first_global_index(std::int64_t run) const;
 
@@ -72,5 +61,13 @@ TensorStats finish_stats(const std::vector<StatsPartial>& chunks, std::int64_t n
 
 // Which vector ISA stats_run dispatched to on this CPU ("avx512", "avx2" or "generic").
 const char* stats_kernel_isa();
+
+// The ISA builds this CPU can run, each callable directly (for the tests that check that every
+// build gives the same bits).
+struct IsaKernel {
+  const char* isa;
+  StatsPartial (*run)(ElementType, const void*, std::int64_t, std::uint64_t);
+};
+std::vector<IsaKernel> runnable_isa_kernels();
 
 }  // namespace probe::kernels

@@ -13,7 +13,6 @@
 #include <ATen/ops/bitwise_right_shift.h>
 #include <ATen/ops/bitwise_xor.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/hash_tensor.h>
 #include <ATen/ops/isinf.h>
 #include <ATen/ops/isnan.h>
 #include <ATen/ops/mul.h>
@@ -26,6 +25,10 @@
 
 #include "probe/hash_spec.h"
 #include "stats_device.h"
+
+#if NUMPROBE_TORCH_AT_LEAST(2, 9)
+#include <ATen/ops/hash_tensor.h>
+#endif
 
 namespace probe::detail {
 namespace {
@@ -120,7 +123,11 @@ at::Tensor packed_figures_aten(const PreparedTensor& p, bool torch_hash) {
       at::sum(at::isinf(x), at::kLong),
       at::zeros({}, hash.options()),
   };
+#if NUMPROBE_TORCH_AT_LEAST(2, 9)
   if (torch_hash) figures[kTorchHash] = at::hash_tensor(p.data).view(at::kLong);
+#else
+  (void)torch_hash;  // has_torch_hash_kernel() is false for every dtype before 2.9
+#endif
   return at::stack(figures);
 }
 

@@ -4,7 +4,13 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <torch/version.h>
+
 #include <optional>
+
+// LibTorch >= 2.4 is supported; newer features are used where the version has them.
+#define NUMPROBE_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 #include "../core/stats_kernel.h"
 #include "probe/tensor_stats.h"
@@ -36,7 +42,8 @@ using PackedFiguresFn = at::Tensor (*)(const PreparedTensor& prepared, bool torc
 void register_device_kernel(c10::DeviceType type, PackedFiguresFn fn);
 PackedFiguresFn device_kernel(c10::DeviceType type);
 
-// Whether at::hash_tensor has a kernel for the dtype (it lacks float8, complex, uint16..64).
+// Whether at::hash_tensor (LibTorch >= 2.9) has a kernel for the dtype (it lacks float8, complex,
+// uint16..64).
 bool has_torch_hash_kernel(c10::ScalarType type);
 
 // Turns packed figures (host int64 values) into finished statistics, keeping meta's fields.

@@ -1,7 +1,6 @@
 #include "probe/tensor_stats.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/ops/hash_tensor.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/view_as_real.h>
 #include <c10/core/ScalarType.h>
@@ -14,6 +13,10 @@
 #include <sstream>
 
 #include "stats_device.h"
+
+#if NUMPROBE_TORCH_AT_LEAST(2, 9)
+#include <ATen/ops/hash_tensor.h>
+#endif
 
 namespace probe {
 namespace {
@@ -31,7 +34,9 @@ std::optional<ElementType> element_type(c10::ScalarType type) {
     case S::Float8_e5m2: return ElementType::float8_e5m2;
     case S::Float8_e4m3fnuz: return ElementType::float8_e4m3fnuz;
     case S::Float8_e5m2fnuz: return ElementType::float8_e5m2fnuz;
+#if NUMPROBE_TORCH_AT_LEAST(2, 7)
     case S::Float8_e8m0fnu: return ElementType::float8_e8m0fnu;
+#endif
     case S::Char: return ElementType::int8;
     case S::Byte: return ElementType::uint8;
     case S::Short: return ElementType::int16;
@@ -55,7 +60,12 @@ std::map<c10::DeviceType, detail::PackedFiguresFn>& registry() {
 }
 
 std::uint64_t torch_hash_now(const at::Tensor& t) {
+#if NUMPROBE_TORCH_AT_LEAST(2, 9)
   return static_cast<std::uint64_t>(at::hash_tensor(t).view(at::kLong).item<std::int64_t>());
+#else
+  (void)t;  // has_torch_hash_kernel() is false for every dtype before 2.9
+  return 0;
+#endif
 }
 
 }  // namespace
@@ -83,7 +93,9 @@ std::string dtype_name(c10::ScalarType type) {
     case S::Float8_e5m2: return "float8_e5m2";
     case S::Float8_e4m3fnuz: return "float8_e4m3fnuz";
     case S::Float8_e5m2fnuz: return "float8_e5m2fnuz";
+#if NUMPROBE_TORCH_AT_LEAST(2, 7)
     case S::Float8_e8m0fnu: return "float8_e8m0fnu";
+#endif
     default: {
       std::string name = c10::toString(type);
       for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -96,6 +108,7 @@ namespace detail {
 
 bool has_torch_hash_kernel(c10::ScalarType type) {
   using S = c10::ScalarType;
+  if (!NUMPROBE_TORCH_AT_LEAST(2, 9)) return false;
   switch (type) {
     case S::Float: case S::Double: case S::Half: case S::BFloat16: case S::Bool:
     case S::Char: case S::Byte: case S::Short: case S::Int: case S::Long:

@@ -1,0 +1,98 @@
+// CPU reference of the CUDA statistics kernel: replays stats_cuda.cu's tiles, threads, groups
+// and combining trees (stats_tile.h) one after another on the host. It is slow and exists to be
+// compared with: against tensor_stats()'s CPU kernel on any machine (same hash, min, max and
+// counts; sums within the reduction-order bound of docs/cuda.md), and against the GPU bit for
+// bit for every figure.
+#pragma once
+
+#include <stdexcept>
+#include <vector>
+
+#include "../core/stats_kernel.h"
+#include "stats_tile.h"
+
+namespace probe::kernels::cuda_tile {
+
+inline RunLayout run_layout_of(const ContiguousLayout& layout) {
+  RunLayout r;
+  r.numel = layout.numel();
+  r.run_length = layout.run_length();
+  r.base_global_index = layout.base_global_index();
+  const auto& extent = layout.outer_extent();
+  if (extent.size() > static_cast<std::size_t>(kMaxOuterDims))
+    throw std::invalid_argument("numprobe: shard layout has more outer dims than the CUDA kernel takes");
+  r.outer_dims = static_cast<int>(extent.size());
+  for (std::size_t d = 0; d < extent.size(); ++d) {
+    r.outer_extent[d] = extent[d];
+    r.outer_global_stride[d] = layout.outer_global_stride()[d];
+  }
+  return r;
+}
+
+template <ElementType T, bool kSingleRun>
+StatsPartial reference_tile(const RunLayout& layout, const Bits<T>* data, std::int64_t tile,
+                            const double* float8_table) {
+  constexpr int kWarps = kBlockThreads / kWarpSize;
+  StatsPartial thread[kBlockThreads];
+  for (int t = 0; t < kBlockThreads; ++t)
+    for (int j = 0; j < kGroupsPerThread; ++j) {
+      const std::int64_t first = group_first<T>(tile, t, j);
+      if (first >= layout.numel) break;
+      const auto count = static_cast<int>(
+          layout.numel - first < kGroupElements<T> ? layout.numel - first : kGroupElements<T>);
+      fold_group<T, kSingleRun>(thread[t], data + first, count, first, layout, float8_table);
+    }
+  StatsPartial warp[kWarps];
+  for (int w = 0; w < kWarps; ++w) {
+    tree_reduce(thread + w * kWarpSize, kWarpSize);
+    warp[w] = thread[w * kWarpSize];
+  }
+  tree_reduce(warp, kWarps);
+  return warp[0];
+}
+
+template <ElementType T>
+StatsPartial reference_partial_typed(const RunLayout& layout, const void* data) {
+  double float8_table[256] = {};
+  if (is_float8(T))
+    for (int b = 0; b < 256; ++b) float8_table[b] = float8_to_double(std::uint8_t(b), T);
+  const auto* bits = static_cast<const Bits<T>*>(data);
+  const std::int64_t tiles = tile_count<T>(layout.numel);
+  std::vector<StatsPartial> blocks(static_cast<std::size_t>(tiles));
+  for (std::int64_t b = 0; b < tiles; ++b)
+    blocks[static_cast<std::size_t>(b)] =
+        layout.single_run() ? reference_tile<T, true>(layout, bits, b, float8_table)
+                            : reference_tile<T, false>(layout, bits, b, float8_table);
+  if (tiles == 0) return {};
+  if (tiles == 1) return blocks[0];
+  constexpr int kWarps = kMergeThreads / kWarpSize;
+  StatsPartial thread[kMergeThreads];
+  for (int t = 0; t < kMergeThreads; ++t)
+    for (std::int64_t i = t; i < tiles; i += kMergeThreads) thread[t].merge(blocks[static_cast<std::size_t>(i)]);
+  StatsPartial warp[kWarps];
+  for (int w = 0; w < kWarps; ++w) {
+    tree_reduce(thread + w * kWarpSize, kWarpSize);
+    warp[w] = thread[w * kWarpSize];
+  }
+  tree_reduce(warp, kWarps);
+  return warp[0];
+}
+
+// The figures the CUDA kernel computes for `layout` over host memory `data`.
+inline StatsPartial reference_partial(ElementType type, const RunLayout& layout, const void* data) {
+  switch (type) {
+#define PROBE_REFERENCE_CASE(name) \
+  case ElementType::name: return reference_partial_typed<ElementType::name>(layout, data);
+    PROBE_REFERENCE_CASE(float32) PROBE_REFERENCE_CASE(float64) PROBE_REFERENCE_CASE(float16)
+    PROBE_REFERENCE_CASE(bfloat16) PROBE_REFERENCE_CASE(float8_e4m3fn)
+    PROBE_REFERENCE_CASE(float8_e5m2) PROBE_REFERENCE_CASE(float8_e4m3fnuz)
+    PROBE_REFERENCE_CASE(float8_e5m2fnuz) PROBE_REFERENCE_CASE(float8_e8m0fnu)
+    PROBE_REFERENCE_CASE(int8) PROBE_REFERENCE_CASE(uint8) PROBE_REFERENCE_CASE(int16)
+    PROBE_REFERENCE_CASE(uint16) PROBE_REFERENCE_CASE(int32) PROBE_REFERENCE_CASE(uint32)
+    PROBE_REFERENCE_CASE(int64) PROBE_REFERENCE_CASE(uint64) PROBE_REFERENCE_CASE(boolean)
+#undef PROBE_REFERENCE_CASE
+  }
+  return {};
+}
+
+}  // namespace probe::kernels::cuda_tile

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One prepared GPU check for the device machine (H200, torch 2.11+cu130, nvcc 13.0, cmake,
+# ninja; nothing can be fetched there). Builds numprobe with the CUDA path, runs the CUDA tests
+# (GPU figures bitwise equal to the kernel's CPU reference, and to the CPU kernel's hash, across
+# dtypes, shards, views, 0..512 MiB, NaN/Inf; no host sync while computing), then the benchmark,
+# and copies everything to $OUT. Budget: < 8 minutes.
+#
+# The machine has no libgtest/libspdlog/libxxhash/libfmt dev packages: fetch them here first
+# with `scripts/gpu_check.sh --fetch-deps` (Debian .debs unpacked into .deps/root, gitignored),
+# then on the device: run(command="scripts/gpu_check.sh", carry=[".deps"], timeout_s=540).
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEPS="$ROOT/.deps/root"
+OUT="${OUT:-$ROOT/out}"
+mkdir -p "$OUT"
+
+if [ "${1:-}" = "--fetch-deps" ]; then
+  mkdir -p "$ROOT/.deps/debs" "$DEPS"
+  (cd "$ROOT/.deps/debs" && apt-get download libgtest-dev googletest libspdlog-dev libspdlog1.10 \
+     libfmt-dev libfmt9 libxxhash-dev libxxhash0)
+  for f in "$ROOT"/.deps/debs/*.deb; do dpkg -x "$f" "$DEPS"; done
+  du -sh "$ROOT/.deps"
+  exit 0
+fi
+
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+start=$(date +%s)
+stamp() { echo "=== [$(( $(date +%s) - start )) s] $*"; }
+PY="${PYTHON:-python3}"
+TORCH_PREFIX="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+$PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())'
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+date -u +"%Y-%m-%dT%H:%M:%SZ"
+
+prefix_args=()
+if [ -d "$DEPS" ]; then
+  prefix_args=(-DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$DEPS/usr" -DCMAKE_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu"
+               -DCMAKE_INCLUDE_PATH="$DEPS/usr/include")
+  export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+else
+  prefix_args=(-DCMAKE_PREFIX_PATH="$TORCH_PREFIX")
+fi
+SITE="$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+WHEEL_INCLUDE="$(ls -d "$SITE"/nvidia/cu*/include 2>/dev/null | head -1 || true)"
+CUDA_ROOT="$(dirname "$(dirname "$(command -v nvcc)")")"
+extra=()
+if [ -n "$WHEEL_INCLUDE" ] && [ ! -f "$CUDA_ROOT/include/cusparse.h" ]; then
+  extra=(-DCMAKE_CXX_FLAGS="-idirafter $WHEEL_INCLUDE" -DCMAKE_CUDA_FLAGS="-Xcompiler=-idirafter,$WHEEL_INCLUDE")
+fi
+
+stamp "configure"
+cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMPROBE_TORCH=ON \
+  -DPROBE_CUDA=ON -DCUDA_TOOLKIT_ROOT_DIR="$CUDA_ROOT" -DCUDAToolkit_ROOT="$CUDA_ROOT" \
+  "${prefix_args[@]}" "${extra[@]}" || { stamp "configure FAILED"; exit 1; }
+stamp "build"
+cmake --build "$ROOT/build-gpu" --parallel "$(nproc)" \
+  --target numprobe_probe cuda_tests stats_cuda_bench torch_tests || { stamp "build FAILED"; exit 1; }
+
+stamp "CUDA tests"
+"$ROOT/build-gpu/tests/cuda_tests" --gtest_output=xml:"$OUT/cuda_tests.xml"; tests_rc=$?
+stamp "CPU/ATen tests in the same build"
+"$ROOT/build-gpu/tests/torch_tests" --gtest_brief=1 --gtest_output=xml:"$OUT/torch_tests.xml"
+stamp "benchmark"
+timeout 240 "$ROOT/build-gpu/bench/cuda/stats_cuda_bench" --quick | tee "$OUT/bench.txt"
+if [ -x "$ROOT/build-gpu/examples/train" ]; then
+  stamp "example overhead: see docs/cuda.md (examples with --device cuda)"
+else
+  stamp "examples with --device cuda not built in this tree: probe overhead on the example model NOT measured"
+fi
+stamp "done (cuda_tests rc=$tests_rc)"
+exit $tests_rc

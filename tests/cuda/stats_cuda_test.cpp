@@ -1,0 +1,176 @@
+// The CUDA kernel on a GPU against its CPU reference (bit for bit, every figure) and against
+// tensor_stats()'s CPU kernel (hash, min, max, counts exact; sums within docs/cuda.md's bound).
+// Every test skips itself when no GPU is visible, so the binary also runs in CI.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <bit>
+#include <cmath>
+
+#include "cuda/stats_reference.h"
+#include "probe/tensor_stats.h"
+#include "stats_device.h"
+
+namespace {
+
+namespace tile = probe::kernels::cuda_tile;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
+at::Tensor random_of(at::ScalarType type, at::IntArrayRef shape) {
+  auto cuda = at::TensorOptions().device(at::kCUDA);
+  if (type == at::kBool) return at::randint(0, 2, shape, cuda.dtype(at::kLong)).to(at::kBool);
+  if (type == at::kByte || type == at::kUInt16 || type == at::kUInt32 || type == at::kUInt64)
+    return at::randint(0, 200, shape, cuda.dtype(at::kLong)).to(type);
+  if (at::isIntegralType(type, false)) return at::randint(-100, 100, shape, cuda.dtype(at::kLong)).to(type);
+  return (at::randn(shape, cuda.dtype(at::kFloat)) * 3).to(type);
+}
+
+const std::vector<at::ScalarType> kTypes = {
+    at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2,
+    at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz, at::kChar, at::kByte, at::kShort, at::kInt,
+    at::kLong, at::kBool, at::kUInt16, at::kUInt32, at::kUInt64};
+
+// GPU packed figures for `t` next to the CPU reference of the same kernel order.
+void expect_gpu_equals_reference_and_cpu(const at::Tensor& t, const probe::Shard& shard,
+                                         const std::string& what) {
+  probe::TensorStats meta;
+  auto prepared = probe::detail::prepare(t, shard, meta);
+  if (!prepared) return;  // empty
+  auto kernel = probe::detail::device_kernel(c10::DeviceType::CUDA);
+  ASSERT_NE(kernel, nullptr) << "the CUDA kernel did not register";
+  at::Tensor packed = kernel(*prepared, false).cpu();
+  const auto* p = packed.const_data_ptr<std::int64_t>();
+
+  at::Tensor host = prepared->data.cpu();
+  probe::kernels::ContiguousLayout layout(prepared->type, host.const_data_ptr(), host.sizes().vec(),
+                                          prepared->shard);
+  const auto ref = tile::reference_partial(prepared->type, tile::run_layout_of(layout), host.const_data_ptr());
+  EXPECT_EQ(static_cast<std::uint64_t>(p[probe::detail::kHash]), ref.hash) << what;
+  EXPECT_EQ(p[probe::detail::kNanCount], ref.nan) << what;
+  EXPECT_EQ(p[probe::detail::kInfCount], ref.inf) << what;
+  const auto same_bits = [](std::int64_t gpu, double cpu) {
+    const double g = std::bit_cast<double>(gpu);
+    return (std::isnan(g) && std::isnan(cpu)) || std::bit_cast<std::uint64_t>(g) == std::bit_cast<std::uint64_t>(cpu) ||
+           (g == 0 && cpu == 0);  // the sign of a zero min/max depends on which zero came first
+  };
+  EXPECT_TRUE(same_bits(p[probe::detail::kSumSquares], ref.sum_squares)) << what;
+  EXPECT_TRUE(same_bits(p[probe::detail::kSum], ref.sum)) << what;
+  EXPECT_TRUE(same_bits(p[probe::detail::kMin], ref.min)) << what;
+  EXPECT_TRUE(same_bits(p[probe::detail::kMax], ref.max)) << what;
+
+  // And against tensor_stats() of the same tensor on the CPU.
+  const auto gpu_stats = probe::tensor_stats(t, shard);
+  const auto cpu_stats = probe::tensor_stats(t.cpu(), shard);
+  EXPECT_EQ(gpu_stats.hash, cpu_stats.hash) << what;
+  EXPECT_EQ(gpu_stats.nan, cpu_stats.nan) << what;
+  EXPECT_EQ(gpu_stats.inf, cpu_stats.inf) << what;
+  if (!std::isnan(cpu_stats.min)) {
+    EXPECT_EQ(gpu_stats.min, cpu_stats.min) << what;
+    EXPECT_EQ(gpu_stats.max, cpu_stats.max) << what;
+  }
+  if (std::isfinite(cpu_stats.norm)) {
+    EXPECT_NEAR(gpu_stats.norm, cpu_stats.norm, 1e-11 * cpu_stats.norm) << what;
+  }
+}
+
+}  // namespace
+
+TEST(CudaStats, GpuFiguresEqualTheCpuReferenceBitwiseForEveryDtypeAndSize) {
+  SKIP_WITHOUT_GPU();
+  at::manual_seed(0);
+  for (auto type : kTypes)
+    for (std::int64_t n : {0, 1, 7, 16, 1000, 8192, 8193, 65536 * 3 + 5, 1 << 22})
+      expect_gpu_equals_reference_and_cpu(random_of(type, {n}), {}, std::string(at::toString(type)) + " n=" + std::to_string(n));
+}
+
+TEST(CudaStats, LargeTensorsUpTo512MiB) {
+  SKIP_WITHOUT_GPU();
+  for (auto type : {at::kFloat, at::kBFloat16})
+    for (std::int64_t mib : {64, 512}) {
+      const std::int64_t n = (mib << 20) / at::elementSize(type);
+      expect_gpu_equals_reference_and_cpu(random_of(type, {n}), {}, std::string(at::toString(type)) + " " + std::to_string(mib) + " MiB");
+    }
+}
+
+TEST(CudaStats, ShardsUseGlobalIndexSeeds) {
+  SKIP_WITHOUT_GPU();
+  for (auto type : {at::kFloat, at::kBFloat16, at::kFloat8_e4m3fn, at::kLong}) {
+    at::Tensor whole = random_of(type, {64, 48, 6});
+    const std::uint64_t expected = probe::tensor_stats(whole).hash;
+    std::uint64_t sum = 0;
+    for (std::int64_t c = 0; c < 48; c += 12) {  // tensor parallel: column blocks, many runs
+      at::Tensor local = whole.narrow(1, c, 12).contiguous();
+      probe::Shard shard{{64, 48, 6}, {0, c, 0}};
+      expect_gpu_equals_reference_and_cpu(local, shard, std::string(at::toString(type)) + " column shard");
+      sum += probe::tensor_stats(local, shard).hash;
+    }
+    EXPECT_EQ(sum, expected);
+    expect_gpu_equals_reference_and_cpu(whole.narrow(0, 16, 16).contiguous(),
+                                        probe::Shard::along({64, 48, 6}, 0, 16), "row shard");
+  }
+}
+
+TEST(CudaStats, StridedViewsAndMisalignedStorage) {
+  SKIP_WITHOUT_GPU();
+  at::Tensor t = random_of(at::kFloat, {1031, 517});
+  expect_gpu_equals_reference_and_cpu(t.t(), {}, "transpose");
+  expect_gpu_equals_reference_and_cpu(t.slice(1, 5, 400, 3), {}, "strided slice");
+  expect_gpu_equals_reference_and_cpu(t.view(-1).narrow(0, 1, 100000), {}, "offset by 4 bytes");
+  at::Tensor h = random_of(at::kBFloat16, {1 << 20});
+  expect_gpu_equals_reference_and_cpu(h.narrow(0, 3, (1 << 20) - 3), {}, "offset by 6 bytes");
+}
+
+TEST(CudaStats, NanAndInfAreCountedAndKeptOutOfMinMaxMean) {
+  SKIP_WITHOUT_GPU();
+  for (auto type : {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble}) {
+    at::Tensor t = random_of(type, {100000});
+    t.index_put_({at::arange(0, 100000, 997, at::kLong).cuda()}, std::nan(""));
+    t.index_put_({at::arange(5, 100000, 1999, at::kLong).cuda()}, INFINITY);
+    t.index_put_({at::arange(7, 100000, 3001, at::kLong).cuda()}, -INFINITY);
+    expect_gpu_equals_reference_and_cpu(t, {}, std::string(at::toString(type)) + " with NaN/Inf");
+    const auto s = probe::tensor_stats(t);
+    EXPECT_GT(s.nan, 0);
+    EXPECT_GT(s.inf, 0);
+    EXPECT_TRUE(std::isinf(s.max));
+  }
+}
+
+TEST(CudaStats, SameTensorGivesBitwiseSameFiguresEveryTime) {
+  SKIP_WITHOUT_GPU();
+  at::Tensor t = random_of(at::kFloat, {10'000'000});
+  const auto first = probe::tensor_stats(t);
+  for (int i = 0; i < 5; ++i) {
+    const auto again = probe::tensor_stats(t);
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(again.norm), std::bit_cast<std::uint64_t>(first.norm));
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(again.mean), std::bit_cast<std::uint64_t>(first.mean));
+    EXPECT_EQ(again.hash, first.hash);
+  }
+}
+
+TEST(CudaStats, PendingStatsNeverSyncTheHost) {
+  SKIP_WITHOUT_GPU();
+  // A CUDA graph capture fails on any host sync (or sync-requiring call) made while capturing:
+  // computing figures for several tensors inside one proves the per-tensor path is sync-free.
+  std::vector<at::Tensor> tensors{random_of(at::kFloat, {1 << 20}), random_of(at::kBFloat16, {4096, 3}),
+                                  random_of(at::kInt, {17})};
+  // Warm up the caching allocator and the kernel outside the capture.
+  for (auto& t : tensors) (void)probe::tensor_stats_pending(t);
+  at::cuda::CUDAStream stream = at::cuda::getStreamFromPool();
+  at::cuda::CUDAStreamGuard guard(stream);
+  at::cuda::CUDAGraph graph;
+  std::vector<probe::PendingStats> pending;
+  graph.capture_begin();
+  for (auto& t : tensors) pending.push_back(probe::tensor_stats_pending(t));
+  graph.capture_end();
+  graph.replay();
+  std::vector<probe::PendingStats*> ptrs;
+  for (auto& p : pending) ptrs.push_back(&p);
+  probe::resolve_pending(ptrs);
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    EXPECT_EQ(pending[i].stats.hash, probe::tensor_stats(tensors[i].cpu()).hash);
+}
