@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# The demo: installs what is missing, builds, trains the quickstart model with the probe
-# attached, and shows the log it wrote.
+# The README's demo, on CPU from a fresh machine: installs and builds what is missing, then
+# compares a 4-rank zero3 run with an 8-rank (2 pipeline stages x 4 data-parallel) run of the
+# example MoE -- first as they are, then with the pipeline run logging its gradients at the
+# wrong moment (--fault grads-none, the bug numprobe was started for) -- and shows both reports.
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 configure_and_build
 cd "$NUMPROBE_ROOT"
-run_dir="out/quickstart"
-rm -rf "$run_dir"
-"$BUILD_DIR/examples/numprobe_quickstart" "$run_dir" 3
-echo
-echo "== $run_dir/rank0/diff.log (first 25 lines) =="
-head -25 "$run_dir/rank0/diff.log"
-echo "..."
-echo "== records per kind =="
-sed -n 's/.* kind=\([a-z_]*\) .*/\1/p' "$run_dir/rank0/diff.log" | sort | uniq -c
+export BUILD_DIR TORCHRUN="$VENV/bin/torchrun"
+STEPS="${STEPS:-3}"
+
+banner() { printf '\n\033[1m==== %s\033[0m\n' "$*"; }
+
+banner "1/2  zero3 x4  vs  pp x ddp (2 stages x 4) x8: both reduce over 4 data-parallel ranks, expect bitwise equality"
+set +e
+OUT=out/demo1 scripts/compare.sh "zero3 4" "pp-ddp 8 --stages 2" --rng-seed 42 --steps "$STEPS"
+first=$?
+banner "2/2  the same, with the pipeline run logging its gradients after the optimizer cleared them"
+OUT=out/demo2 scripts/compare.sh "zero3 4" "pp-ddp 8 --stages 2" --rng-seed 42 --steps "$STEPS" \
+  --b --fault grads-none
+second=$?
+set -e
+banner "diff_logs exit status: $first (equal) and $second (differences: the grads are none)"

@@ -8,7 +8,8 @@ BUILD_DIR="${BUILD_DIR:-$NUMPROBE_ROOT/build}"
 VENV="${NUMPROBE_VENV:-$NUMPROBE_ROOT/.venv}"
 TORCH_VERSION="${NUMPROBE_TORCH_VERSION:-2.13.0}"
 APT_PACKAGES=(build-essential cmake ninja-build ccache python3-venv libxxhash-dev libspdlog-dev
-  libgtest-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev time)
+  libgtest-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev time
+  libgloo-dev)  # gloo headers for c10d's ProcessGroupGloo.hpp (the torch wheel lacks them)
 
 log() { printf '\033[1m[numprobe setup]\033[0m %s\n' "$*" >&2; }
 

@@ -1,0 +1,195 @@
+#include "model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ATen.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+
+#include "probe/probe.h"
+
+namespace moe {
+
+std::uint64_t mix_seed(std::uint64_t seed, std::initializer_list<std::uint64_t> values) {
+  auto splitmix = [](std::uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  };
+  std::uint64_t h = splitmix(seed);
+  for (auto v : values) h = splitmix(h ^ v);
+  return h;
+}
+
+at::Generator DropoutRng::for_layer(std::int64_t layer) const {
+  return at::make_generator<at::CPUGeneratorImpl>(
+      mix_seed(seed, {0xD50u, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(microbatch),
+                      static_cast<std::uint64_t>(layer), static_cast<std::uint64_t>(rank_salt)}));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", at::ones({dim}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
+}
+
+namespace {
+
+torch::nn::Linear linear(std::int64_t in, std::int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+// Rotary position embedding over the last dim of x [B, T, H, D] (D even), pairs interleaved.
+at::Tensor apply_rope(const at::Tensor& x, double theta) {
+  const auto T = x.size(1), D = x.size(-1);
+  auto inv_freq = at::pow(theta, -at::arange(0, D, 2, x.options()) / static_cast<double>(D));
+  auto angles = at::outer(at::arange(T, x.options()), inv_freq).view({1, T, 1, D / 2});
+  auto cos = angles.cos(), sin = angles.sin();
+  auto pairs = x.unflatten(-1, {D / 2, 2});
+  auto x1 = pairs.select(-1, 0), x2 = pairs.select(-1, 1);
+  return at::stack({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1).flatten(-2);
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(const ModelArgs& a) : args(a) {
+  const auto qk_head_dim = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  wq = register_module("wq", linear(a.dim, a.n_heads * qk_head_dim));
+  wkv_a = register_module("wkv_a", linear(a.dim, a.kv_lora_rank + a.qk_rope_head_dim));
+  kv_norm = register_module("kv_norm", RMSNorm(a.kv_lora_rank, a.norm_eps));
+  wkv_b = register_module("wkv_b", linear(a.kv_lora_rank, a.n_heads * (a.qk_nope_head_dim + a.v_head_dim)));
+  wo = register_module("wo", linear(a.n_heads * a.v_head_dim, a.dim));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+  const auto B = x.size(0), T = x.size(1), H = args.n_heads;
+  const auto nope = args.qk_nope_head_dim, rope = args.qk_rope_head_dim, vdim = args.v_head_dim;
+
+  auto q = wq(x).view({B, T, H, nope + rope});
+  auto q_nope = q.narrow(-1, 0, nope), q_rope = apply_rope(q.narrow(-1, nope, rope), args.rope_theta);
+
+  // Keys and values from a small latent; the rotary part of the key is shared by all heads.
+  auto kv = wkv_a(x);
+  auto latent = kv.narrow(-1, 0, args.kv_lora_rank);
+  auto k_rope = apply_rope(kv.narrow(-1, args.kv_lora_rank, rope).unsqueeze(2), args.rope_theta);
+  auto kv_heads = wkv_b(kv_norm(latent)).view({B, T, H, nope + vdim});
+  auto k_nope = kv_heads.narrow(-1, 0, nope), v = kv_heads.narrow(-1, nope, vdim);
+
+  auto query = at::cat({q_nope, q_rope}, -1).transpose(1, 2);                         // B H T d
+  auto key = at::cat({k_nope, k_rope.expand({B, T, H, rope})}, -1).transpose(1, 2);  // B H T d
+  // Plain matmul + softmax rather than a fused attention kernel: one code path everywhere.
+  auto scores = at::matmul(query, key.transpose(-2, -1)) / std::sqrt(static_cast<double>(nope + rope));
+  auto causal = at::ones({T, T}, x.options().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
+  auto out = at::matmul(at::softmax(scores, -1), v.transpose(1, 2));  // B H T vdim
+  return wo(out.transpose(1, 2).reshape({B, T, H * vdim}));
+}
+
+FeedForwardImpl::FeedForwardImpl(std::int64_t dim, std::int64_t hidden) {
+  w1 = register_module("w1", linear(dim, hidden));
+  w2 = register_module("w2", linear(hidden, dim));
+  w3 = register_module("w3", linear(dim, hidden));
+}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) { return w2(at::silu(w1(x)) * w3(x)); }
+
+RouterImpl::RouterImpl(std::int64_t dim, std::int64_t n_experts) {
+  gate = register_module("gate", linear(dim, n_experts));
+}
+
+GroupedExpertsImpl::GroupedExpertsImpl(std::int64_t dim, std::int64_t hidden, std::int64_t n_experts) {
+  w1 = register_parameter("w1", at::empty({n_experts, hidden, dim}));
+  w2 = register_parameter("w2", at::empty({n_experts, dim, hidden}));
+  w3 = register_parameter("w3", at::empty({n_experts, hidden, dim}));
+}
+
+MoEImpl::MoEImpl(const ModelArgs& a) : args(a) {
+  router = register_module("router", Router(a.dim, a.n_experts));
+  experts = register_module("experts", GroupedExperts(a.dim, a.moe_hidden_dim, a.n_experts));
+  shared_experts = register_module("shared_experts", FeedForward(a.dim, a.shared_hidden_dim));
+}
+
+at::Tensor MoEImpl::forward(const at::Tensor& x) {
+  const auto shape = x.sizes().vec();
+  auto tokens = x.reshape({-1, args.dim});  // N dim
+
+  // DeepSeek-V3 routing: sigmoid affinities, top-k experts, weights renormalised over the k.
+  auto affinity = at::sigmoid(router->gate(tokens));  // N E
+  auto [top_scores, top_experts] = at::topk(affinity, args.top_k, -1);
+  auto weights = top_scores / top_scores.sum(-1, /*keepdim=*/true);
+
+  auto routed = at::zeros_like(tokens);
+  for (std::int64_t e = 0; e < args.n_experts; ++e) {
+    auto hits = at::nonzero(top_experts == e);  // [n, 2]: (token, slot)
+    if (hits.size(0) == 0) continue;
+    auto token_ids = hits.select(1, 0);
+    auto xe = tokens.index_select(0, token_ids);
+    auto w = weights.index({token_ids, hits.select(1, 1)}).unsqueeze(-1);
+    auto h = at::silu(at::matmul(xe, experts->w1[e].t())) * at::matmul(xe, experts->w3[e].t());
+    routed = routed.index_add(0, token_ids, at::matmul(h, experts->w2[e].t()) * w);
+  }
+  return (shared_experts(tokens) + routed).view(shape);
+}
+
+TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a) : dropout(a.dropout) {
+  attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps));
+  attention = register_module("attention", Attention(a));
+  ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps));
+  moe = register_module("moe", MoE(a));
+}
+
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, std::optional<at::Generator> dropout_generator) {
+  auto a = attention(attention_norm(x));
+  if (dropout_generator && dropout > 0 && is_training()) {
+    // Drawn on the CPU (the generator is a CPU one): the same mask on every device.
+    auto keep = at::empty(a.sizes(), a.options().device(at::kCPU)).bernoulli_(1.0 - dropout, *dropout_generator).to(a.device());
+    a = a * keep / (1.0 - dropout);
+  }
+  auto h = x + a;
+  return h + moe(ffn_norm(h));
+}
+
+TransformerImpl::TransformerImpl(const ModelArgs& a, std::int64_t first, std::int64_t last)
+    : args(a), first_layer(first), last_layer(last) {
+  TORCH_CHECK(0 <= first && first < last && last <= a.n_layers, "bad layer range [", first, ", ", last, ")");
+  if (has_embedding()) tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(a.vocab_size, a.dim));
+  layers = register_module("layers", torch::nn::ModuleDict());
+  for (auto i = first; i < last; ++i) layers->update({{std::to_string(i), TransformerBlock(a).ptr()}});
+  if (has_output()) {
+    norm = register_module("norm", RMSNorm(a.dim, a.norm_eps));
+    output = register_module("output", linear(a.dim, a.vocab_size));
+  }
+}
+
+at::Tensor TransformerImpl::forward(const at::Tensor& x, const DropoutRng& rng) {
+  auto h = has_embedding() ? tok_embeddings(x) : x;
+  for (auto i = first_layer; i < last_layer; ++i) {
+    auto block = layers[std::to_string(i)]->as<TransformerBlockImpl>();
+    h = block->forward(h, rng.for_layer(i));
+    probe::tap("layers." + std::to_string(i), h);  // a no-op without an active probe
+  }
+  return has_output() ? output(norm(h)) : h;
+}
+
+void init_weights(Transformer& model, std::uint64_t seed) {
+  at::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    const auto& name = item.key();
+    auto& p = item.value();
+    if (name.ends_with("norm.weight")) {
+      p.fill_(1.0);
+      continue;
+    }
+    std::uint64_t name_hash = 0xcbf29ce484222325ull;  // FNV-1a: stable across platforms
+    for (unsigned char c : name) name_hash = (name_hash ^ c) * 0x100000001b3ull;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, {name_hash}));
+    p.normal_(0.0, 0.02, gen);
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,139 @@
+// A tiny DeepSeek-V3-style transformer (multi-head latent attention, top-k routed mixture of
+// experts with a shared expert) in the LibTorch C++ frontend, with the parameter names such
+// models have in torchtitan, so that numprobe logs from this example read like real ones.
+//
+// One Transformer holds a contiguous range of layers: the whole model for `single`, `ddp` and
+// `zero3`, one pipeline stage for `pp`. Layers keep their global index in their names
+// (`layers.<i>...`), so every layout logs the same names.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/moduledict.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+#include <cstdint>
+#include <string>
+
+namespace moe {
+
+struct ModelArgs {
+  std::int64_t vocab_size = 256;
+  std::int64_t dim = 64;
+  std::int64_t n_layers = 4;
+  std::int64_t n_heads = 4;
+  // Multi-head latent attention: keys and values come from a rank-`kv_lora_rank` latent.
+  std::int64_t kv_lora_rank = 32;
+  std::int64_t qk_nope_head_dim = 16;
+  std::int64_t qk_rope_head_dim = 8;
+  std::int64_t v_head_dim = 16;
+  // Mixture of experts.
+  std::int64_t n_experts = 8;
+  std::int64_t top_k = 2;
+  std::int64_t moe_hidden_dim = 32;     // per routed expert
+  std::int64_t shared_hidden_dim = 64;  // the shared expert
+  double dropout = 0.1;                 // after attention, so the RNG matters
+  double norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+};
+
+// Dropout randomness of one global microbatch: every layer draws from its own generator,
+// seeded from (seed, step, microbatch, layer), so the masks do not depend on which rank or
+// pipeline stage runs the microbatch. `rank_salt` is 0 unless the rng-per-rank fault is on.
+struct DropoutRng {
+  std::uint64_t seed = 0;
+  std::int64_t step = 0;
+  std::int64_t microbatch = 0;
+  std::int64_t rank_salt = 0;
+  at::Generator for_layer(std::int64_t layer) const;
+};
+
+// A deterministic 64-bit mix of a few integers (splitmix64 steps): seeds derived from it are
+// the same on every rank and in every layout.
+std::uint64_t mix_seed(std::uint64_t seed, std::initializer_list<std::uint64_t> values);
+
+struct RMSNormImpl : torch::nn::Module {
+  explicit RMSNormImpl(std::int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+// Multi-head latent attention without query compression (DeepSeek-V3's q_lora_rank = 0).
+struct AttentionImpl : torch::nn::Module {
+  explicit AttentionImpl(const ModelArgs& args);
+  at::Tensor forward(const at::Tensor& x);
+  ModelArgs args;
+  torch::nn::Linear wq{nullptr}, wkv_a{nullptr}, wkv_b{nullptr}, wo{nullptr};
+  RMSNorm kv_norm{nullptr};
+};
+TORCH_MODULE(Attention);
+
+// SwiGLU feed-forward: w2(silu(w1 x) * w3 x).
+struct FeedForwardImpl : torch::nn::Module {
+  FeedForwardImpl(std::int64_t dim, std::int64_t hidden_dim);
+  at::Tensor forward(const at::Tensor& x);
+  torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+struct RouterImpl : torch::nn::Module {
+  RouterImpl(std::int64_t dim, std::int64_t n_experts);
+  torch::nn::Linear gate{nullptr};
+};
+TORCH_MODULE(Router);
+
+// The routed experts' weights, batched over experts: w1, w3 [E, hidden, dim], w2 [E, dim, hidden].
+struct GroupedExpertsImpl : torch::nn::Module {
+  GroupedExpertsImpl(std::int64_t dim, std::int64_t hidden_dim, std::int64_t n_experts);
+  at::Tensor w1, w2, w3;
+};
+TORCH_MODULE(GroupedExperts);
+
+struct MoEImpl : torch::nn::Module {
+  explicit MoEImpl(const ModelArgs& args);
+  at::Tensor forward(const at::Tensor& x);
+  ModelArgs args;
+  Router router{nullptr};
+  GroupedExperts experts{nullptr};
+  FeedForward shared_experts{nullptr};
+};
+TORCH_MODULE(MoE);
+
+struct TransformerBlockImpl : torch::nn::Module {
+  explicit TransformerBlockImpl(const ModelArgs& args);
+  // `dropout_generator` undefined: no dropout.
+  at::Tensor forward(const at::Tensor& x, std::optional<at::Generator> dropout_generator);
+  double dropout;
+  RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
+  Attention attention{nullptr};
+  MoE moe{nullptr};
+};
+TORCH_MODULE(TransformerBlock);
+
+// Layers [first_layer, last_layer) of the model; the first stage owns the token embedding,
+// the last one the final norm and output projection.
+struct TransformerImpl : torch::nn::Module {
+  TransformerImpl(const ModelArgs& args, std::int64_t first_layer, std::int64_t last_layer);
+  // Tokens [B, T] (int64) on the first stage, hidden states [B, T, dim] elsewhere. Returns
+  // logits [B, T, vocab] on the last stage, hidden states otherwise.
+  at::Tensor forward(const at::Tensor& x, const DropoutRng& rng);
+  bool has_embedding() const { return first_layer == 0; }
+  bool has_output() const { return last_layer == args.n_layers; }
+
+  ModelArgs args;
+  std::int64_t first_layer, last_layer;
+  torch::nn::Embedding tok_embeddings{nullptr};
+  torch::nn::ModuleDict layers{nullptr};
+  RMSNorm norm{nullptr};
+  torch::nn::Linear output{nullptr};
+};
+TORCH_MODULE(Transformer);
+
+// Initialises every parameter from (seed, its name): the same values whichever layers this
+// Transformer holds and however it is later sharded.
+void init_weights(Transformer& model, std::uint64_t seed);
+
+}  // namespace moe

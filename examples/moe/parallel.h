@@ -1,0 +1,55 @@
+// Process groups for the example's setups, over real c10d backends (Gloo on CPU, NCCL when
+// built with CUDA), from torchrun's environment. This header keeps c10d out of the trainer's
+// translation unit: the trainer sees ranks, groups and a handful of collectives.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+
+namespace moe {
+
+// One process group (or none: a group of one, where every collective is the identity).
+class Group {
+ public:
+  struct Backend;
+  Group();  // a group of one
+  Group(std::shared_ptr<Backend> backend, int rank, int size);
+  ~Group();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  void all_reduce_sum(at::Tensor& t);
+  // out [size * n, ...] <- every rank's in [n, ...], in rank order.
+  void all_gather(at::Tensor& out, at::Tensor& in);
+  // out [n, ...] <- rows [rank*n, (rank+1)*n) of the sum over ranks of in [size * n, ...].
+  void reduce_scatter_sum(at::Tensor& out, at::Tensor& in);
+  void send(at::Tensor& t, int dst, int tag);
+  void recv(at::Tensor& t, int src, int tag);
+  void barrier();
+
+ private:
+  std::shared_ptr<Backend> backend_;
+  int rank_ = 0, size_ = 1;
+};
+
+// A world of S pipeline stages x D data-parallel replicas, rank = stage * D + dp_rank.
+struct ProcessGroups {
+  int rank = 0, world_size = 1;
+  int stage = 0, stages = 1;
+  int dp_rank = 0, dp_size = 1;
+  std::string backend_name = "none";
+  Group world;  // every rank
+  Group dp;     // the ranks of this stage (gradient reduction)
+  Group pp;     // the ranks holding this data-parallel replica's stages (send/recv)
+};
+
+// Reads RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun) and connects to the store: as a
+// client of the launcher's store when TORCHELASTIC_USE_AGENT_STORE=True, else rank 0 hosts it.
+// Without torchrun (no WORLD_SIZE) or with one process: groups of one, no store.
+// `device` is "cpu" (Gloo) or "cuda" (NCCL; needs a CUDA build).
+ProcessGroups init_process_groups(int stages, const std::string& device);
+
+}  // namespace moe

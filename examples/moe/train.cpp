@@ -1,0 +1,506 @@
+// moe_train: trains the tiny DeepSeek-V3-style MoE (model.h) under one parallel setup, with
+// the numprobe probe logging every microbatch, so that two setups can be compared with
+// diff_logs. docs/examples.md describes the setups, flags and faults.
+//
+//   torchrun --standalone --nproc-per-node 4 --no-python build/examples/moe_train
+//       --setup zero3 --rng-seed 42 --steps 3 --out out/0
+//
+// Every setup is "S pipeline stages x D data-parallel ranks" run by one GPipe loop:
+//   single  S=1, D=1          gradient accumulation over all microbatches (the reference)
+//   ddp     S=1, D=N          gradients all-reduced
+//   zero3   S=1, D=N          parameters sharded along dim 0: all-gathered before the forward,
+//                             gradients reduce-scattered into the shards
+//   pp      S=N, D=1          activations and their gradients sent between stages
+//   pp-ddp  S=--stages, D=N/S
+// What makes the setups agree bitwise per microbatch: the same initial weights (from the seed
+// and each parameter's name), the same tokens per global microbatch, dropout masks drawn from
+// a generator per (step, microbatch, layer), the loss of every microbatch divided by the global
+// microbatch count, one intra-op thread. Accumulated gradients then differ only by the order
+// in which microbatch contributions were summed.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <CLI/CLI.hpp>
+#include <c10/core/GradMode.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <sstream>
+
+#include "model.h"
+#include "parallel.h"
+#include "probe/probe.h"
+
+namespace {
+
+using moe::DropoutRng;
+using moe::ModelArgs;
+using moe::ProcessGroups;
+using moe::Transformer;
+
+struct Config {
+  std::string setup = "single";
+  int stages = 2;  // pp-ddp only
+  std::uint64_t rng_seed = 42;
+  std::int64_t steps = 3;
+  std::int64_t microbatches = 8;  // global, per step
+  std::int64_t microbatch_size = 2;
+  std::int64_t seq_len = 32;
+  double lr = 0.1, momentum = 0.9;
+  std::string device = "cpu";
+  std::string out;  // probe run dir ("" = next free out/<N>)
+  bool probe = true;
+  std::string probe_kinds = "all";
+  std::string fault = "none";
+  std::string params_out;  // write a fingerprint of the final parameters here
+  std::int64_t die_after_step = -1;
+  int die_rank = 1;
+  ModelArgs model;
+};
+
+// --fault: each reproduces a classic divergence that diff_logs must name.
+struct Fault {
+  enum class Kind { none, grads_none, rng_per_rank, nan, skip_reduce } kind = Kind::none;
+  std::int64_t step = -1;
+  std::string param;
+
+  static Fault parse(const std::string& text) {
+    Fault f;
+    auto value = [&](const std::string& prefix) { return text.substr(prefix.size()); };
+    if (text == "none") return f;
+    if (text == "grads-none") {
+      f.kind = Kind::grads_none;
+    } else if (text == "rng-per-rank") {
+      f.kind = Kind::rng_per_rank;
+    } else if (text.starts_with("nan=") && value("nan=").find(':') != std::string::npos) {
+      f.kind = Kind::nan;
+      const std::string v = value("nan=");
+      const auto colon = v.find(':');
+      f.step = std::stoll(v.substr(0, colon));
+      f.param = v.substr(colon + 1);
+    } else if (text.starts_with("skip-reduce=")) {
+      f.kind = Kind::skip_reduce;
+      f.param = value("skip-reduce=");
+    } else {
+      throw std::invalid_argument("--fault '" + text +
+                                  "': expected none, grads-none, rng-per-rank, nan=<step>:<param> or "
+                                  "skip-reduce=<param>");
+    }
+    return f;
+  }
+};
+
+// The tokens of global microbatch `mb` of `step`: the same in every setup. Each sequence
+// counts up from a random token by a random stride (mod vocab), with some tokens replaced by
+// noise, so the loss has something to learn.
+struct Microbatch {
+  at::Tensor inputs, targets;  // [B, T] int64
+};
+Microbatch make_microbatch(const Config& c, std::int64_t step, std::int64_t mb, at::Device device) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(
+      moe::mix_seed(c.rng_seed, {0xDA7Au, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(mb)}));
+  const auto B = c.microbatch_size, T = c.seq_len + 1, V = c.model.vocab_size;
+  auto start = at::randint(V, {B, 1}, gen, at::kLong);
+  auto stride = at::randint(1, 4, {B, 1}, gen, at::kLong);
+  auto tokens = (start + stride * at::arange(T, at::kLong)).remainder(V);
+  auto noise = at::randint(V, {B, T}, gen, at::kLong);
+  auto noisy = at::rand({B, T}, gen) < 0.1;
+  tokens = at::where(noisy, noise, tokens);
+  return {tokens.narrow(1, 0, c.seq_len).to(device).contiguous(), tokens.narrow(1, 1, c.seq_len).to(device).contiguous()};
+}
+
+// One parameter as this rank holds it.
+struct Param {
+  std::string name;
+  at::Tensor compute;  // the module's parameter: what the forward reads and the backward fills
+  at::Tensor owned;    // what this rank keeps and updates: `compute` itself, or its zero3 shard
+  probe::Shard shard;  // where `owned` sits in the whole parameter (zero3); empty otherwise
+  std::vector<std::int64_t> full_shape;
+  at::Tensor momentum;
+};
+
+std::uint64_t fingerprint(const at::Tensor& t) {
+  auto c = t.detach().contiguous();
+  const auto* bytes = static_cast<const unsigned char*>(c.const_data_ptr());
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the raw bytes: bitwise identity
+  for (std::size_t i = 0; i < c.nbytes(); ++i) h = (h ^ bytes[i]) * 0x100000001b3ull;
+  return h;
+}
+
+class Trainer {
+ public:
+  Trainer(Config config, ProcessGroups& groups, probe::Probe& probe)
+      : c_(std::move(config)), g_(groups), probe_(probe), fault_(Fault::parse(c_.fault)) {
+    zero3_ = c_.setup == "zero3";
+    device_ = c_.device == "cpu" ? at::Device(at::kCPU) : at::Device(at::kCUDA, local_rank());
+    if (c_.microbatches % g_.dp_size != 0)
+      throw std::invalid_argument("--microbatches " + std::to_string(c_.microbatches) +
+                                  " is not divisible by the data-parallel size " + std::to_string(g_.dp_size));
+    if (c_.model.n_layers < g_.stages)
+      throw std::invalid_argument("more pipeline stages than layers");
+    check_fault_param();  // before the default generator is reset below: it builds a model
+    // Stage s holds layers [s*L/S, (s+1)*L/S).
+    const auto L = c_.model.n_layers;
+    model_ = Transformer(c_.model, g_.stage * L / g_.stages, (g_.stage + 1) * L / g_.stages);
+    moe::init_weights(model_, c_.rng_seed);
+    // Module constructors drew from the default generator, differently per stage; reset it so
+    // its fingerprint (the probe's `rng cpu` record) is the same on every rank and setup.
+    at::manual_seed(c_.rng_seed);
+    model_->to(device_);  // initialised on the CPU: the same values on every device
+    model_->train();
+
+    for (auto& item : model_->named_parameters()) {
+      Param p;
+      p.name = item.key();
+      p.compute = item.value();
+      p.full_shape = p.compute.sizes().vec();
+      if (zero3_) shard(p);
+      else p.owned = p.compute;
+      p.momentum = at::zeros_like(p.owned);
+      params_.push_back(std::move(p));
+    }
+    watch_parameters();
+  }
+
+  void train() {
+    double total_ms = 0;
+    for (std::int64_t step = 0; step < c_.steps; ++step) {
+      const auto start = std::chrono::steady_clock::now();
+      const double loss = train_step(step);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      if (step > 0) total_ms += ms;  // step 0 warms up allocators and connections
+      if (g_.rank == 0) std::printf("step %lld  loss %.6f  time %.2f ms\n", static_cast<long long>(step), loss, ms);
+      std::fflush(stdout);
+    }
+    if (g_.rank == 0 && c_.steps > 1)
+      std::printf("mean step time (steps 1-%lld): %.3f ms\n", static_cast<long long>(c_.steps - 1),
+                  total_ms / static_cast<double>(c_.steps - 1));
+    if (!c_.params_out.empty()) write_parameters();
+  }
+
+ private:
+  double train_step(std::int64_t step) {
+    probe_.begin_step(step);
+    if (zero3_) gather_parameters();
+    auto losses = at::zeros({c_.microbatches}, at::kDouble);
+    pipeline(step, losses);
+    if (fault_.kind == Fault::Kind::nan && fault_.step == step) inject_nan();
+    reduce_gradients();
+    if (zero3_) release_parameters();
+
+    // Every microbatch's loss was computed on exactly one rank: the sum over ranks is exact,
+    // and summing it in microbatch order gives the same step loss in every setup.
+    if (device_.is_cpu()) {
+      g_.world.all_reduce_sum(losses);
+    } else {  // NCCL reduces device tensors
+      auto on_device = losses.to(device_);
+      g_.world.all_reduce_sum(on_device);
+      losses = on_device.cpu();
+    }
+    double loss = 0;
+    for (std::int64_t mb = 0; mb < c_.microbatches; ++mb) loss += losses[mb].item<double>();
+    loss /= static_cast<double>(c_.microbatches);
+
+    // A rank killed mid-run (tests): its peers log this step, it does not.
+    if (c_.die_after_step >= 0 && step == c_.die_after_step + 1 && g_.rank == c_.die_rank) std::raise(SIGKILL);
+
+    if (fault_.kind == Fault::Kind::grads_none) {
+      // The bug this project was started for: gradients logged after the optimizer step had
+      // already cleared them, so every logged gradient is `none`.
+      optimizer_step();
+      zero_grad();
+      probe_.scalar("loss", loss);
+      probe_.end_step();
+    } else {
+      probe_.scalar("loss", loss);
+      probe_.end_step();  // logs every watched parameter's accumulated gradient
+      optimizer_step();
+      zero_grad();
+    }
+    return loss;
+  }
+
+  // GPipe: this rank's microbatches all forward, then all backward in the same order (so that
+  // accumulation order, and hence the accumulated gradient, matches `single`).
+  void pipeline(std::int64_t step, at::Tensor& losses) {
+    const bool first = model_->has_embedding(), last = model_->has_output();
+    const auto per_rank = c_.microbatches / g_.dp_size;
+    struct InFlight {
+      std::int64_t mb;
+      at::Tensor input, output;  // output: the stage's activations, or the scaled loss on the last stage
+    };
+    std::vector<InFlight> in_flight;
+    const std::vector<std::int64_t> activation_shape{c_.microbatch_size, c_.seq_len, c_.model.dim};
+
+    for (std::int64_t i = 0; i < per_rank; ++i) {
+      const std::int64_t mb = g_.dp_rank * per_rank + i;  // the global microbatch id
+      const DropoutRng rng{c_.rng_seed, step, mb,
+                           fault_.kind == Fault::Kind::rng_per_rank ? g_.rank : 0};
+      const auto data = make_microbatch(c_, step, mb, device_);
+      at::Tensor x;
+      if (first) {
+        x = data.inputs;
+        probe_.begin_forward("model", mb, {x});
+      } else {
+        x = at::empty(activation_shape, device_);
+        g_.pp.recv(x, g_.stage - 1, forward_tag(mb));
+        x.requires_grad_(true);
+        probe_.begin_forward("model", mb, {});  // the model's input lives on stage 0
+      }
+      if (probe_.enabled())
+        for (auto layer = model_->first_layer; layer < model_->last_layer; ++layer)
+          probe_.record(probe::Kind::rng, "layers." + std::to_string(layer) + ".dropout", mb,
+                        rng.for_layer(layer).get_state());
+      auto y = model_->forward(x, rng);
+      if (last) {
+        probe_.record_output("model", mb, y);
+        auto loss = at::cross_entropy_loss(y.reshape({-1, c_.model.vocab_size}), data.targets.reshape({-1}));
+        probe_.record(probe::Kind::output, "loss", mb, loss);
+        losses[mb] = loss.item<double>();
+        in_flight.push_back({mb, x, loss / static_cast<double>(c_.microbatches)});
+      } else {
+        auto activations = y.detach().contiguous();
+        g_.pp.send(activations, g_.stage + 1, forward_tag(mb));
+        in_flight.push_back({mb, x, y});
+      }
+    }
+
+    for (auto& f : in_flight) {
+      backward_microbatch_ = f.mb;
+      if (last) {
+        probe_.backward(f.mb, f.output);
+      } else {
+        auto grad = at::empty(activation_shape, device_);
+        g_.pp.recv(grad, g_.stage + 1, backward_tag(f.mb));
+        probe_.backward(f.mb, f.output, grad);
+      }
+      if (!first) {
+        auto input_grad = f.input.grad().contiguous();
+        g_.pp.send(input_grad, g_.stage - 1, backward_tag(f.mb));
+      }
+    }
+  }
+  static int forward_tag(std::int64_t mb) { return static_cast<int>(2 * mb); }
+  static int backward_tag(std::int64_t mb) { return static_cast<int>(2 * mb + 1); }
+
+  // ddp: all-reduce; zero3: reduce-scatter into the shard's gradient; pp: each stage owns its
+  // parameters, nothing to do.
+  void reduce_gradients() {
+    for (auto& p : params_) {
+      auto grad = p.compute.grad();
+      if (!grad.defined()) continue;
+      const bool skip = fault_.kind == Fault::Kind::skip_reduce && p.name == fault_.param;
+      if (zero3_) {
+        at::Tensor shard_grad;
+        if (skip) {
+          shard_grad = grad.narrow(0, p.shard.offset[0], p.owned.size(0)).clone();
+        } else {
+          shard_grad = at::empty_like(p.owned);
+          auto full = grad.contiguous();
+          g_.dp.reduce_scatter_sum(shard_grad, full);
+        }
+        p.owned.mutable_grad() = shard_grad;
+      } else if (!skip) {
+        g_.dp.all_reduce_sum(grad);
+      }
+    }
+  }
+
+  // A NaN enters the named parameter's gradient on the first data-parallel rank that holds it,
+  // before the gradient reduction spreads it.
+  void inject_nan() {
+    if (g_.dp_rank != 0) return;
+    for (auto& p : params_)
+      if (p.name == fault_.param && p.compute.grad().defined())
+        p.compute.grad().view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+  }
+
+  // SGD with momentum, written as separate element-wise ops (no fused multiply-add) so a shard
+  // is updated bit for bit like the same rows of the whole tensor.
+  void optimizer_step() {
+    at::NoGradGuard no_grad;
+    for (auto& p : params_) {
+      auto grad = p.owned.grad();
+      if (!grad.defined()) continue;
+      p.momentum.mul_(c_.momentum).add_(grad);
+      p.owned.sub_(p.momentum * c_.lr);
+    }
+  }
+
+  void zero_grad() {
+    for (auto& p : params_) {
+      p.compute.mutable_grad().reset();
+      p.owned.mutable_grad().reset();
+    }
+  }
+
+  // zero3: this rank keeps rows [rank*n, (rank+1)*n) of every parameter.
+  void shard(Param& p) {
+    const auto rows = p.full_shape.at(0), ranks = static_cast<std::int64_t>(g_.dp_size);
+    if (rows % ranks != 0)
+      throw std::invalid_argument("zero3: " + p.name + " has " + std::to_string(rows) +
+                                  " rows, not divisible by " + std::to_string(ranks) +
+                                  " ranks (choose sizes that are)");
+    const auto n = rows / ranks, begin = g_.dp_rank * n;
+    p.owned = p.compute.detach().narrow(0, begin, n).clone().requires_grad_(true);
+    p.shard = probe::Shard::along(p.full_shape, 0, begin);
+    release(p);
+  }
+  void gather_parameters() {
+    at::NoGradGuard no_grad;
+    for (auto& p : params_) {
+      auto full = at::empty(p.full_shape, p.owned.options().requires_grad(false));
+      auto mine = p.owned.detach();
+      g_.dp.all_gather(full, mine);
+      p.compute.set_data(full);
+    }
+  }
+  void release_parameters() {
+    for (auto& p : params_) release(p);
+  }
+  static void release(Param& p) {
+    p.compute.mutable_grad().reset();
+    p.compute.set_data(at::empty({0}, p.owned.options().requires_grad(false)));
+  }
+
+  // Whole parameters' mb_grad records, and each rank's accumulated gradient (its zero3 shard)
+  // as `grad` records the differ composes back into the whole.
+  void watch_parameters() {
+    if (!zero3_) {
+      probe_.watch(*model_);
+      return;
+    }
+    for (auto& p : params_) {
+      probe_.watch_parameter(p.name, p.owned, p.shard);
+      // The gathered parameter is what the backward reaches: one whole-parameter contribution
+      // per microbatch, comparable with every other setup.
+      if (probe_.enabled() && probe_.options().kinds.contains(probe::Kind::mb_grad))
+        p.compute.register_hook([this, name = p.name](const at::Tensor& grad) {
+          probe_.record(probe::Kind::mb_grad, name, backward_microbatch_, grad);
+        });
+    }
+  }
+
+  static int local_rank() {
+    const char* v = std::getenv("LOCAL_RANK");
+    return v ? std::atoi(v) : 0;
+  }
+
+  void check_fault_param() {
+    if (fault_.param.empty()) return;
+    Transformer whole(c_.model, 0, c_.model.n_layers);
+    for (const auto& item : whole->named_parameters())
+      if (item.key() == fault_.param) return;
+    throw std::invalid_argument("--fault: no parameter named '" + fault_.param + "'");
+  }
+
+  void write_parameters() {
+    std::filesystem::create_directories(c_.params_out);
+    std::ofstream out(std::filesystem::path(c_.params_out) / ("rank" + std::to_string(g_.rank) + ".txt"));
+    for (const auto& p : params_) {
+      out << p.name;
+      for (auto o : p.shard.offset) out << " @" << o;
+      out << " " << std::hex << fingerprint(p.owned.cpu()) << std::dec << "\n";
+    }
+  }
+
+  Config c_;
+  ProcessGroups& g_;
+  probe::Probe& probe_;
+  Fault fault_;
+  bool zero3_ = false;
+  at::Device device_{at::kCPU};
+  Transformer model_{nullptr};
+  std::vector<Param> params_;
+  std::int64_t backward_microbatch_ = 0;
+};
+
+int stages_for(const Config& c, int world_size) {
+  if (c.setup == "single") {
+    if (world_size != 1) throw std::invalid_argument("--setup single runs as one process");
+    return 1;
+  }
+  if (c.setup == "ddp" || c.setup == "zero3") return 1;
+  if (c.setup == "pp") return world_size;
+  if (c.setup == "pp-ddp") return c.stages;
+  throw std::invalid_argument("--setup '" + c.setup + "': expected single, ddp, zero3, pp or pp-ddp");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"moe_train: a tiny DeepSeek-V3-style MoE trained under one parallel setup, logged "
+               "by the numprobe probe (docs/examples.md)"};
+  app.add_option("--setup", c.setup, "single, ddp, zero3, pp or pp-ddp")->capture_default_str();
+  app.add_option("--stages", c.stages, "pipeline stages of pp-ddp (pp: every rank is a stage)")->capture_default_str();
+  app.add_option("--rng-seed", c.rng_seed, "seed of weights, data and dropout")->capture_default_str();
+  app.add_option("--steps", c.steps, "training steps")->capture_default_str();
+  app.add_option("--microbatches", c.microbatches, "global microbatches per step")->capture_default_str();
+  app.add_option("--microbatch-size", c.microbatch_size, "sequences per microbatch")->capture_default_str();
+  app.add_option("--seq-len", c.seq_len, "tokens per sequence")->capture_default_str();
+  app.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--device", c.device, "cpu (Gloo) or cuda (NCCL, CUDA builds; not tested here)")->capture_default_str();
+  app.add_option("--out", c.out, "the probe's run directory (default: the next free out/<N>)");
+  app.add_option("--probe", c.probe, "probe on or off")->capture_default_str();
+  app.add_option("--probe-kinds", c.probe_kinds, "kinds to record: all, a list, or -kind to drop one")->capture_default_str();
+  app.add_option("--fault", c.fault, "none, grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>")->capture_default_str();
+  app.add_option("--params-out", c.params_out, "write a fingerprint of the final parameters to DIR/rank<R>.txt");
+  app.add_option("--die-after-step", c.die_after_step, "SIGKILL --die-rank in the step after this one, once its collectives are done and before it logs the step (tests)")->capture_default_str();
+  app.add_option("--die-rank", c.die_rank, "the rank --die-after-step kills")->capture_default_str();
+  auto& m = c.model;
+  app.add_option("--vocab", m.vocab_size)->capture_default_str();
+  app.add_option("--dim", m.dim)->capture_default_str();
+  app.add_option("--layers", m.n_layers)->capture_default_str();
+  app.add_option("--heads", m.n_heads)->capture_default_str();
+  app.add_option("--kv-lora-rank", m.kv_lora_rank)->capture_default_str();
+  app.add_option("--experts", m.n_experts)->capture_default_str();
+  app.add_option("--top-k", m.top_k)->capture_default_str();
+  app.add_option("--moe-hidden", m.moe_hidden_dim)->capture_default_str();
+  app.add_option("--shared-hidden", m.shared_hidden_dim)->capture_default_str();
+  app.add_option("--dropout", m.dropout)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    // One intra-op thread: CPU reductions then sum in one fixed order on every rank, and
+    // K processes on K cores do not oversubscribe.
+    at::set_num_threads(1);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    if (c.device != "cpu") ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);  // deterministic cuBLAS
+
+    const int world_size = std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1;
+    ProcessGroups groups = moe::init_process_groups(stages_for(c, world_size), c.device);
+
+    probe::ProbeOptions options;
+    options.enabled = c.probe;
+    options.run_dir = c.out;
+    options.kinds = probe::KindSet::parse(c.probe_kinds);
+    options.rank = groups.rank;
+    options.world_size = groups.world_size;
+    std::ostringstream setup;
+    setup << c.setup << " x" << groups.world_size << " (" << groups.stages << " stages x " << groups.dp_size
+          << " dp, " << groups.backend_name << "), seed " << c.rng_seed << ", fault " << c.fault;
+    options.setup = setup.str();
+    probe::Probe probe(probe::ProbeOptions::from_env(options));
+    if (groups.rank == 0)
+      std::printf("moe_train: %s; %lld layers, dim %lld, %lld experts top-%lld; %lld microbatches x %lld x %lld tokens; probe %s\n",
+                  options.setup.c_str(), static_cast<long long>(m.n_layers), static_cast<long long>(m.dim),
+                  static_cast<long long>(m.n_experts), static_cast<long long>(m.top_k),
+                  static_cast<long long>(c.microbatches), static_cast<long long>(c.microbatch_size),
+                  static_cast<long long>(c.seq_len),
+                  probe.enabled() ? probe.run_dir().c_str() : "off");
+
+    Trainer trainer(c, groups, probe);
+    trainer.train();
+    groups.world.barrier();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moe_train: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Probe overhead per training step of examples/moe, per setup, measured inside one run:
+# PROBE_EVERY=2 makes the probe record even steps only, so probed and unprobed steps alternate
+# in the same processes (same machine load, same warm caches). Reported: the median step
+# time (rank 0, as moe_train prints it) of odd steps (probe idle: its hooks run but record
+# nothing) and of even steps >= 2 (probe recording), for kinds "-mb_grad" and "all".
+# Prints a markdown table (docs/perf.md).
+#   scripts/perf_examples.sh            # STEPS=41 by default
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+TORCHRUN="${TORCHRUN:-torchrun}"
+STEPS="${STEPS:-41}"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+step_times() {  # step_times SETUP RANKS KINDS [flags...]  -> "N ms" lines
+  local setup="$1" ranks="$2" kinds="$3"
+  shift 3
+  OMP_NUM_THREADS=1 PROBE_EVERY=2 "$TORCHRUN" --standalone --nproc-per-node "$ranks" --no-python \
+    "$BUILD_DIR/examples/moe_train" --setup "$setup" --steps "$STEPS" --probe-kinds "$kinds" \
+    --out "$WORK/run" "$@" 2>/dev/null | sed -n 's/^step \([0-9]*\) .* time \([0-9.]*\) ms$/\1 \2/p'
+  rm -rf "$WORK/run"
+}
+
+summarise() {  # stdin: "step ms" lines -> "off on overhead%"
+  python3 -c '
+import statistics, sys
+rows = [l.split() for l in sys.stdin if l.strip()]
+off = [float(t) for s, t in rows if int(s) % 2 == 1]
+on = [float(t) for s, t in rows if int(s) % 2 == 0 and int(s) >= 2]
+a, b = statistics.median(off), statistics.median(on)
+print(f"{a:.1f} {b:.1f} {100 * (b / a - 1):+.1f}%")'
+}
+
+echo "| setup | ranks | probe idle (ms/step) | recording all but mb_grad | overhead | probe idle (ms/step) | recording all kinds | overhead |"
+echo "|---|---|---|---|---|---|---|---|"
+for spec in "single 1" "ddp 2" "zero3 2" "pp 2" "pp-ddp 4 --stages 2"; do
+  set -- $spec
+  setup="$1" ranks="$2"
+  shift 2
+  read -r off1 on1 pct1 < <(step_times "$setup" "$ranks" -mb_grad "$@" | summarise)
+  read -r off2 on2 pct2 < <(step_times "$setup" "$ranks" all "$@" | summarise)
+  echo "| $setup | $ranks | $off1 | $on1 | $pct1 | $off2 | $on2 | $pct2 |"
+done
