@@ -156,10 +156,10 @@ def case_fault_skip_reduce():
     b = train("ddp2_skip", "ddp", 2, "--fault", f"skip-reduce={param}")
     r = diff(a, b, expect=1)
     first_divergence(r, 0, "grad", param)
-    causes = " ".join(c["message"] for c in r["likely_causes"])
+    cause(r, "unreduced_gradient", ["grad " + param, "not reduced"])
     issues = [i for i in r["test"]["issues"] if i["type"] == "replica_mismatch"]
-    if not (param in causes and "reduc" in causes) and not any(param in i["message"] for i in issues):
-        fail(f"neither a likely cause nor a replica_mismatch issue names {param}")
+    if not any(param in i["message"] for i in issues):
+        fail(f"no replica_mismatch issue names {param}")
 
 
 def case_killed_rank():
@@ -169,10 +169,18 @@ def case_killed_rank():
     a = train("ddp2_full", "ddp", 2, steps=3)
     b = train("ddp2_killed", "ddp", 2, "--die-after-step", "1", "--die-rank", "1", steps=3,
               expect_ok=False)
-    r = diff(a, b, expect=1)
-    fd = r["first_divergence"]
-    if fd["step"] != 2 or fd["class"] != "only_base":
-        fail(f"steps 0-1 must agree and rank 1's step 2 be missing from the killed run: {fd}")
+    r = diff(a, b)
+    if "truncated" in r["test"]["issue_counts"]:
+        # Rank 0 logged step 2, rank 1 did not: the run is cut at step 2 and says so.
+        if r["truncated_at"] != 2 or r["first_divergence"] is not None:
+            fail(f"steps 0-1 must agree and the comparison stop at step 2: {r['truncated_at']}, {r['first_divergence']}")
+        if "rank 1's log ends after step 1" not in r["text"]:
+            fail("the report does not say that rank 1 stopped after step 1")
+    else:
+        # Both ranks stopped after step 1: the killed run is just shorter.
+        fd = r["first_divergence"]
+        if fd is None or fd["step"] != 2 or fd["class"] != "only_base":
+            fail(f"steps 0-1 must agree and step 2 be missing from the killed run: {fd}")
     if r["test"]["records"] >= r["base"]["records"]:
         fail("the killed run has as many records as the full one")
 

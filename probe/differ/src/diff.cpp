@@ -310,6 +310,21 @@ struct Differ {
                                      " differs at step " + std::to_string(step) +
                                      ": dropout/RNG state (seed, generator offset, or RNG "
                                      "consumed in a different order)"});
+    // A gradient that data-parallel replicas disagree on while every microbatch contribution
+    // is equal: it was not reduced across the replicas.
+    if (first.kind == Kind::grad && is_divergence(first.cls) &&
+        ((first.base.present && first.base.m.replicas_disagree) ||
+         (first.test.present && first.test.m.replicas_disagree)) &&
+        mb_grads_equal(first.name, pairs)) {
+      const bool in_test = first.test.present && first.test.m.replicas_disagree;
+      r.causes.push_back(
+          {"unreduced_gradient",
+           "grad " + first.name + " differs between data-parallel replicas of the " +
+               (in_test ? "test" : "base") + " run (ranks " +
+               join_ranks(in_test ? first.test.m.ranks : first.base.m.ranks) +
+               ") while every mb_grad is bitwise equal: the gradient was not reduced across "
+               "data-parallel ranks (a skipped all-reduce, or one over the wrong group)"});
+    }
     // Summation order of a collective.
     if (first.kind == Kind::grad && first.cls == Class::different && sum_order_like(first, pairs))
       r.causes.push_back(
@@ -320,18 +335,28 @@ struct Differ {
            "reduce-scatter, bucket layout)"});
   }
 
+  static std::string join_ranks(const std::vector<int>& ranks) {
+    std::string out;
+    for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+    return out;
+  }
+
+  static bool mb_grads_equal(const std::string& name, const std::vector<Pair>& pairs) {
+    std::int64_t mbs = 0;
+    for (const auto& p : pairs) {
+      if (p.kind != Kind::mb_grad || p.name != name) continue;
+      if (p.cls != Class::equal) return false;
+      ++mbs;
+    }
+    return mbs > 0;
+  }
+
   bool sum_order_like(const Pair& g, const std::vector<Pair>& pairs) const {
     if (g.kind != Kind::grad || g.cls != Class::different || !g.base.present || !g.test.present)
       return false;
     if (g.base.m.rec.state != Record::State::tensor || g.test.m.rec.state != Record::State::tensor)
       return false;
-    std::int64_t mbs = 0;
-    for (const auto& p : pairs) {
-      if (p.kind != Kind::mb_grad || p.name != g.name) continue;
-      if (p.cls != Class::equal) return false;
-      ++mbs;
-    }
-    if (mbs == 0) return false;
+    if (!mb_grads_equal(g.name, pairs)) return false;
     const double bound =
         low_precision(g.base.m.rec.stats.dtype) ? o.sum_order_rtol_lowp : o.sum_order_rtol;
     return g.rel_diff <= bound;

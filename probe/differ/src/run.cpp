@@ -408,6 +408,7 @@ struct Run::RankSource {
   std::size_t python_pos = 0;
   std::optional<Record> ahead;
   std::int64_t last_step = -1;
+  bool reported_early_end = false;
 };
 
 namespace {
@@ -689,6 +690,22 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   if (!s) return false;
   step = *s;
 
+  // A rank whose log ended cleanly at a step boundary while others go on: the process stopped
+  // (killed between steps). Its later records are missing, not different: stop comparing here.
+  for (auto& src : ranks_) {
+    if (!src->reader || src->ahead || src->reported_early_end || src->reader->truncated() ||
+        src->last_step < 0 || src->last_step >= step)
+      continue;
+    src->reported_early_end = true;
+    if (!incomplete_from_ || step < *incomplete_from_) incomplete_from_ = step;
+    issues_.add({Issue::Severity::warning, "truncated", options_.label, step,
+                 src->reader->path().string() + ": rank " + std::to_string(src->rank) +
+                     "'s log ends after step " + std::to_string(src->last_step) +
+                     " while other ranks go on to step " + std::to_string(step) +
+                     " (rank stopped early, killed?): steps before " + std::to_string(step) +
+                     " are used, later ones are not compared"});
+  }
+
   // Group this step's records of every rank by (kind, canonical name, mb).
   std::vector<Group> groups;
   std::unordered_map<std::string, std::size_t> index;
@@ -781,6 +798,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       if (!rep) {
         reps.push_back(&p);
       } else if (!same_record(rep->rec, p.rec)) {
+        m.replicas_disagree = true;
         issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
                      "step " + std::to_string(step) + " " + where() + ": rank " +
                          std::to_string(rep->rank) + " has " + record_brief(rep->rec) +
@@ -795,7 +813,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       else if (!whole)
         whole = b;
       else  // e.g. `none` on one rank and a scalar on another
-        issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
+        m.replicas_disagree = true, issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
                      "step " + std::to_string(step) + " " + where() + ": rank " +
                          std::to_string(whole->rank) + " has " + record_brief(whole->rec) +
                          ", rank " + std::to_string(b->rank) + " has " + record_brief(b->rec)});
@@ -819,7 +837,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
         composed.stats.unsupported = "shards do not tile: " + c.error;
       }
       if (whole && !same_record(whole->rec, composed))
-        issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
+        m.replicas_disagree = true, issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
                      "step " + std::to_string(step) + " " + where() + ": rank " +
                          std::to_string(whole->rank) + " has the whole tensor " +
                          record_brief(whole->rec) + ", the composed shards have " +

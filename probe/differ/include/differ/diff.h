@@ -73,6 +73,7 @@ struct Merged {
   std::vector<int> ranks; // ranks that logged it
   HashSource hash_source = HashSource::spec_v1;
   std::string key;  // alignment key: kind, microbatch and canonical name
+  bool replicas_disagree = false;  // ranks holding the same shard (or whole) logged different values
 };
 
 struct Issue {
