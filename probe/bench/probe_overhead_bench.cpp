@@ -60,7 +60,7 @@ void BM_TrainStep(benchmark::State& state) {
 const int kThreads = (at::set_num_threads(1), 1);
 
 BENCHMARK(BM_TrainStep)->DenseRange(0, 3)->ArgName("mode")->Unit(benchmark::kMillisecond)
-    ->UseRealTime()->MinTime(2.0)->Repetitions(3)->ReportAggregatesOnly(true);
+    ->UseRealTime()->MinTime(1.0)->Repetitions(12)->ReportAggregatesOnly(true);
 
 }  // namespace
 
