@@ -9,7 +9,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
-TORCHRUN="${TORCHRUN:-torchrun}"
+TORCHRUN="${TORCHRUN:-$(command -v torchrun || echo "$ROOT/.venv/bin/torchrun")}"
 STEPS="${STEPS:-41}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
