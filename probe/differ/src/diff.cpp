@@ -321,7 +321,7 @@ struct Differ {
           {"unreduced_gradient",
            "grad " + first.name + " differs between data-parallel replicas of the " +
                (in_test ? "test" : "base") + " run (ranks " +
-               join_ranks(in_test ? first.test.m.ranks : first.base.m.ranks) +
+               format_ranks(in_test ? first.test.m.ranks : first.base.m.ranks) +
                ") while every mb_grad is bitwise equal: the gradient was not reduced across "
                "data-parallel ranks (a skipped all-reduce, or one over the wrong group)"});
     }
@@ -333,12 +333,6 @@ struct Differ {
            "relative norm " + lf::format_double(first.rel_diff) +
            ": summation order (the reduction order of a collective: all-reduce vs "
            "reduce-scatter, bucket layout)"});
-  }
-
-  static std::string join_ranks(const std::vector<int>& ranks) {
-    std::string out;
-    for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
-    return out;
   }
 
   static bool mb_grads_equal(const std::string& name, const std::vector<Pair>& pairs) {

@@ -28,19 +28,6 @@ std::string pad(std::string s, std::size_t width, bool right = false) {
   return right ? std::string(width - s.size(), ' ') + s : s + std::string(width - s.size(), ' ');
 }
 
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string s;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!s.empty()) s += ',';
-    s += std::to_string(ranks[i]);
-    if (j > i) s += "-" + std::to_string(ranks[j]);
-    i = j;
-  }
-  return s;
-}
-
 std::string side_text(const Side& s) {
   if (!s.present) return "(absent)";
   const Record& r = s.m.rec;
@@ -71,7 +58,7 @@ std::string side_text(const Side& s) {
       break;
     }
   }
-  if (!s.m.ranks.empty() && s.m.ranks[0] >= 0) out += "  (rank " + ranks_text(s.m.ranks) + ")";
+  if (!s.m.ranks.empty() && s.m.ranks[0] >= 0) out += "  (rank " + format_ranks(s.m.ranks) + ")";
   if (!extra.empty()) out += "\n        " + extra;  // keeps lines terminal-wide
   return out;
 }

@@ -18,6 +18,19 @@ namespace lf = probe::log_format;
 // ---------------------------------------------------------------------------------------
 // Names
 
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!s.empty()) s += ',';
+    s += std::to_string(ranks[i]);
+    if (j > i) s += "-" + std::to_string(ranks[j]);
+    i = j;
+  }
+  return s;
+}
+
 namespace {
 constexpr std::array<std::string_view, 4> kWrappers = {
     "module.", "_fsdp_wrapped_module.", "_orig_mod.", "_checkpoint_wrapped_module."};
@@ -669,18 +682,6 @@ struct Group {
   std::vector<Part> parts;
 };
 
-std::string summarize_ranks(const std::vector<int>& ranks) {
-  std::string s;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!s.empty()) s += ',';
-    s += std::to_string(ranks[i]);
-    if (j > i) s += "-" + std::to_string(ranks[j]);
-    i = j;
-  }
-  return s;
-}
 
 }  // namespace
 
@@ -830,7 +831,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       } else {
         issues_.add({Issue::Severity::error, "shard_tiling", options_.label, step,
                      "step " + std::to_string(step) + " " + where() + ": " + c.error +
-                         " (ranks " + summarize_ranks(m.ranks) + "); not composed"});
+                         " (ranks " + format_ranks(m.ranks) + "); not composed"});
         composed.stats = TensorStats{};
         composed.stats.dtype = shards[0]->dtype;
         composed.stats.shape = shards[0]->shard.global_shape;

@@ -29,10 +29,23 @@ inline RunLayout run_layout_of(const ContiguousLayout& layout) {
   return r;
 }
 
+// A block's combine as the GPU does it: a shuffle-down tree over each warp's lanes, then the
+// same tree over the warp results.
+template <int kThreads>
+StatsPartial block_reduce(StatsPartial* thread) {
+  constexpr int kWarps = kThreads / kWarpSize;
+  StatsPartial warp[kWarps];
+  for (int w = 0; w < kWarps; ++w) {
+    tree_reduce(thread + w * kWarpSize, kWarpSize);
+    warp[w] = thread[w * kWarpSize];
+  }
+  tree_reduce(warp, kWarps);
+  return warp[0];
+}
+
 template <ElementType T, bool kSingleRun>
 StatsPartial reference_tile(const RunLayout& layout, const Bits<T>* data, std::int64_t tile,
                             const double* float8_table) {
-  constexpr int kWarps = kBlockThreads / kWarpSize;
   StatsPartial thread[kBlockThreads];
   for (int t = 0; t < kBlockThreads; ++t)
     for (int j = 0; j < kGroupsPerThread; ++j) {
@@ -42,13 +55,7 @@ StatsPartial reference_tile(const RunLayout& layout, const Bits<T>* data, std::i
           layout.numel - first < kGroupElements<T> ? layout.numel - first : kGroupElements<T>);
       fold_group<T, kSingleRun>(thread[t], data + first, count, first, layout, float8_table);
     }
-  StatsPartial warp[kWarps];
-  for (int w = 0; w < kWarps; ++w) {
-    tree_reduce(thread + w * kWarpSize, kWarpSize);
-    warp[w] = thread[w * kWarpSize];
-  }
-  tree_reduce(warp, kWarps);
-  return warp[0];
+  return block_reduce<kBlockThreads>(thread);
 }
 
 template <ElementType T>
@@ -65,17 +72,10 @@ StatsPartial reference_partial_typed(const RunLayout& layout, const void* data) 
                             : reference_tile<T, false>(layout, bits, b, float8_table);
   if (tiles == 0) return {};
   if (tiles == 1) return blocks[0];
-  constexpr int kWarps = kMergeThreads / kWarpSize;
   StatsPartial thread[kMergeThreads];
   for (int t = 0; t < kMergeThreads; ++t)
     for (std::int64_t i = t; i < tiles; i += kMergeThreads) thread[t].merge(blocks[static_cast<std::size_t>(i)]);
-  StatsPartial warp[kWarps];
-  for (int w = 0; w < kWarps; ++w) {
-    tree_reduce(thread + w * kWarpSize, kWarpSize);
-    warp[w] = thread[w * kWarpSize];
-  }
-  tree_reduce(warp, kWarps);
-  return warp[0];
+  return block_reduce<kMergeThreads>(thread);
 }
 
 // The figures the CUDA kernel computes for `layout` over host memory `data`.

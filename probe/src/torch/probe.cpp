@@ -157,7 +157,6 @@ struct Probe::Impl {
            const at::Tensor& t, const Shard& shard) {
     if (!wants(kind)) return;
     PendingRecord r;
-    r.record.step = step;
     r.record.kind = kind;
     r.record.name = name;
     r.record.microbatch = microbatch;

@@ -8,7 +8,6 @@
 #include <array>
 #include <bit>
 #include <algorithm>
-#include <map>
 #include <mutex>
 #include <sstream>
 

@@ -58,6 +58,8 @@ class NameMapper {
   std::vector<Rule> rules_;
   std::unordered_map<std::string, std::string> cache_;
 };
+// "0-3,6": sorted ranks with consecutive runs collapsed (reports and issue messages).
+std::string format_ranks(const std::vector<int>& ranks);
 // Expands a replacement (see NameMapper) for one match. Throws InputError.
 std::string expand_replacement(const std::smatch& m, const std::string& replacement);
 std::string strip_wrapper_prefixes(const std::string& name);
