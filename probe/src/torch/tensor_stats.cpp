@@ -8,6 +8,7 @@
 #include <array>
 #include <bit>
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <sstream>
 
