@@ -95,6 +95,12 @@ TEST(Align, AllGradsNoneInOneRunIsFirstDivergence) {
   EXPECT_NE(res.causes.back().message.find("all 3 grads of step 0 are none there"), std::string::npos)
       << res.causes.back().message;
   EXPECT_EQ(res.exit_code(), 1);
+  // The grad series have no paired values, but their first divergent step is still named.
+  for (const auto& [key, stats] : res.series)
+    if (key.kind == Kind::grad) {
+      EXPECT_EQ(stats.paired, 0) << key.name;
+      EXPECT_EQ(stats.first_divergent_step, 0) << key.name;
+    }
 }
 
 TEST(Statistics, AverageThatPrintsAsZeroDoesNotHideAMismatchingStep) {
@@ -163,6 +169,46 @@ TEST(Causes, GradDifferingAtSummationOrderSizeWithEqualMbGradsIsReductionOrder) 
   DiffOptions strict;
   strict.sum_order_rtol = 1e-7;  // the flag's bound is honoured
   EXPECT_FALSE(has_cause(diff(dir / "a", dir / "b", strict), "summation_order"));
+}
+
+TEST(Causes, GradThatReplicasDisagreeOnWithEqualMbGradsIsAnUnreducedGradient) {
+  auto dir = fresh_dir("unreduced");
+  auto rank = [](std::uint64_t grad_hash, double grad_norm, int mb) {
+    return std::vector<Record>{tensor(0, Kind::mb_grad, "w", 10 + mb, 1.0, mb),
+                               tensor(0, Kind::grad, "w", grad_hash, grad_norm)};
+  };
+  write_run(dir / "a", {rank(1, 2.0, 0), rank(1, 2.0, 1)});  // all-reduced: replicas agree
+  write_run(dir / "b", {rank(2, 1.0, 0), rank(3, 1.1, 1)});  // each rank kept its own
+  auto res = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(res.first_divergence);
+  EXPECT_EQ(res.first_divergence->kind, Kind::grad);
+  ASSERT_TRUE(has_cause(res, "unreduced_gradient"));
+  for (const auto& c : res.causes) {
+    if (c.rule == "unreduced_gradient") {
+      EXPECT_NE(c.message.find("grad w differs between data-parallel replicas of the test run (ranks 0-1)"),
+                std::string::npos)
+          << c.message;
+    }
+  }
+  EXPECT_FALSE(has_cause(res, "summation_order"));
+}
+
+TEST(Merge, RankWhoseLogStopsEarlyIsReportedAsTruncation) {
+  auto dir = fresh_dir("stopped");
+  auto steps = [](int n) {
+    std::vector<Record> records;
+    for (int s = 0; s < n; ++s) records.push_back(tensor(s, Kind::grad, "w", 5, 1.0));
+    return records;
+  };
+  write_run(dir / "a", {steps(3), steps(3)});
+  write_run(dir / "b", {steps(3), steps(2)});  // rank 1 killed after step 1
+  auto res = diff(dir / "a", dir / "b");
+  EXPECT_EQ(res.truncated_at, 2);
+  EXPECT_FALSE(res.first_divergence);
+  EXPECT_EQ(res.test_issues.count_by_type["truncated"], 1);
+  EXPECT_NE(text_of(res).find("rank 1's log ends after step 1 while other ranks go on to step 2"),
+            std::string::npos)
+      << text_of(res);
 }
 
 TEST(Causes, NanAppearingFirstIsNamed) {

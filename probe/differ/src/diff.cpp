@@ -440,6 +440,8 @@ struct Differ {
       if (vb && vt) {
         const bool agree = p.cls == Class::equal ? true : o.cmp.agree(*vb, *vt) && p.cls != Class::different;
         st.add_pair(step, *vb, p.cls == Class::equal ? *vb : *vt, agree);
+      } else if (is_divergence(p.cls) && !st.first_divergent_step) {
+        st.first_divergent_step = step;  // a value on one side only (absent, or `none`)
       }
       if (is_divergence(p.cls) && !first) first = &p;
       if (p.cls == Class::different || p.cls == Class::within_tol) offer_top(p);
