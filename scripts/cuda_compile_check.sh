@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI's CUDA compile check (no GPU needed): configures build-cuda/ against a CUDA 13 build of
 # torch (pip torch==2.14.1, installed once into a cached venv) with -DPROBE_CUDA=ON, and builds
-# the CUDA targets: libnumprobe with the fused kernel, the GPU tests and the GPU benchmark.
+# the CUDA targets: libnumprobe with the fused kernel, the GPU tests, the GPU benchmark and
+# moe_train with ProcessGroupNCCL.
 # Nothing is run. Idempotent; the venv (~5.4 GB) lives in $NUMPROBE_CUDA_VENV.
 #
 # The machine's CUDA toolkit (/usr/local/cuda, nvcc 13.0) has no cuBLAS/cuSPARSE headers, which
@@ -47,5 +48,5 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "${launcher[@]}" "$@" >/dev/null
 log "building the CUDA targets (compile and link only)"
 start=$(date +%s)
-cmake --build "$BUILD" --parallel "$(nproc)" --target numprobe_probe cuda_tests stats_cuda_bench
+cmake --build "$BUILD" --parallel "$(nproc)" --target numprobe_probe cuda_tests stats_cuda_bench moe_train
 log "done in $(( $(date +%s) - start )) s"
