@@ -174,6 +174,19 @@ struct Probe::Impl {
     records.push_back(std::move(r));
   }
 
+  // A scalar record: `value`, or `tensor` (a float64 0-dim tensor) read at end_step.
+  void add_scalar(const std::string& name, double value, at::Tensor tensor) {
+    PendingRecord r;
+    r.record.kind = Kind::scalar;
+    r.record.name = name;
+    r.record.state = Record::State::scalar;
+    r.record.value = value;
+    r.scalar = std::move(tensor);
+    std::lock_guard lock(mutex);
+    r.record.step = step;
+    records.push_back(std::move(r));
+  }
+
   void rng_fingerprint(std::int64_t microbatch, const std::vector<at::Tensor>& inputs) {
     if (!wants(Kind::rng)) return;
     std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
@@ -363,27 +376,13 @@ void Probe::tap(const std::string& name, const at::Tensor& t, const Shard& shard
 
 void Probe::scalar(const std::string& name, double value) {
   if (!enabled() || !impl_->wants(Kind::scalar)) return;
-  PendingRecord r;
-  r.record.kind = Kind::scalar;
-  r.record.name = name;
-  r.record.state = Record::State::scalar;
-  r.record.value = value;
-  std::lock_guard lock(impl_->mutex);
-  r.record.step = impl_->step;
-  impl_->records.push_back(std::move(r));
+  impl_->add_scalar(name, value, {});
 }
 
 void Probe::scalar(const std::string& name, const at::Tensor& value) {
   if (!enabled() || !impl_->wants(Kind::scalar)) return;
   TORCH_CHECK(value.numel() == 1, "numprobe: scalar '", name, "' has ", value.numel(), " elements");
-  PendingRecord r;
-  r.record.kind = Kind::scalar;
-  r.record.name = name;
-  r.record.state = Record::State::scalar;
-  r.scalar = value.detach().reshape({}).to(at::kDouble);
-  std::lock_guard lock(impl_->mutex);
-  r.record.step = impl_->step;
-  impl_->records.push_back(std::move(r));
+  impl_->add_scalar(name, 0, value.detach().reshape({}).to(at::kDouble));
 }
 
 void Probe::record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
