@@ -21,17 +21,30 @@ namespace {
 
 using RunFn = StatsPartial (*)(ElementType, const void*, std::int64_t, std::uint64_t);
 
+#if defined(NUMPROBE_X86_KERNELS)
+// What each x86 build was compiled for (see probe/CMakeLists.txt).
+bool cpu_runs_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+}
+bool cpu_runs_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("bmi2");
+}
+#endif
+
 struct Dispatch {
   RunFn run = generic::stats_run;
   const char* isa = "generic";
   Dispatch() {
 #if defined(NUMPROBE_X86_KERNELS)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")) {
+    if (cpu_runs_avx512()) {
       run = avx512::stats_run;
       isa = "avx512";
-    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    } else if (cpu_runs_avx2()) {
       run = avx2::stats_run;
       isa = "avx2";
     }
@@ -76,11 +89,8 @@ const char* stats_kernel_isa() { return dispatch().isa; }
 std::vector<IsaKernel> runnable_isa_kernels() {
   std::vector<IsaKernel> kernels{{"generic", generic::stats_run}};
 #if defined(NUMPROBE_X86_KERNELS)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    kernels.push_back({"avx2", avx2::stats_run});
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
-    kernels.push_back({"avx512", avx512::stats_run});
+  if (cpu_runs_avx2()) kernels.push_back({"avx2", avx2::stats_run});
+  if (cpu_runs_avx512()) kernels.push_back({"avx512", avx512::stats_run});
 #endif
   return kernels;
 }
@@ -146,8 +156,10 @@ TensorStats finish_stats(const std::vector<StatsPartial>& chunks, std::int64_t n
   s.inf = total.inf;
   const std::int64_t counted = numel - total.nan;
   if (counted > 0) {
-    s.min = total.min;
-    s.max = total.max;
+    // A zero extreme is reported as +0: -0 and +0 compare equal, so which of them a reduction
+    // keeps depends on its order, and the figures must not.
+    s.min = total.min == 0 ? 0.0 : total.min;
+    s.max = total.max == 0 ? 0.0 : total.max;
     s.mean = total.sum / static_cast<double>(counted);
   }
   return s;
