@@ -171,3 +171,57 @@ TEST(CudaReference, GridDependsOnlyOnTheElementCountAndType) {
   EXPECT_EQ(tile::tile_count<ElementType::float32>(8193), 2);
   EXPECT_EQ(tile::tile_count<ElementType::uint8>(std::int64_t{512} << 20), 16384);
 }
+
+// A strided view read in place (load_strided) gives its contiguous copy's figures bit for bit: the
+// kernel folds the same logical elements in the same order, only the addresses differ.
+TEST(CudaReference, StridedViewsReadInPlaceEqualTheirContiguousCopy) {
+  std::mt19937_64 rng(11);
+  constexpr std::int64_t kRows = 137, kCols = 211;  // 28,907 float32: four tiles
+  const auto storage = make_data(ElementType::float32, kRows * kCols + 64, true, rng);
+  const auto* base = reinterpret_cast<const std::uint32_t*>(storage.data());
+  struct View {
+    const char* name;
+    std::int64_t offset;
+    std::vector<std::int64_t> size, stride;
+  };
+  const View views[] = {
+      {"transpose", 0, {kCols, kRows}, {1, kCols}},
+      {"every third column of a slice", 5, {kRows, 60}, {kCols, 3}},
+      {"broadcast row", 7 * kCols, {40, kCols}, {0, 1}},
+      {"permuted 3-d", 3, {7, 11, 13}, {1, 7 * 13, 7}},
+      {"odd offset, inner stride 1", 1, {kRows - 1, kCols - 2}, {kCols, 1}},
+  };
+  for (const View& v : views) {
+    tile::MemoryLayout memory;
+    memory.dims = static_cast<int>(v.size.size());
+    std::int64_t n = 1;
+    for (int d = 0; d < memory.dims; ++d) {
+      memory.size[d] = v.size[static_cast<std::size_t>(d)];
+      memory.stride[d] = v.stride[static_cast<std::size_t>(d)];
+      n *= memory.size[d];
+    }
+    // The contiguous copy, gathered with an odometer over the logical indices.
+    std::vector<std::uint32_t> copy;
+    std::vector<std::int64_t> index(v.size.size(), 0);
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::int64_t off = v.offset;
+      for (std::size_t d = 0; d < index.size(); ++d) off += index[d] * v.stride[d];
+      copy.push_back(base[off]);
+      for (std::size_t d = index.size(); d-- > 0;) {
+        if (++index[d] < v.size[d]) break;
+        index[d] = 0;
+      }
+    }
+    probe::kernels::ContiguousLayout layout(ElementType::float32, copy.data(), v.size, {});
+    const auto run_layout = tile::run_layout_of(layout);
+    const StatsPartial expected = tile::reference_partial(ElementType::float32, run_layout, copy.data());
+    const StatsPartial in_place =
+        tile::reference_partial(ElementType::float32, run_layout, base + v.offset, memory);
+    EXPECT_EQ(in_place.hash, expected.hash) << v.name;
+    EXPECT_EQ(in_place.sum_squares, expected.sum_squares) << v.name;
+    EXPECT_EQ(in_place.sum, expected.sum) << v.name;
+    EXPECT_EQ(in_place.min, expected.min) << v.name;
+    EXPECT_EQ(in_place.max, expected.max) << v.name;
+    EXPECT_EQ(in_place.hash, cpu_partial(layout).hash) << v.name;
+  }
+}

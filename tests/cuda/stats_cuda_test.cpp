@@ -46,7 +46,7 @@ void expect_gpu_equals_reference_and_cpu(const at::Tensor& t, const probe::Shard
   at::Tensor packed = kernel(*prepared, false).cpu();
   const auto* p = packed.const_data_ptr<std::int64_t>();
 
-  at::Tensor host = prepared->data.cpu();
+  at::Tensor host = prepared->data.cpu().contiguous();  // the view read in logical order
   probe::kernels::ContiguousLayout layout(prepared->type, host.const_data_ptr(), host.sizes().vec(),
                                           prepared->shard);
   const auto ref = tile::reference_partial(prepared->type, tile::run_layout_of(layout), host.const_data_ptr());

@@ -278,3 +278,33 @@ TEST(TensorStats, HashSpecTestVectors) {
   EXPECT_EQ(hex(full.narrow(0, 0, 2), probe::Shard::along({4, 2}, 0, 0)), "3b7bde38d43388c6");
   EXPECT_EQ(hex(full.narrow(0, 2, 2), probe::Shard::along({4, 2}, 0, 2)), "732aa773b7490716");
 }
+
+// Pending figures and scalars of one device come back in one batch: the unpacking must find each
+// entry's words whatever the mix (here device figures from the ATen path, kept on the CPU).
+TEST(TensorStats, ResolvePendingReadsFiguresAndScalarsOfOneBatch) {
+  at::manual_seed(3);
+  std::vector<at::Tensor> tensors{random_of(at::kFloat, {33, 5}), random_of(at::kBFloat16, {7}),
+                                  random_of(at::kInt, {4, 4})};
+  std::vector<probe::PendingStats> pending(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    auto prepared = probe::detail::prepare(tensors[i], {}, pending[i].stats);
+    ASSERT_TRUE(prepared);
+    pending[i].device_figures = probe::detail::packed_figures_aten(*prepared, false);
+  }
+  std::vector<probe::PendingStats*> ptrs{&pending[0], &pending[1], &pending[2]};
+  double loss = 0, grad_norm = 0, count = 0;
+  const std::vector<probe::PendingScalar> scalars{
+      {at::scalar_tensor(0.1f, at::kFloat), &loss},  // read as float64: 0.1f exactly
+      {at::full({1, 1}, 1e300, at::kDouble), &grad_norm},
+      {at::scalar_tensor(7, at::kLong), &count}};
+  probe::resolve_pending(ptrs, scalars);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    EXPECT_TRUE(pending[i].ready());
+    EXPECT_EQ(pending[i].stats.hash, probe::tensor_stats(tensors[i]).hash) << i;
+    EXPECT_EQ(pending[i].stats.shape, tensors[i].sizes().vec()) << i;
+  }
+  EXPECT_EQ(loss, static_cast<double>(0.1f));
+  EXPECT_EQ(grad_norm, 1e300);
+  EXPECT_EQ(count, 7.0);
+  EXPECT_THROW(probe::resolve_pending({}, {{at::zeros({2}), &loss}}), c10::Error);
+}

@@ -34,8 +34,17 @@ struct PendingStats {
 PendingStats tensor_stats_pending(const at::Tensor& t, const Shard& shard = {},
                                   const StatsOptions& options = {});
 
-// Finishes every pending entry with one device-to-host copy per device.
-void resolve_pending(const std::vector<PendingStats*>& pending);
+// A one-element tensor whose value is wanted on the host at the same time (a loss, a grad norm):
+// read as float64 into *value.
+struct PendingScalar {
+  at::Tensor tensor;
+  double* value = nullptr;
+};
+
+// Finishes every pending entry and reads every scalar with one device-to-host copy per device
+// (the only host sync), so a step costs one sync however many tensors and scalars it records.
+void resolve_pending(const std::vector<PendingStats*>& pending,
+                     const std::vector<PendingScalar>& scalars = {});
 
 // torch's dtype name as Python prints it without "torch.": float32, bfloat16, int64, bool ...
 std::string dtype_name(c10::ScalarType type);

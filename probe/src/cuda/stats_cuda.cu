@@ -106,7 +106,8 @@ __device__ void write_packed(const StatsPartial& p, std::int64_t* packed) {
 template <ElementType T, bool kSingleRun>
 __global__ void __launch_bounds__(tile::kBlockThreads)
     tile_stats_kernel(const tile::Bits<T>* __restrict__ data, tile::RunLayout layout,
-                      StatsPartial* __restrict__ partials, std::int64_t* __restrict__ packed) {
+                      tile::MemoryLayout memory, StatsPartial* __restrict__ partials,
+                      std::int64_t* __restrict__ packed) {
   using B = tile::Bits<T>;
   constexpr int kGroup = tile::kGroupElements<T>;
   __shared__ double float8_table[kernels::is_float8(T) ? 256 : 1];
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(tile::kBlockThreads)
   StatsPartial p;
   const std::int64_t tile_end = tile::group_first<T>(tile_index + 1, 0, 0);
   const bool aligned = (reinterpret_cast<std::uintptr_t>(data) % tile::kGroupBytes) == 0;
-  if (tile_end <= layout.numel && aligned) {
+  if (tile_end <= layout.numel && aligned && memory.contiguous()) {
     // Full tile: every load is a whole 16-byte group; issue them all before folding.
     uint4 group[tile::kGroupsPerThread];
 #pragma unroll
@@ -134,13 +135,17 @@ __global__ void __launch_bounds__(tile::kBlockThreads)
                                       layout, float8_table);
     }
   } else {
-    // Last (partial) tile, or storage not 16-byte aligned: element loads, same order.
+    // Last (partial) tile, storage not 16-byte aligned, or a strided view read in place:
+    // element loads, same order.
     for (int j = 0; j < tile::kGroupsPerThread; ++j) {
       const std::int64_t first = tile::group_first<T>(tile_index, t, j);
       if (first >= layout.numel) break;
       const int count = static_cast<int>(layout.numel - first < kGroup ? layout.numel - first : kGroup);
       B values[kGroup];
-      for (int v = 0; v < count; ++v) values[v] = data[first + v];
+      if (memory.contiguous())
+        for (int v = 0; v < count; ++v) values[v] = data[first + v];
+      else
+        tile::load_strided(values, data, memory, first, count);
       tile::fold_group<T, kSingleRun>(p, values, count, first, layout, float8_table);
     }
   }
@@ -162,8 +167,8 @@ __global__ void __launch_bounds__(tile::kMergeThreads)
 }
 
 template <ElementType T>
-void launch(const PreparedTensor& prepared, const tile::RunLayout& layout, at::Tensor& packed,
-            cudaStream_t stream) {
+void launch(const PreparedTensor& prepared, const tile::RunLayout& layout,
+            const tile::MemoryLayout& memory, at::Tensor& packed, cudaStream_t stream) {
   const auto* data = static_cast<const tile::Bits<T>*>(prepared.data.const_data_ptr());
   const std::int64_t tiles = tile::tile_count<T>(layout.numel);
   TORCH_CHECK(tiles <= std::int64_t{0x7fffffff}, "numprobe: tensor too large for the CUDA kernel");
@@ -177,9 +182,9 @@ void launch(const PreparedTensor& prepared, const tile::RunLayout& layout, at::T
   auto* out = packed.mutable_data_ptr<std::int64_t>();
   const dim3 grid(static_cast<unsigned>(tiles));
   if (layout.single_run())
-    tile_stats_kernel<T, true><<<grid, tile::kBlockThreads, 0, stream>>>(data, layout, partials, out);
+    tile_stats_kernel<T, true><<<grid, tile::kBlockThreads, 0, stream>>>(data, layout, memory, partials, out);
   else
-    tile_stats_kernel<T, false><<<grid, tile::kBlockThreads, 0, stream>>>(data, layout, partials, out);
+    tile_stats_kernel<T, false><<<grid, tile::kBlockThreads, 0, stream>>>(data, layout, memory, partials, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (tiles > 1) {
     merge_partials_kernel<<<1, tile::kMergeThreads, 0, stream>>>(partials, tiles, out);
@@ -189,9 +194,23 @@ void launch(const PreparedTensor& prepared, const tile::RunLayout& layout, at::T
   // pending work: no sync needed.
 }
 
-at::Tensor packed_figures_cuda(const PreparedTensor& prepared, bool torch_hash) {
-  TORCH_CHECK(prepared.data.is_contiguous(), "numprobe: the CUDA kernel reads contiguous storage");
-  const c10::cuda::CUDAGuard guard(prepared.data.device());
+// A view the kernel reads in place; a view of more dims than it takes is copied first.
+tile::MemoryLayout memory_layout_of(const at::Tensor& data) {
+  tile::MemoryLayout memory;
+  if (data.is_contiguous() || data.dim() > tile::kMaxStridedDims) return memory;
+  memory.dims = static_cast<int>(data.dim());
+  for (int d = 0; d < memory.dims; ++d) {
+    memory.size[d] = data.size(d);
+    memory.stride[d] = data.stride(d);
+  }
+  return memory;
+}
+
+at::Tensor packed_figures_cuda(const PreparedTensor& view, bool torch_hash) {
+  const c10::cuda::CUDAGuard guard(view.data.device());
+  PreparedTensor prepared = view;
+  tile::MemoryLayout memory = memory_layout_of(prepared.data);
+  if (memory.contiguous()) prepared.data = prepared.data.contiguous();  // a no-op unless > 8 dims
   kernels::ContiguousLayout contiguous(prepared.type, prepared.data.const_data_ptr(),
                                        prepared.data.sizes().vec(), prepared.shard);
   if (contiguous.outer_extent().size() > static_cast<std::size_t>(tile::kMaxOuterDims))
@@ -201,7 +220,7 @@ at::Tensor packed_figures_cuda(const PreparedTensor& prepared, bool torch_hash) 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   switch (prepared.type) {
 #define PROBE_LAUNCH_CASE(name) \
-  case ElementType::name: launch<ElementType::name>(prepared, layout, packed, stream); break;
+  case ElementType::name: launch<ElementType::name>(prepared, layout, memory, packed, stream); break;
     PROBE_LAUNCH_CASE(float32) PROBE_LAUNCH_CASE(float64) PROBE_LAUNCH_CASE(float16)
     PROBE_LAUNCH_CASE(bfloat16) PROBE_LAUNCH_CASE(float8_e4m3fn) PROBE_LAUNCH_CASE(float8_e5m2)
     PROBE_LAUNCH_CASE(float8_e4m3fnuz) PROBE_LAUNCH_CASE(float8_e5m2fnuz)

@@ -44,8 +44,8 @@ StatsPartial block_reduce(StatsPartial* thread) {
 }
 
 template <ElementType T, bool kSingleRun>
-StatsPartial reference_tile(const RunLayout& layout, const Bits<T>* data, std::int64_t tile,
-                            const double* float8_table) {
+StatsPartial reference_tile(const RunLayout& layout, const Bits<T>* data, const MemoryLayout& memory,
+                            std::int64_t tile, const double* float8_table) {
   StatsPartial thread[kBlockThreads];
   for (int t = 0; t < kBlockThreads; ++t)
     for (int j = 0; j < kGroupsPerThread; ++j) {
@@ -53,13 +53,19 @@ StatsPartial reference_tile(const RunLayout& layout, const Bits<T>* data, std::i
       if (first >= layout.numel) break;
       const auto count = static_cast<int>(
           layout.numel - first < kGroupElements<T> ? layout.numel - first : kGroupElements<T>);
-      fold_group<T, kSingleRun>(thread[t], data + first, count, first, layout, float8_table);
+      Bits<T> values[kGroupElements<T>];
+      if (memory.contiguous())
+        for (int v = 0; v < count; ++v) values[v] = data[first + v];
+      else
+        load_strided(values, data, memory, first, count);
+      fold_group<T, kSingleRun>(thread[t], values, count, first, layout, float8_table);
     }
   return block_reduce<kBlockThreads>(thread);
 }
 
 template <ElementType T>
-StatsPartial reference_partial_typed(const RunLayout& layout, const void* data) {
+StatsPartial reference_partial_typed(const RunLayout& layout, const void* data,
+                                     const MemoryLayout& memory) {
   double float8_table[256] = {};
   if (is_float8(T))
     for (int b = 0; b < 256; ++b) float8_table[b] = float8_to_double(std::uint8_t(b), T);
@@ -68,8 +74,8 @@ StatsPartial reference_partial_typed(const RunLayout& layout, const void* data) 
   std::vector<StatsPartial> blocks(static_cast<std::size_t>(tiles));
   for (std::int64_t b = 0; b < tiles; ++b)
     blocks[static_cast<std::size_t>(b)] =
-        layout.single_run() ? reference_tile<T, true>(layout, bits, b, float8_table)
-                            : reference_tile<T, false>(layout, bits, b, float8_table);
+        layout.single_run() ? reference_tile<T, true>(layout, bits, memory, b, float8_table)
+                            : reference_tile<T, false>(layout, bits, memory, b, float8_table);
   if (tiles == 0) return {};
   if (tiles == 1) return blocks[0];
   StatsPartial thread[kMergeThreads];
@@ -78,11 +84,13 @@ StatsPartial reference_partial_typed(const RunLayout& layout, const void* data) 
   return block_reduce<kMergeThreads>(thread);
 }
 
-// The figures the CUDA kernel computes for `layout` over host memory `data`.
-inline StatsPartial reference_partial(ElementType type, const RunLayout& layout, const void* data) {
+// The figures the CUDA kernel computes for `layout` over host memory `data` (a strided view
+// when `memory` says so).
+inline StatsPartial reference_partial(ElementType type, const RunLayout& layout, const void* data,
+                                      const MemoryLayout& memory = {}) {
   switch (type) {
 #define PROBE_REFERENCE_CASE(name) \
-  case ElementType::name: return reference_partial_typed<ElementType::name>(layout, data);
+  case ElementType::name: return reference_partial_typed<ElementType::name>(layout, data, memory);
     PROBE_REFERENCE_CASE(float32) PROBE_REFERENCE_CASE(float64) PROBE_REFERENCE_CASE(float16)
     PROBE_REFERENCE_CASE(bfloat16) PROBE_REFERENCE_CASE(float8_e4m3fn)
     PROBE_REFERENCE_CASE(float8_e5m2) PROBE_REFERENCE_CASE(float8_e4m3fnuz)

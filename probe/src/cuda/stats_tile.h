@@ -56,6 +56,48 @@ struct RunLayout {
   }
 };
 
+// Where each element of a strided view (a transpose, a sliced or expanded tensor) lives: its
+// sizes and element strides. The kernel reads such a view in place, element by element, in the
+// same logical order as the contiguous path, so a view's figures are its contiguous copy's bit
+// for bit. dims == 0: the tensor is contiguous.
+inline constexpr int kMaxStridedDims = 8;
+struct MemoryLayout {
+  int dims = 0;
+  std::int64_t size[kMaxStridedDims] = {};
+  std::int64_t stride[kMaxStridedDims] = {};
+
+  PROBE_HOST_DEVICE bool contiguous() const { return dims == 0; }
+
+  // Storage offset, in elements, of the element with logical row-major index `i`.
+  PROBE_HOST_DEVICE std::int64_t offset(std::int64_t i) const {
+    std::int64_t off = 0;
+    for (int d = dims; d-- > 0;) {
+      off += (i % size[d]) * stride[d];
+      i /= size[d];
+    }
+    return off;
+  }
+};
+
+// Loads elements first .. first + count - 1 of a strided view: one full index computation,
+// then steps along the innermost dim until it wraps.
+template <class B>
+PROBE_HOST_DEVICE inline void load_strided(B* values, const B* data, const MemoryLayout& memory,
+                                           std::int64_t first, int count) {
+  const std::int64_t inner_size = memory.size[memory.dims - 1];
+  const std::int64_t inner_stride = memory.stride[memory.dims - 1];
+  std::int64_t inner = first % inner_size, off = memory.offset(first);
+  for (int v = 0; v < count; ++v) {
+    values[v] = data[off];
+    if (++inner < inner_size) {
+      off += inner_stride;
+    } else {
+      inner = 0;
+      off = memory.offset(first + v + 1);
+    }
+  }
+}
+
 // Storage word of each element type.
 template <ElementType T> struct BitsOf { using type = std::uint8_t; };
 template <> struct BitsOf<ElementType::float32> { using type = std::uint32_t; };

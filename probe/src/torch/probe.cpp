@@ -3,7 +3,6 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/stack.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/module.h>
 #include <torch/version.h>
@@ -298,21 +297,14 @@ void Probe::end_step() {
     std::lock_guard lock(impl.mutex);
     records.swap(impl.records);
   }
-  // Device figures come back in one copy per device, scalar tensors in one more.
+  // Tensor figures and scalar tensors come back in one copy per device: one host sync a step.
   std::vector<PendingStats*> pending;
-  for (auto& r : records)
+  std::vector<PendingScalar> scalars;
+  for (auto& r : records) {
     if (r.record.state == Record::State::tensor) pending.push_back(&r.stats);
-  resolve_pending(pending);
-  std::vector<at::Tensor> scalars;
-  for (auto& r : records)
-    if (r.scalar.defined()) scalars.push_back(r.scalar);
-  if (!scalars.empty()) {
-    at::Tensor host = at::stack(scalars).to(at::kCPU).contiguous();
-    const double* values = host.const_data_ptr<double>();
-    std::size_t i = 0;
-    for (auto& r : records)
-      if (r.scalar.defined()) r.record.value = values[i++];
+    if (r.scalar.defined()) scalars.push_back({r.scalar, &r.record.value});
   }
+  resolve_pending(pending, scalars);
   std::vector<std::string> lines;
   lines.reserve(records.size());
   for (auto& r : records) {

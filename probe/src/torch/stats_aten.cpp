@@ -108,7 +108,9 @@ at::Tensor element_hashes(const PreparedTensor& p) {
 
 }  // namespace
 
-at::Tensor packed_figures_aten(const PreparedTensor& p, bool torch_hash) {
+at::Tensor packed_figures_aten(const PreparedTensor& view, bool torch_hash) {
+  PreparedTensor p = view;
+  p.data = view.data.contiguous();
   at::Tensor hash = at::sum(element_hashes(p));
   at::Tensor x = p.data.to(at::kDouble);
   at::Tensor nan = at::isnan(x);

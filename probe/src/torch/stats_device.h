@@ -22,7 +22,8 @@ enum PackedSlot : int {
   kHash, kSumSquares, kSum, kMin, kMax, kNanCount, kInfCount, kTorchHash, kPackedSlots
 };
 
-// A tensor made ready for hashing: contiguous, conj/neg resolved, complex seen as real.
+// A tensor made ready for hashing: conj/neg resolved, complex seen as real. It may still be a
+// strided view: each path makes it contiguous only where it cannot read it in place.
 struct PreparedTensor {
   at::Tensor data;
   Shard shard;  // the caller's shard, extended by the real/imag dim for complex tensors

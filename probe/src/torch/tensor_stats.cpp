@@ -1,7 +1,7 @@
 #include "probe/tensor_stats.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/ops/stack.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/view_as_real.h>
 #include <c10/core/ScalarType.h>
 
@@ -170,7 +170,7 @@ std::optional<PreparedTensor> prepare(const at::Tensor& t, const Shard& shard, T
   }
   if (t.numel() == 0) return std::nullopt;  // meta already holds an empty tensor's figures
   prepared.type = *type;
-  prepared.data = data.contiguous();
+  prepared.data = data;  // each path copies a strided view only if it cannot read it in place
   return prepared;
 }
 
@@ -199,8 +199,9 @@ void unpack_figures(const std::int64_t* packed, bool torch_hash, TensorStats& st
 namespace {
 
 void cpu_figures(const detail::PreparedTensor& prepared, TensorStats& stats) {
-  kernels::ContiguousLayout layout(prepared.type, prepared.data.const_data_ptr(),
-                                   prepared.data.sizes().vec(), prepared.shard);
+  const at::Tensor data = prepared.data.contiguous();  // no copy when already contiguous
+  kernels::ContiguousLayout layout(prepared.type, data.const_data_ptr(), data.sizes().vec(),
+                                   prepared.shard);
   std::vector<kernels::StatsPartial> chunks(static_cast<std::size_t>(layout.chunk_count()));
   at::parallel_for(0, layout.chunk_count(), 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t c = begin; c < end; ++c) chunks[static_cast<std::size_t>(c)] = layout.chunk_stats(c);
@@ -239,26 +240,44 @@ PendingStats tensor_stats_pending(const at::Tensor& t, const Shard& shard,
   return pending;
 }
 
-void resolve_pending(const std::vector<PendingStats*>& pending) {
-  std::vector<std::pair<c10::Device, std::vector<PendingStats*>>> by_device;
+void resolve_pending(const std::vector<PendingStats*>& pending,
+                     const std::vector<PendingScalar>& scalars) {
+  // Per device: every packed figure row (kPackedSlots int64) and every scalar (its float64 bits
+  // as one int64), concatenated on the device and copied back at once.
+  struct DeviceBatch {
+    c10::Device device;
+    std::vector<PendingStats*> stats;
+    std::vector<const PendingScalar*> scalars;
+    std::vector<at::Tensor> parts;
+  };
+  std::vector<DeviceBatch> batches;
+  auto batch_for = [&](c10::Device device) -> DeviceBatch& {
+    auto it = std::find_if(batches.begin(), batches.end(),
+                           [&](const DeviceBatch& b) { return b.device == device; });
+    if (it == batches.end()) it = batches.insert(batches.end(), DeviceBatch{device, {}, {}, {}});
+    return *it;
+  };
   for (auto* p : pending) {
     if (p->ready()) continue;
-    auto it = std::find_if(by_device.begin(), by_device.end(),
-                           [&](const auto& entry) { return entry.first == p->device_figures.device(); });
-    if (it == by_device.end()) it = by_device.insert(by_device.end(), {p->device_figures.device(), {}});
-    it->second.push_back(p);
+    DeviceBatch& batch = batch_for(p->device_figures.device());
+    batch.stats.push_back(p);
+    batch.parts.push_back(p->device_figures.reshape({-1}));
   }
-  for (auto& [device, entries] : by_device) {
-    std::vector<at::Tensor> packed;
-    packed.reserve(entries.size());
-    for (auto* p : entries) packed.push_back(p->device_figures);
-    at::Tensor host = at::stack(packed).to(at::kCPU).contiguous();  // the one copy (and sync)
-    const std::int64_t* rows = host.const_data_ptr<std::int64_t>();
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      detail::unpack_figures(rows + i * detail::kPackedSlots, entries[i]->torch_hash,
-                             entries[i]->stats);
-      entries[i]->device_figures = at::Tensor();
+  for (const auto& s : scalars) {
+    TORCH_CHECK(s.tensor.numel() == 1, "numprobe: a pending scalar has ", s.tensor.numel(), " elements");
+    DeviceBatch& batch = batch_for(s.tensor.device());
+    batch.scalars.push_back(&s);
+    batch.parts.push_back(s.tensor.detach().reshape({1}).to(at::kDouble).view(at::kLong));
+  }
+  for (auto& batch : batches) {
+    at::Tensor host = at::cat(batch.parts).to(at::kCPU).contiguous();  // the one copy (and sync)
+    const std::int64_t* words = host.const_data_ptr<std::int64_t>();
+    for (auto* p : batch.stats) {
+      detail::unpack_figures(words, p->torch_hash, p->stats);
+      p->device_figures = at::Tensor();
+      words += detail::kPackedSlots;
     }
+    for (const auto* s : batch.scalars) *s->value = std::bit_cast<double>(*words++);
   }
 }
 
