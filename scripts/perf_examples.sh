@@ -6,11 +6,15 @@
 # nothing) and of even steps >= 2 (probe recording), for kinds "-mb_grad" and "all".
 # Prints a markdown table (docs/perf.md).
 #   scripts/perf_examples.sh            # STEPS=41 by default
+#   SETUPS="single 1" MOE_FLAGS="--device cuda" BUILD_DIR=build-gpu scripts/perf_examples.sh
+#     (SETUPS: "setup ranks [moe_train flags]" entries separated by ';')
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 TORCHRUN="${TORCHRUN:-$(command -v torchrun || echo "$ROOT/.venv/bin/torchrun")}"
 STEPS="${STEPS:-41}"
+SETUPS="${SETUPS:-single 1;ddp 2;zero3 2;pp 2;pp-ddp 4 --stages 2}"
+read -r -a MOE_FLAGS <<< "${MOE_FLAGS:-}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
@@ -19,7 +23,7 @@ step_times() {  # step_times SETUP RANKS KINDS [flags...]  -> "N ms" lines
   shift 3
   OMP_NUM_THREADS=1 PROBE_EVERY=2 "$TORCHRUN" --standalone --nproc-per-node "$ranks" --no-python \
     "$BUILD_DIR/examples/moe_train" --setup "$setup" --steps "$STEPS" --probe-kinds "$kinds" \
-    --out "$WORK/run" "$@" 2>/dev/null | sed -n 's/^step \([0-9]*\) .* time \([0-9.]*\) ms$/\1 \2/p'
+    --out "$WORK/run" ${MOE_FLAGS[@]+"${MOE_FLAGS[@]}"} "$@" 2>/dev/null | sed -n 's/^step \([0-9]*\) .* time \([0-9.]*\) ms$/\1 \2/p'
   rm -rf "$WORK/run"
 }
 
@@ -35,7 +39,8 @@ print(f"{a:.1f} {b:.1f} {100 * (b / a - 1):+.1f}%")'
 
 echo "| setup | ranks | probe idle (ms/step) | recording all but mb_grad | overhead | probe idle (ms/step) | recording all kinds | overhead |"
 echo "|---|---|---|---|---|---|---|---|"
-for spec in "single 1" "ddp 2" "zero3 2" "pp 2" "pp-ddp 4 --stages 2"; do
+IFS=';' read -r -a specs <<< "$SETUPS"
+for spec in "${specs[@]}"; do
   set -- $spec
   setup="$1" ranks="$2"
   shift 2

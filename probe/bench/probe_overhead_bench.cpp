@@ -1,10 +1,25 @@
 // Training-step time of a small MLP trainer (4 microbatches, gradient accumulation, AdamW) with
 // no probe calls at all, with a disabled probe, and with the probe recording all kinds or all
-// but mb_grad. docs/perf.md takes the ratios to the no-probe baseline from one run.
+// but mb_grad. docs/perf.md quotes its table.
+//
+// Paired rounds, not one long run per mode: this machine's speed drifts by several percent over
+// seconds (shared host), which swamps a 2-5% effect between runs taken a minute apart. Each
+// round runs every mode for a few steps back to back (in a rotating order) and takes each mode's
+// time relative to the no-probe trainer of the same round; the median of those ratios over the
+// rounds is the overhead, and its interquartile range says how far to trust it.
+//
+//   usage: probe_overhead_bench [ROUNDS=40] [STEPS_PER_ROUND=8]
 #include <ATen/Parallel.h>
-#include <benchmark/benchmark.h>
 #include <torch/torch.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "probe/probe.h"
 
@@ -24,44 +39,98 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-enum Mode { kNoProbe, kDisabled, kAllButMbGrad, kAll };
+enum Mode { kNoProbe, kDisabled, kAllButMbGrad, kAll, kModeCount };
+const char* const kModeNames[] = {"no probe calls at all", "probe constructed, disabled",
+                                  "all kinds but mb_grad", "all kinds"};
 
-void BM_TrainStep(benchmark::State& state) {
-  const auto mode = static_cast<Mode>(state.range(0));
-  torch::manual_seed(0);
+// One trainer per mode, each with its own model, optimizer and probe.
+struct Trainer {
+  Mode mode;
   Mlp model;
-  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-4));
-  probe::ProbeOptions options;
-  options.enabled = mode != kNoProbe && mode != kDisabled;
-  options.run_dir = "/tmp/numprobe_overhead_bench_" + std::to_string(::getpid());
-  options.kinds = mode == kAllButMbGrad ? probe::KindSet::all().without(probe::Kind::mb_grad)
-                                        : probe::KindSet::all();
-  probe::Probe probe(options);
-  if (mode != kNoProbe) probe.watch(*model);
-  auto x = torch::randn({4, 128, 256});
-  for (auto _ : state) {
+  torch::optim::AdamW optimizer;
+  std::unique_ptr<probe::Probe> probe;
+  torch::Tensor x = torch::randn({4, 128, 256});
+
+  Trainer(Mode m, const std::string& run_dir)
+      : mode(m), model(), optimizer(model->parameters(), torch::optim::AdamWOptions(1e-4)) {
+    probe::ProbeOptions options;
+    options.enabled = mode == kAllButMbGrad || mode == kAll;
+    options.run_dir = run_dir;
+    options.kinds = mode == kAllButMbGrad ? probe::KindSet::all().without(probe::Kind::mb_grad)
+                                          : probe::KindSet::all();
+    probe = std::make_unique<probe::Probe>(options);
+    if (mode != kNoProbe) probe->watch(*model);
+  }
+
+  void step() {
     optimizer.zero_grad();
     for (int mb = 0; mb < 4; ++mb) {
       if (mode == kNoProbe) {
         model->forward(x[mb]).pow(2).mean().backward();
       } else {
-        probe.backward(mb, probe.forward(mb, model, x[mb]).pow(2).mean());
+        probe->backward(mb, probe->forward(mb, model, x[mb]).pow(2).mean());
       }
     }
     optimizer.step();
-    if (mode != kNoProbe) probe.end_step();
+    if (mode != kNoProbe) probe->end_step();
   }
-  std::filesystem::remove_all(options.run_dir);
-  static const char* kNames[] = {"no probe", "probe disabled", "all kinds but mb_grad", "all kinds"};
-  state.SetLabel(kNames[mode]);
+
+  double seconds_per_step(int steps) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int s = 0; s < steps; ++s) step();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+  }
+};
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(pos);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
-
-// One intra-op thread, as bitwise-comparable trainers run (and stable timings on 2 cores).
-const int kThreads = (at::set_num_threads(1), 1);
-
-BENCHMARK(BM_TrainStep)->DenseRange(0, 3)->ArgName("mode")->Unit(benchmark::kMillisecond)
-    ->UseRealTime()->MinTime(1.0)->Repetitions(12)->ReportAggregatesOnly(true);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::stoi(argv[1]) : 40;
+  const int steps = argc > 2 ? std::stoi(argv[2]) : 8;
+  at::set_num_threads(1);  // as bitwise-comparable trainers run; also steadier on 2 cores
+  const std::string run_root = "/tmp/numprobe_overhead_bench_" + std::to_string(::getpid());
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (int m = 0; m < kModeCount; ++m) {
+    torch::manual_seed(0);
+    trainers.push_back(std::make_unique<Trainer>(static_cast<Mode>(m), run_root + "/" + std::to_string(m)));
+  }
+  for (auto& t : trainers) t->seconds_per_step(steps);  // warm-up: allocator, oneDNN, files
+
+  std::vector<std::vector<double>> time(kModeCount), ratio(kModeCount);
+  for (int r = 0; r < rounds; ++r) {
+    double round_time[kModeCount];
+    for (int k = 0; k < kModeCount; ++k) {
+      const int m = (r + k) % kModeCount;  // rotate who goes first
+      round_time[m] = trainers[static_cast<std::size_t>(m)]->seconds_per_step(steps);
+    }
+    for (int m = 0; m < kModeCount; ++m) {
+      time[m].push_back(round_time[m]);
+      ratio[m].push_back(round_time[m] / round_time[kNoProbe]);
+    }
+  }
+  trainers.clear();
+  std::filesystem::remove_all(run_root);
+
+  std::printf("%d rounds x %d steps per mode, 1 intra-op thread\n\n", rounds, steps);
+  std::printf("| mode | median step | overhead vs no probe (median of paired rounds) | interquartile range |\n");
+  std::printf("| --- | --- | --- | --- |\n");
+  for (int m = 0; m < kModeCount; ++m) {
+    const double t = quantile(time[m], 0.5) * 1e3;
+    if (m == kNoProbe) {
+      std::printf("| %s | %.2f ms | baseline | |\n", kModeNames[m], t);
+      continue;
+    }
+    std::printf("| %s | %.2f ms | %+.1f%% | %+.1f%% .. %+.1f%% |\n", kModeNames[m], t,
+                (quantile(ratio[m], 0.5) - 1) * 100, (quantile(ratio[m], 0.25) - 1) * 100,
+                (quantile(ratio[m], 0.75) - 1) * 100);
+  }
+  return 0;
+}
