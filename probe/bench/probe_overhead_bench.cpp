@@ -9,11 +9,14 @@
 // rounds is the overhead, and its interquartile range says how far to trust it.
 //
 //   usage: probe_overhead_bench [ROUNDS=40] [STEPS_PER_ROUND=8]
+//          probe_overhead_bench --only MODE STEPS   (one trainer, for a profiler; MODE 0..3)
+//   With PROBE_KINDS set (e.g. PROBE_KINDS=rng), a fifth trainer records just those kinds.
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -39,9 +42,9 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-enum Mode { kNoProbe, kDisabled, kAllButMbGrad, kAll, kModeCount };
+enum Mode { kNoProbe, kDisabled, kAllButMbGrad, kAll, kFromEnvironment };
 const char* const kModeNames[] = {"no probe calls at all", "probe constructed, disabled",
-                                  "all kinds but mb_grad", "all kinds"};
+                                  "all kinds but mb_grad", "all kinds", "kinds of PROBE_KINDS"};
 
 // One trainer per mode, each with its own model, optimizer and probe.
 struct Trainer {
@@ -54,10 +57,11 @@ struct Trainer {
   Trainer(Mode m, const std::string& run_dir)
       : mode(m), model(), optimizer(model->parameters(), torch::optim::AdamWOptions(1e-4)) {
     probe::ProbeOptions options;
-    options.enabled = mode == kAllButMbGrad || mode == kAll;
+    options.enabled = mode != kNoProbe && mode != kDisabled;
     options.run_dir = run_dir;
     options.kinds = mode == kAllButMbGrad ? probe::KindSet::all().without(probe::Kind::mb_grad)
                                           : probe::KindSet::all();
+    if (mode == kFromEnvironment) options.kinds = probe::KindSet::parse(std::getenv("PROBE_KINDS"));
     probe = std::make_unique<probe::Probe>(options);
     if (mode != kNoProbe) probe->watch(*model);
   }
@@ -93,10 +97,19 @@ double quantile(std::vector<double> v, double q) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::stoi(argv[1]) : 40;
-  const int steps = argc > 2 ? std::stoi(argv[2]) : 8;
   at::set_num_threads(1);  // as bitwise-comparable trainers run; also steadier on 2 cores
   const std::string run_root = "/tmp/numprobe_overhead_bench_" + std::to_string(::getpid());
+  if (argc == 4 && std::string(argv[1]) == "--only") {
+    const auto mode = static_cast<Mode>(std::stoi(argv[2]));
+    torch::manual_seed(0);
+    Trainer trainer(mode, run_root);
+    std::printf("%s: %.3f ms/step\n", kModeNames[mode], trainer.seconds_per_step(std::stoi(argv[3])) * 1e3);
+    std::filesystem::remove_all(run_root);
+    return 0;
+  }
+  const int rounds = argc > 1 ? std::stoi(argv[1]) : 40;
+  const int steps = argc > 2 ? std::stoi(argv[2]) : 8;
+  const int kModeCount = std::getenv("PROBE_KINDS") ? kFromEnvironment + 1 : kFromEnvironment;
   std::vector<std::unique_ptr<Trainer>> trainers;
   for (int m = 0; m < kModeCount; ++m) {
     torch::manual_seed(0);
@@ -106,7 +119,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::vector<double>> time(kModeCount), ratio(kModeCount);
   for (int r = 0; r < rounds; ++r) {
-    double round_time[kModeCount];
+    std::vector<double> round_time(kModeCount);
     for (int k = 0; k < kModeCount; ++k) {
       const int m = (r + k) % kModeCount;  // rotate who goes first
       round_time[m] = trainers[static_cast<std::size_t>(m)]->seconds_per_step(steps);
@@ -124,11 +137,14 @@ int main(int argc, char** argv) {
   std::printf("| --- | --- | --- | --- |\n");
   for (int m = 0; m < kModeCount; ++m) {
     const double t = quantile(time[m], 0.5) * 1e3;
+    const std::string name = m == kFromEnvironment
+                                 ? std::string("kinds ") + std::getenv("PROBE_KINDS")
+                                 : kModeNames[m];
     if (m == kNoProbe) {
-      std::printf("| %s | %.2f ms | baseline | |\n", kModeNames[m], t);
+      std::printf("| %s | %.2f ms | baseline | |\n", name.c_str(), t);
       continue;
     }
-    std::printf("| %s | %.2f ms | %+.1f%% | %+.1f%% .. %+.1f%% |\n", kModeNames[m], t,
+    std::printf("| %s | %.2f ms | %+.1f%% | %+.1f%% .. %+.1f%% |\n", name.c_str(), t,
                 (quantile(ratio[m], 0.5) - 1) * 100, (quantile(ratio[m], 0.25) - 1) * 100,
                 (quantile(ratio[m], 0.75) - 1) * 100);
   }

@@ -1,7 +1,7 @@
 // tensor_stats throughput against (a) XXH3_64bits streaming over the same bytes on one core and
 // (b) the PyTorch-ops way on the same tensor and thread count: at::hash_tensor +
 // at::linalg_vector_norm + isnan().sum() + min + max. Bytes read per second for every case;
-// scripts/bench.sh turns them into the ratios of docs/perf.md.
+// scripts/bench_tensor_stats.sh turns them into the ratios of docs/perf.md.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
