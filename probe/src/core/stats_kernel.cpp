@@ -32,7 +32,7 @@ bool cpu_runs_avx512() {
 bool cpu_runs_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("bmi2");
+         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
 }
 #endif
 

@@ -2,6 +2,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+// GCC 12's intrinsics pass _mm256_undefined_*() through to masked builtins, which
+// -Wmaybe-uninitialized reports inside the header (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
 #include <type_traits>
 
 #include "../stats_kernel.h"
