@@ -29,14 +29,15 @@ for b in data["benchmarks"]:
     if m.group(1) == "TensorStats":
         threads = int(re.search(r"threads=(\d+)", b.get("label", "")).group(1))
 gb = lambda r: f"{r / 1e9:.2f} GB/s"
-print(f"| dtype | size | tensor_stats ({threads} threads) | torch ops (b) | XXH3, 1 thread (a) | vs (b) | vs (a), per core |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+print(f"| dtype | size | tensor_stats ({threads} threads) | torch ops (b) | XXH3_64bits, 1 thread (a) | vs (b) | vs (a), per core | XXH3_64bits_dispatch, 1 thread | vs it, per core |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for d, name in enumerate(dtypes):
     for mib in (1, 16, 256):
-        s, t, x = (rate.get((k, d, mib)) for k in ("TensorStats", "TorchOps", "Xxh3Streaming"))
+        s, t, x, xd = (rate.get((k, d, mib)) for k in ("TensorStats", "TorchOps", "Xxh3Streaming", "Xxh3Dispatch"))
         if None in (s, t, x):
             continue
-        print(f"| {name} | {mib} MiB | {gb(s)} | {gb(t)} | {gb(x)} | {s / t:.1f}x | {100 * s / threads / x:.0f}% |")
+        dispatch = f"{gb(xd)} | {100 * s / threads / xd:.0f}%" if xd else "- | -"
+        print(f"| {name} | {mib} MiB | {gb(s)} | {gb(t)} | {gb(x)} | {s / t:.1f}x | {100 * s / threads / x:.0f}% | {dispatch} |")
 print()
 print("| dtype | generic | avx2 | avx512 | avx512 vs XXH3 (16 MiB, one thread each) |")
 print("| --- | --- | --- | --- | --- |")

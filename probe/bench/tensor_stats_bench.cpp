@@ -46,6 +46,22 @@ void BM_TorchOps(benchmark::State& state) {
   label(state, t);
 }
 
+// libxxhash's runtime-dispatched entry point (AVX2/AVX-512 code where the CPU has it), exported by
+// builds made with its x86 dispatcher, Debian's among them; XXH3_64bits itself runs the code
+// the library was compiled for (SSE2 on a baseline x86-64 build). Weak: absent elsewhere.
+extern "C" XXH64_hash_t XXH3_64bits_dispatch(const void* input, size_t length) __attribute__((weak));
+
+void BM_Xxh3Dispatch(benchmark::State& state) {
+  if (XXH3_64bits_dispatch == nullptr) {
+    state.SkipWithError("libxxhash has no XXH3_64bits_dispatch");
+    return;
+  }
+  const at::Tensor t = make_tensor(state);
+  for (auto _ : state) benchmark::DoNotOptimize(XXH3_64bits_dispatch(t.const_data_ptr(), t.nbytes()));
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(t.nbytes()));
+  state.SetLabel(probe::dtype_name(t.scalar_type()) + " threads=1");
+}
+
 void BM_Xxh3Streaming(benchmark::State& state) {
   const at::Tensor t = make_tensor(state);
   for (auto _ : state) benchmark::DoNotOptimize(XXH3_64bits(t.const_data_ptr(), t.nbytes()));
@@ -89,6 +105,7 @@ void sizes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_TensorStats)->Apply(sizes);
 BENCHMARK(BM_TorchOps)->Apply(sizes);
 BENCHMARK(BM_Xxh3Streaming)->Apply(sizes);
+BENCHMARK(BM_Xxh3Dispatch)->Apply(sizes);
 // range(1) is an index into runnable_isa_kernels(): generic, then avx2 and avx512 where the CPU
 // has them; 16 MiB, so dtype ids read as in the other benchmarks.
 BENCHMARK(BM_StatsKernelIsa)->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}})->ArgNames({"dtype", "isa"})
