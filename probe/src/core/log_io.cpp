@@ -26,9 +26,9 @@ class CountingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
   }
 
   // Polls (yielding, so a writer sharing this core still runs) for up to kPollFor before it
-  // sleeps: a flush takes tens of microseconds, while waking a sleeping thread on an idle core
-  // costs about as much again; polling took a probe that records nothing from +2% to +0.5% of
-  // a 12 ms training step (docs/perf.md).
+  // sleeps: a flush takes tens of microseconds, and sleeping through it and being woken cost
+  // more than that; polling took a probe that records nothing from +2% to +0.7% of a 12 ms
+  // training step (docs/perf.md).
   void wait_for_flush(std::uint64_t count) {
     constexpr auto kPollFor = std::chrono::milliseconds(1);
     const auto poll_until = std::chrono::steady_clock::now() + kPollFor;
