@@ -33,6 +33,9 @@ import statistics, sys
 rows = [l.split() for l in sys.stdin if l.strip()]
 off = [float(t) for s, t in rows if int(s) % 2 == 1]
 on = [float(t) for s, t in rows if int(s) % 2 == 0 and int(s) >= 2]
+if not off or not on:  # the run failed: its stderr went to /dev/null, rerun it by hand
+    print("- - failed")
+    sys.exit()
 a, b = statistics.median(off), statistics.median(on)
 print(f"{a:.1f} {b:.1f} {100 * (b / a - 1):+.1f}%")'
 }
