@@ -296,6 +296,7 @@ void Probe::end_step() {
   {
     std::lock_guard lock(impl.mutex);
     records.swap(impl.records);
+    impl.records.reserve(records.size());  // steps repeat: no regrowing (and moving) next step
   }
   // Tensor figures and scalar tensors come back in one copy per device: one host sync a step.
   std::vector<PendingStats*> pending;
