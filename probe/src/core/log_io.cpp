@@ -32,11 +32,11 @@ class CountingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
   void wait_for_flush(std::uint64_t count) {
     constexpr auto kPollFor = std::chrono::milliseconds(1);
     const auto poll_until = std::chrono::steady_clock::now() + kPollFor;
-    while (flushed_polled_.load(std::memory_order_acquire) < count &&
+    while (flushed_.load(std::memory_order_acquire) < count &&
            std::chrono::steady_clock::now() < poll_until)
       std::this_thread::yield();
     std::unique_lock lock(flush_mutex_);
-    flushed_cv_.wait(lock, [&] { return flushed_ >= count; });
+    flushed_cv_.wait(lock, [&] { return flushed_.load(std::memory_order_acquire) >= count; });
   }
 
  protected:
@@ -48,9 +48,8 @@ class CountingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
   void flush_() override {
     file_.flush();
     {
-      std::lock_guard lock(flush_mutex_);
-      ++flushed_;
-      flushed_polled_.store(flushed_, std::memory_order_release);
+      std::lock_guard lock(flush_mutex_);  // a sleeping waiter cannot miss the notify
+      flushed_.fetch_add(1, std::memory_order_release);
     }
     flushed_cv_.notify_all();
   }
@@ -59,8 +58,7 @@ class CountingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
   spdlog::details::file_helper file_;
   std::mutex flush_mutex_;
   std::condition_variable flushed_cv_;
-  std::uint64_t flushed_ = 0;
-  std::atomic<std::uint64_t> flushed_polled_{0};
+  std::atomic<std::uint64_t> flushed_{0};  // polled without the lock, waited on with it
 };
 
 }  // namespace
