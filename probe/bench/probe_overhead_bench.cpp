@@ -133,22 +133,22 @@ int main(int argc, char** argv) {
   }
   const int rounds = argc > 1 ? std::stoi(argv[1]) : 40;
   const int steps = argc > 2 ? std::stoi(argv[2]) : 8;
-  const int kModeCount = std::getenv("PROBE_KINDS") ? kFromEnvironment + 1 : kFromEnvironment;
+  const int mode_count = std::getenv("PROBE_KINDS") ? kFromEnvironment + 1 : kFromEnvironment;
   std::vector<std::unique_ptr<Trainer>> trainers;
-  for (int m = 0; m < kModeCount; ++m) {
+  for (int m = 0; m < mode_count; ++m) {
     torch::manual_seed(0);
     trainers.push_back(std::make_unique<Trainer>(static_cast<Mode>(m), run_root + "/" + std::to_string(m)));
   }
   for (auto& t : trainers) t->seconds_per_step(steps);  // warm-up: allocator, oneDNN, files
 
-  std::vector<std::vector<double>> time(kModeCount), ratio(kModeCount);
+  std::vector<std::vector<double>> time(mode_count), ratio(mode_count);
   for (int r = 0; r < rounds; ++r) {
-    std::vector<double> round_time(kModeCount);
-    for (int k = 0; k < kModeCount; ++k) {
-      const int m = (r + k) % kModeCount;  // rotate who goes first
+    std::vector<double> round_time(mode_count);
+    for (int k = 0; k < mode_count; ++k) {
+      const int m = (r + k) % mode_count;  // rotate who goes first
       round_time[m] = trainers[static_cast<std::size_t>(m)]->seconds_per_step(steps);
     }
-    for (int m = 0; m < kModeCount; ++m) {
+    for (int m = 0; m < mode_count; ++m) {
       time[m].push_back(round_time[m]);
       ratio[m].push_back(round_time[m] / round_time[kNoProbe]);
     }
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
   std::printf("%d rounds x %d steps per mode, 1 intra-op thread\n\n", rounds, steps);
   std::printf("| mode | median step | overhead vs no probe (median of paired rounds) | interquartile range |\n");
   std::printf("| --- | --- | --- | --- |\n");
-  for (int m = 0; m < kModeCount; ++m) {
+  for (int m = 0; m < mode_count; ++m) {
     const double t = quantile(time[m], 0.5) * 1e3;
     const std::string name = m == kFromEnvironment
                                  ? std::string("kinds ") + std::getenv("PROBE_KINDS")
