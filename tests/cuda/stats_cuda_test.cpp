@@ -152,25 +152,58 @@ TEST(CudaStats, SameTensorGivesBitwiseSameFiguresEveryTime) {
   }
 }
 
-TEST(CudaStats, PendingStatsNeverSyncTheHost) {
+TEST(CudaStats, StatsBatchNeverSyncsTheHostBeforeResolve) {
   SKIP_WITHOUT_GPU();
   // A CUDA graph capture fails on any host sync (or sync-requiring call) made while capturing:
-  // computing figures for several tensors inside one proves the per-tensor path is sync-free.
+  // adding several tensors and a scalar inside one proves the per-entry path is sync-free.
   std::vector<at::Tensor> tensors{random_of(at::kFloat, {1 << 20}), random_of(at::kBFloat16, {4096, 3}),
                                   random_of(at::kInt, {17})};
-  // Warm up the caching allocator and the kernel outside the capture.
-  for (auto& t : tensors) (void)probe::tensor_stats_pending(t);
+  const at::Tensor loss = random_of(at::kFloat, {}).abs();
+  probe::StatsBatch batch;
+  // Warm up the kernels and the batch's device chunk outside the capture; clear() keeps the chunk.
+  for (auto& t : tensors) batch.add(t);
+  batch.add_scalar(loss);
+  batch.resolve();
+  batch.clear();
   at::cuda::CUDAStream stream = at::cuda::getStreamFromPool();
-  at::cuda::CUDAStreamGuard guard(stream);
-  at::cuda::CUDAGraph graph;
-  std::vector<probe::PendingStats> pending;
-  graph.capture_begin();
-  for (auto& t : tensors) pending.push_back(probe::tensor_stats_pending(t));
-  graph.capture_end();
-  graph.replay();
-  std::vector<probe::PendingStats*> ptrs;
-  for (auto& p : pending) ptrs.push_back(&p);
-  probe::resolve_pending(ptrs);
+  std::size_t loss_entry = 0;
+  {
+    at::cuda::CUDAStreamGuard guard(stream);
+    at::cuda::CUDAGraph graph;
+    graph.capture_begin();
+    for (auto& t : tensors) batch.add(t);
+    loss_entry = batch.add_scalar(loss);
+    graph.capture_end();
+    graph.replay();
+    batch.resolve();
+  }
   for (std::size_t i = 0; i < tensors.size(); ++i)
-    EXPECT_EQ(pending[i].stats.hash, probe::tensor_stats(tensors[i].cpu()).hash);
+    EXPECT_EQ(batch.stats(i).hash, probe::tensor_stats(tensors[i].cpu()).hash);
+  EXPECT_EQ(batch.scalar(loss_entry), static_cast<double>(loss.item<float>()));
+}
+
+// Many entries over several chunks of the device buffer (three rows each), mixed with scalars
+// and a CPU tensor: every entry gets its own figures back from the one copy.
+TEST(CudaStats, StatsBatchRowsSpanChunks) {
+  SKIP_WITHOUT_GPU();
+  probe::StatsBatch batch({}, /*rows_per_chunk=*/3);
+  std::vector<std::pair<std::size_t, at::Tensor>> tensors;
+  std::vector<std::pair<std::size_t, double>> scalars;
+  for (int i = 0; i < 11; ++i) {
+    at::Tensor t = random_of(kTypes[static_cast<std::size_t>(i) % kTypes.size()], {37 * (i + 1)});
+    tensors.emplace_back(batch.add(t), t);
+    if (i % 4 == 1) {
+      at::Tensor value = random_of(at::kBFloat16, {1, 1});
+      scalars.emplace_back(batch.add_scalar(value), value.to(at::kDouble).item<double>());
+    }
+  }
+  at::Tensor on_cpu = at::arange(10, at::kFloat);
+  tensors.emplace_back(batch.add(on_cpu), on_cpu);
+  batch.resolve();
+  for (const auto& [entry, t] : tensors) {
+    const auto cpu = probe::tensor_stats(t.cpu());
+    EXPECT_EQ(batch.stats(entry).hash, cpu.hash) << entry;
+    EXPECT_EQ(batch.stats(entry).nan, cpu.nan) << entry;
+  }
+  for (const auto& [entry, value] : scalars) EXPECT_EQ(batch.scalar(entry), value) << entry;
 }

@@ -7,6 +7,8 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "stats_device.h"
 
@@ -221,8 +223,9 @@ TEST(TensorStats, AtenDeviceFallbackAgreesWithCpuKernel) {
       auto prepared = probe::detail::prepare(whole, shard, meta);
       ASSERT_TRUE(prepared);
       const bool torch_hash = probe::detail::has_torch_hash_kernel(type);
-      at::Tensor packed = probe::detail::packed_figures_aten(*prepared, torch_hash);
-      probe::detail::unpack_figures(packed.contiguous().const_data_ptr<std::int64_t>(), torch_hash, meta);
+      at::Tensor packed = at::empty({probe::detail::kPackedSlots}, at::kLong);
+      probe::detail::packed_figures_aten(*prepared, torch_hash, packed);
+      probe::detail::unpack_figures(packed.const_data_ptr<std::int64_t>(), torch_hash, meta);
       const auto cpu = probe::tensor_stats(whole, shard);
       EXPECT_EQ(meta.hash, cpu.hash) << at::toString(type);
       EXPECT_NEAR(meta.norm, cpu.norm, 1e-12 * cpu.norm);
@@ -279,32 +282,75 @@ TEST(TensorStats, HashSpecTestVectors) {
   EXPECT_EQ(hex(full.narrow(0, 2, 2), probe::Shard::along({4, 2}, 0, 2)), "732aa773b7490716");
 }
 
-// Pending figures and scalars of one device come back in one batch: the unpacking must find each
-// entry's words whatever the mix (here device figures from the ATen path, kept on the CPU).
-TEST(TensorStats, ResolvePendingReadsFiguresAndScalarsOfOneBatch) {
+// A StatsBatch's device rows (here filled by the ATen path with CPU "device" tensors, in chunks
+// of two rows) must come back to the right entries, whatever the mix of tensors, scalars and
+// entries finished on the CPU, across several chunks, resolves and a clear().
+TEST(StatsBatch, DeviceRowsComeBackToTheirEntries) {
+  using Access = probe::detail::StatsBatchAccess;
   at::manual_seed(3);
   std::vector<at::Tensor> tensors{random_of(at::kFloat, {33, 5}), random_of(at::kBFloat16, {7}),
-                                  random_of(at::kInt, {4, 4})};
-  std::vector<probe::PendingStats> pending(tensors.size());
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    auto prepared = probe::detail::prepare(tensors[i], {}, pending[i].stats);
-    ASSERT_TRUE(prepared);
-    pending[i].device_figures = probe::detail::packed_figures_aten(*prepared, false);
+                                  random_of(at::kInt, {4, 4}), random_of(at::kHalf, {3, 9}).t()};
+  tensors[0][2][1] = std::numeric_limits<float>::quiet_NaN();
+  tensors[0][4][0] = -std::numeric_limits<float>::infinity();
+  auto expect_figures = [&](probe::StatsBatch& batch, std::size_t entry, const at::Tensor& t) {
+    const probe::TensorStats expected = probe::tensor_stats(t);
+    const probe::TensorStats& got = batch.stats(entry);
+    EXPECT_EQ(got.hash, expected.hash) << entry;
+    EXPECT_EQ(got.shape, t.sizes().vec()) << entry;
+    EXPECT_EQ(got.min, expected.min) << entry;
+    EXPECT_EQ(got.max, expected.max) << entry;
+    EXPECT_EQ(got.nan, expected.nan) << entry;
+    EXPECT_EQ(got.inf, expected.inf) << entry;
+  };
+  probe::StatsBatch batch({}, /*rows_per_chunk=*/2);
+  for (int round = 0; round < 2; ++round) {  // the second round reuses the chunks after clear()
+    std::vector<std::size_t> device_entries;
+    device_entries.push_back(Access::add_through_device_buffer(batch, tensors[0]));
+    const std::size_t loss = Access::add_scalar_through_device_buffer(batch, at::scalar_tensor(0.1f));
+    const std::size_t on_cpu = batch.add(tensors[1]);
+    device_entries.push_back(Access::add_through_device_buffer(batch, tensors[1]));
+    const std::size_t grad_norm =
+        Access::add_scalar_through_device_buffer(batch, at::full({1, 1}, 1e300, at::kDouble));
+    const std::size_t count = batch.add_scalar(at::scalar_tensor(7, at::kLong));  // read at once
+    device_entries.push_back(Access::add_through_device_buffer(batch, tensors[2]));
+    EXPECT_EQ(device_entries[0], 0U);
+    EXPECT_FALSE(batch.ready(device_entries[0]));
+    EXPECT_TRUE(batch.ready(on_cpu));
+    EXPECT_TRUE(batch.ready(count));
+    EXPECT_THROW(batch.stats(device_entries[0]), c10::Error);  // still "on the device"
+    batch.resolve();
+    for (std::size_t i = 0; i < device_entries.size(); ++i) expect_figures(batch, device_entries[i], tensors[i]);
+    expect_figures(batch, on_cpu, tensors[1]);
+    EXPECT_EQ(batch.scalar(loss), static_cast<double>(0.1f));
+    EXPECT_EQ(batch.scalar(grad_norm), 1e300);
+    EXPECT_EQ(batch.scalar(count), 7.0);
+    // Entries added after a resolve() are read by the next one, from the rows after the last read.
+    const std::size_t late = Access::add_through_device_buffer(batch, tensors[3]);
+    const std::size_t late_scalar = Access::add_scalar_through_device_buffer(batch, at::scalar_tensor(-2.5));
+    batch.resolve();
+    expect_figures(batch, late, tensors[3]);
+    EXPECT_EQ(batch.scalar(late_scalar), -2.5);
+    EXPECT_EQ(batch.size(), 9U);
+    batch.clear();
+    EXPECT_EQ(batch.size(), 0U);
   }
-  std::vector<probe::PendingStats*> ptrs{&pending[0], &pending[1], &pending[2]};
-  double loss = 0, grad_norm = 0, count = 0;
-  const std::vector<probe::PendingScalar> scalars{
-      {at::scalar_tensor(0.1f, at::kFloat), &loss},  // read as float64: 0.1f exactly
-      {at::full({1, 1}, 1e300, at::kDouble), &grad_norm},
-      {at::scalar_tensor(7, at::kLong), &count}};
-  probe::resolve_pending(ptrs, scalars);
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    EXPECT_TRUE(pending[i].ready());
-    EXPECT_EQ(pending[i].stats.hash, probe::tensor_stats(tensors[i]).hash) << i;
-    EXPECT_EQ(pending[i].stats.shape, tensors[i].sizes().vec()) << i;
-  }
-  EXPECT_EQ(loss, static_cast<double>(0.1f));
-  EXPECT_EQ(grad_norm, 1e300);
-  EXPECT_EQ(count, 7.0);
-  EXPECT_THROW(probe::resolve_pending({}, {{at::zeros({2}), &loss}}), c10::Error);
+}
+
+TEST(StatsBatch, MisuseIsAClearError) {
+  probe::StatsBatch batch;
+  const std::size_t tensor = batch.add(at::ones({3}));
+  const std::size_t scalar = batch.add_scalar(at::scalar_tensor(1.0));
+  auto expect_error = [](auto&& fn, const std::string& text) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error; expected one saying '" << text << "'";
+    } catch (const c10::Error& e) {
+      const std::string message = e.what_without_backtrace();
+      EXPECT_NE(message.find(text), std::string::npos) << message;
+    }
+  };
+  expect_error([&] { batch.add_scalar(at::zeros({2})); }, "has 2 elements, not 1");
+  expect_error([&] { batch.scalar(tensor); }, "is a tensor, not a scalar");
+  expect_error([&] { batch.stats(scalar); }, "is a scalar, not a tensor");
+  expect_error([&] { batch.stats(7); }, "has no entry 7");
 }

@@ -1,8 +1,9 @@
 // The CUDA fast path of tensor_stats(): hash spec v1 and every statistic (sum of squares and
 // sum in fp64, min, max, NaN and Inf counts) in one read of the tensor, left on the device as
-// the packed int64 figures stats_device.h describes. Nothing here waits for the device: both
-// kernels go onto PyTorch's current stream, scratch comes from the caching allocator, and the
-// probe copies a step's figures to the host once, at end_step() (resolve_pending).
+// the packed int64 figures stats_device.h describes, in the caller's row of a StatsBatch's
+// device buffer. Nothing here waits for the device: both kernels go onto PyTorch's current
+// stream, scratch comes from the caching allocator, and the probe copies a step's rows to the
+// host once, at end_step() (StatsBatch::resolve).
 //
 // Why this shape (details in stats_tile.h and docs/cuda.md):
 //   - the per-element hash and value decoding are the shared __host__ __device__ definitions
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(tile::kMergeThreads)
 
 template <ElementType T>
 void launch(const PreparedTensor& prepared, const tile::RunLayout& layout,
-            const tile::MemoryLayout& memory, at::Tensor& packed, cudaStream_t stream) {
+            const tile::MemoryLayout& memory, const at::Tensor& packed, cudaStream_t stream) {
   const auto* data = static_cast<const tile::Bits<T>*>(prepared.data.const_data_ptr());
   const std::int64_t tiles = tile::tile_count<T>(layout.numel);
   TORCH_CHECK(tiles <= std::int64_t{0x7fffffff}, "numprobe: tensor too large for the CUDA kernel");
@@ -206,7 +207,9 @@ tile::MemoryLayout memory_layout_of(const at::Tensor& data) {
   return memory;
 }
 
-at::Tensor packed_figures_cuda(const PreparedTensor& view, bool torch_hash) {
+void packed_figures_cuda(const PreparedTensor& view, bool torch_hash, const at::Tensor& packed) {
+  TORCH_INTERNAL_ASSERT(packed.device() == view.data.device() && packed.is_contiguous() &&
+                        packed.numel() == kPackedSlots && packed.scalar_type() == at::kLong);
   const c10::cuda::CUDAGuard guard(view.data.device());
   PreparedTensor prepared = view;
   tile::MemoryLayout memory = memory_layout_of(prepared.data);
@@ -214,9 +217,8 @@ at::Tensor packed_figures_cuda(const PreparedTensor& view, bool torch_hash) {
   kernels::ContiguousLayout contiguous(prepared.type, prepared.data.const_data_ptr(),
                                        prepared.data.sizes().vec(), prepared.shard);
   if (contiguous.outer_extent().size() > static_cast<std::size_t>(tile::kMaxOuterDims))
-    return packed_figures_aten(prepared, torch_hash);
+    return packed_figures_aten(prepared, torch_hash, packed);
   const tile::RunLayout layout = tile::run_layout_of(contiguous);
-  at::Tensor packed = at::empty({kPackedSlots}, prepared.data.options().dtype(at::kLong));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   switch (prepared.type) {
 #define PROBE_LAUNCH_CASE(name) \
@@ -231,10 +233,9 @@ at::Tensor packed_figures_cuda(const PreparedTensor& view, bool torch_hash) {
 #undef PROBE_LAUNCH_CASE
   }
   if (torch_hash) packed.select(0, kTorchHash).copy_(at::hash_tensor(prepared.data).view(at::kLong));
-  return packed;
 }
 
-// Registered when libnumprobe loads; tensor_stats_pending() dispatches CUDA tensors here.
+// Registered when libnumprobe loads; StatsBatch::add() dispatches CUDA tensors here.
 const bool registered = [] {
   register_device_kernel(c10::DeviceType::CUDA, packed_figures_cuda);
   return true;

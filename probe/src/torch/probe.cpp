@@ -97,8 +97,7 @@ struct WatchedParameter {
 
 struct PendingRecord {
   Record record;
-  PendingStats stats;
-  at::Tensor scalar;  // a scalar tensor still to read, as float64
+  std::optional<std::size_t> entry;  // its figures (or scalar value) in the step's StatsBatch
 };
 
 }  // namespace
@@ -145,6 +144,7 @@ struct Probe::Impl {
   std::mutex mutex;  // autograd may run hooks on its device threads
   std::vector<WatchedParameter> parameters;
   std::vector<PendingRecord> records;
+  StatsBatch batch;  // the figures of the step's records; kept across steps for its device buffer
   std::int64_t step = 0;
   std::optional<std::int64_t> forward_microbatch, backward_microbatch;
 
@@ -162,25 +162,26 @@ struct Probe::Impl {
     if (!t.defined()) {
       r.record.state = Record::State::none;
     } else {
-      StatsOptions stats_options;
-      stats_options.torch_hash = options.torch_hash;
       // Observation only: no autograd graph, and the figures are computed from the data as is.
       at::NoGradGuard no_grad;
-      r.stats = tensor_stats_pending(t.detach(), shard, stats_options);
+      r.entry = batch.add(t.detach(), shard);
     }
     std::lock_guard lock(mutex);
     r.record.step = step;
     records.push_back(std::move(r));
   }
 
-  // A scalar record: `value`, or `tensor` (a float64 0-dim tensor) read at end_step.
-  void add_scalar(const std::string& name, double value, at::Tensor tensor) {
+  // A scalar record: `value`, or a one-element `tensor` whose value is read back at end_step.
+  void add_scalar(const std::string& name, double value, const at::Tensor& tensor) {
     PendingRecord r;
     r.record.kind = Kind::scalar;
     r.record.name = name;
     r.record.state = Record::State::scalar;
     r.record.value = value;
-    r.scalar = std::move(tensor);
+    if (tensor.defined()) {
+      at::NoGradGuard no_grad;
+      r.entry = batch.add_scalar(tensor.detach());
+    }
     std::lock_guard lock(mutex);
     r.record.step = step;
     records.push_back(std::move(r));
@@ -224,6 +225,9 @@ Probe::Probe(ProbeOptions options) : impl_(std::make_unique<Impl>()) {
   header.torch_version = TORCH_VERSION;
   header.setup = o.setup;
   impl_->writer = std::make_unique<LogWriter>(impl_->log_path, header);
+  StatsOptions stats_options;
+  stats_options.torch_hash = o.torch_hash;
+  impl_->batch = StatsBatch(stats_options);
   g_active_probe.store(this);
 }
 
@@ -299,19 +303,15 @@ void Probe::end_step() {
     impl.records.reserve(records.size());  // steps repeat: no regrowing (and moving) next step
   }
   // Tensor figures and scalar tensors come back in one copy per device: one host sync a step.
-  std::vector<PendingStats*> pending;
-  std::vector<PendingScalar> scalars;
-  for (auto& r : records) {
-    if (r.record.state == Record::State::tensor) pending.push_back(&r.stats);
-    if (r.scalar.defined()) scalars.push_back({r.scalar, &r.record.value});
-  }
-  resolve_pending(pending, scalars);
+  impl.batch.resolve();
   std::vector<std::string> lines;
   lines.reserve(records.size());
   for (auto& r : records) {
-    if (r.record.state == Record::State::tensor) r.record.stats = std::move(r.stats.stats);
+    if (r.entry && r.record.state == Record::State::scalar) r.record.value = impl.batch.scalar(*r.entry);
+    else if (r.entry) r.record.stats = std::move(impl.batch.stats(*r.entry));
     lines.push_back(log_format::format_record(r.record));
   }
+  impl.batch.clear();
   impl.writer->write_step(lines);
   std::lock_guard lock(impl.mutex);
   ++impl.step;
@@ -375,7 +375,7 @@ void Probe::scalar(const std::string& name, double value) {
 void Probe::scalar(const std::string& name, const at::Tensor& value) {
   if (!enabled() || !impl_->wants(Kind::scalar)) return;
   TORCH_CHECK(value.numel() == 1, "numprobe: scalar '", name, "' has ", value.numel(), " elements");
-  impl_->add_scalar(name, 0, value.detach().reshape({}).to(at::kDouble));
+  impl_->add_scalar(name, 0, value);
 }
 
 void Probe::record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,

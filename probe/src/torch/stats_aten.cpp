@@ -108,7 +108,7 @@ at::Tensor element_hashes(const PreparedTensor& p) {
 
 }  // namespace
 
-at::Tensor packed_figures_aten(const PreparedTensor& view, bool torch_hash) {
+void packed_figures_aten(const PreparedTensor& view, bool torch_hash, const at::Tensor& out) {
   PreparedTensor p = view;
   p.data = view.data.contiguous();
   at::Tensor hash = at::sum(element_hashes(p));
@@ -130,7 +130,7 @@ at::Tensor packed_figures_aten(const PreparedTensor& view, bool torch_hash) {
 #else
   (void)torch_hash;  // has_torch_hash_kernel() is false for every dtype before 2.9
 #endif
-  return at::stack(figures);
+  out.copy_(at::stack(figures));
 }
 
 }  // namespace probe::detail

@@ -34,14 +34,23 @@ struct PreparedTensor {
 // nullopt when the tensor cannot be hashed or is empty (then `meta` is final).
 std::optional<PreparedTensor> prepare(const at::Tensor& t, const Shard& shard, TensorStats& meta);
 
-// Packed figures ([kPackedSlots] int64, on the tensor's device) computed with ATen ops: the
-// device fallback when no fused kernel is registered for the device type.
-at::Tensor packed_figures_aten(const PreparedTensor& prepared, bool torch_hash);
+// Writes a tensor's packed figures into `out` ([kPackedSlots] int64, on the tensor's device),
+// computed with ATen ops: the device fallback when no fused kernel is registered for the device.
+void packed_figures_aten(const PreparedTensor& prepared, bool torch_hash, const at::Tensor& out);
 
-// A fused kernel for one device type (the CUDA one registers itself at load time).
-using PackedFiguresFn = at::Tensor (*)(const PreparedTensor& prepared, bool torch_hash);
+// A fused kernel for one device type (the CUDA one registers itself at load time). It writes into
+// `out` asynchronously, on the device's current stream.
+using PackedFiguresFn = void (*)(const PreparedTensor& prepared, bool torch_hash, const at::Tensor& out);
 void register_device_kernel(c10::DeviceType type, PackedFiguresFn fn);
 PackedFiguresFn device_kernel(c10::DeviceType type);
+
+// Sends a CPU tensor (or scalar) down a StatsBatch's device-buffer path, as if it lived on a
+// device without a fused kernel, so CPU tests can check that path's bookkeeping.
+struct StatsBatchAccess {
+  static std::size_t add_through_device_buffer(StatsBatch& batch, const at::Tensor& t,
+                                               const Shard& shard = {});
+  static std::size_t add_scalar_through_device_buffer(StatsBatch& batch, const at::Tensor& value);
+};
 
 // Whether at::hash_tensor (LibTorch >= 2.9) has a kernel for the dtype (it lacks float8, complex,
 // uint16..64).

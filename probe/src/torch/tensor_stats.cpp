@@ -2,15 +2,17 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/view_as_real.h>
 #include <c10/core/ScalarType.h>
 
-#include <array>
-#include <bit>
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
+#include <utility>
 
 #include "stats_device.h"
 
@@ -216,75 +218,199 @@ void cpu_figures(const detail::PreparedTensor& prepared, TensorStats& stats) {
 
 }  // namespace
 
-PendingStats tensor_stats_pending(const at::Tensor& t, const Shard& shard,
-                                  const StatsOptions& options) {
-  PendingStats pending;
-  auto prepared = detail::prepare(t, shard, pending.stats);
-  if (!prepared) {
-    if (options.torch_hash && pending.stats.supported() && t.numel() == 0 &&
-        detail::has_torch_hash_kernel(t.scalar_type()))
-      pending.stats.torch_hash = torch_hash_now(t);
-    return pending;
+struct StatsBatch::Impl {
+  struct Entry {
+    TensorStats stats;
+    double scalar = 0;
+    bool is_scalar = false;
+    bool torch_hash = false;            // the row carries at::hash_tensor's value too
+    std::optional<c10::Device> device;  // set while the figures wait in that device's buffer
+    std::int64_t row = 0;               // their row there
+  };
+  // Rows of kPackedSlots int64 on one device, in chunks of rows_per_chunk.
+  struct DeviceBuffer {
+    c10::Device device;
+    std::vector<at::Tensor> chunks;
+    std::int64_t used = 0;  // rows handed out
+    std::int64_t read = 0;  // rows resolve() has copied back
+  };
+
+  StatsOptions options;
+  std::int64_t rows_per_chunk;
+  mutable std::mutex mutex;
+  std::vector<Entry> entries;
+  std::vector<DeviceBuffer> buffers;
+
+  std::size_t push(Entry entry) {
+    std::lock_guard lock(mutex);
+    entries.push_back(std::move(entry));
+    return entries.size() - 1;
   }
-  if (prepared->data.is_cpu()) {
-    if (options.torch_hash && detail::has_torch_hash_kernel(t.scalar_type()))
-      pending.stats.torch_hash = torch_hash_now(t);
-    cpu_figures(*prepared, pending.stats);
-    return pending;
+
+  // The next free row on `device`, growing its buffer by a chunk when full.
+  std::pair<at::Tensor, std::int64_t> reserve_row(c10::Device device) {
+    std::lock_guard lock(mutex);
+    auto it = std::find_if(buffers.begin(), buffers.end(),
+                           [&](const DeviceBuffer& b) { return b.device == device; });
+    if (it == buffers.end()) it = buffers.insert(buffers.end(), DeviceBuffer{device, {}, 0, 0});
+    DeviceBuffer& buffer = *it;
+    if (buffer.used == static_cast<std::int64_t>(buffer.chunks.size()) * rows_per_chunk)
+      buffer.chunks.push_back(at::empty({rows_per_chunk, detail::kPackedSlots},
+                                        at::TensorOptions().dtype(at::kLong).device(device)));
+    const std::int64_t row = buffer.used++;
+    return {buffer.chunks[static_cast<std::size_t>(row / rows_per_chunk)].select(0, row % rows_per_chunk), row};
   }
-  auto kernel = detail::device_kernel(prepared->data.device().type());
-  // Checked up front: a device launch cannot report a missing kernel without a sync.
-  pending.torch_hash = options.torch_hash && detail::has_torch_hash_kernel(t.scalar_type());
-  pending.device_figures = kernel ? kernel(*prepared, pending.torch_hash)
-                                  : detail::packed_figures_aten(*prepared, pending.torch_hash);
-  return pending;
+
+  // The entry is pushed only once its kernel is launched: a failed launch leaves an unread row,
+  // never an entry waiting for figures nobody writes.
+  std::size_t add_on_device(Entry entry, const detail::PreparedTensor& prepared, c10::ScalarType type,
+                            detail::PackedFiguresFn kernel) {
+    entry.torch_hash = options.torch_hash && detail::has_torch_hash_kernel(type);
+    auto [out, row] = reserve_row(prepared.data.device());
+    kernel(prepared, entry.torch_hash, out);
+    entry.device = prepared.data.device();
+    entry.row = row;
+    return push(std::move(entry));
+  }
+
+  std::size_t add_scalar_on_device(const at::Tensor& value) {
+    auto [out, row] = reserve_row(value.device());
+    out.narrow(0, 0, 1).view(at::kDouble).copy_(value.detach().reshape({1}));  // converts to fp64
+    Entry entry;
+    entry.is_scalar = true;
+    entry.device = value.device();
+    entry.row = row;
+    return push(std::move(entry));
+  }
+
+  Entry& entry(std::size_t index) {
+    TORCH_CHECK(index < entries.size(), "numprobe: StatsBatch has no entry ", index, " (it has ",
+                entries.size(), ")");
+    return entries[index];
+  }
+};
+
+StatsBatch::StatsBatch(StatsOptions options, std::int64_t rows_per_chunk) : impl_(std::make_unique<Impl>()) {
+  TORCH_CHECK(rows_per_chunk >= 1, "numprobe: StatsBatch rows_per_chunk must be at least 1");
+  impl_->options = options;
+  impl_->rows_per_chunk = rows_per_chunk;
+}
+StatsBatch::~StatsBatch() = default;
+StatsBatch::StatsBatch(StatsBatch&&) noexcept = default;
+StatsBatch& StatsBatch::operator=(StatsBatch&&) noexcept = default;
+
+std::size_t StatsBatch::add(const at::Tensor& t, const Shard& shard) {
+  Impl::Entry entry;
+  auto prepared = detail::prepare(t, shard, entry.stats);
+  if (prepared && !prepared->data.is_cpu()) {
+    auto kernel = detail::device_kernel(prepared->data.device().type());
+    return impl_->add_on_device(std::move(entry), *prepared, t.scalar_type(),
+                                kernel ? kernel : detail::packed_figures_aten);
+  }
+  // On the CPU, or nothing to read (then the figures are an empty tensor's, or `unsupported`).
+  if (impl_->options.torch_hash && entry.stats.supported() && detail::has_torch_hash_kernel(t.scalar_type()))
+    entry.stats.torch_hash = torch_hash_now(prepared ? t : at::empty({0}, t.options().device(at::kCPU)));
+  if (prepared) cpu_figures(*prepared, entry.stats);
+  return impl_->push(std::move(entry));
 }
 
-void resolve_pending(const std::vector<PendingStats*>& pending,
-                     const std::vector<PendingScalar>& scalars) {
-  // Per device: every packed figure row (kPackedSlots int64) and every scalar (its float64 bits
-  // as one int64), concatenated on the device and copied back at once.
-  struct DeviceBatch {
-    c10::Device device;
-    std::vector<PendingStats*> stats;
-    std::vector<const PendingScalar*> scalars;
-    std::vector<at::Tensor> parts;
-  };
-  std::vector<DeviceBatch> batches;
-  auto batch_for = [&](c10::Device device) -> DeviceBatch& {
-    auto it = std::find_if(batches.begin(), batches.end(),
-                           [&](const DeviceBatch& b) { return b.device == device; });
-    if (it == batches.end()) it = batches.insert(batches.end(), DeviceBatch{device, {}, {}, {}});
-    return *it;
-  };
-  for (auto* p : pending) {
-    if (p->ready()) continue;
-    DeviceBatch& batch = batch_for(p->device_figures.device());
-    batch.stats.push_back(p);
-    batch.parts.push_back(p->device_figures.reshape({-1}));
-  }
-  for (const auto& s : scalars) {
-    TORCH_CHECK(s.tensor.numel() == 1, "numprobe: a pending scalar has ", s.tensor.numel(), " elements");
-    DeviceBatch& batch = batch_for(s.tensor.device());
-    batch.scalars.push_back(&s);
-    batch.parts.push_back(s.tensor.detach().reshape({1}).to(at::kDouble).view(at::kLong));
-  }
-  for (auto& batch : batches) {
-    at::Tensor host = at::cat(batch.parts).to(at::kCPU).contiguous();  // the one copy (and sync)
-    const std::int64_t* words = host.const_data_ptr<std::int64_t>();
-    for (auto* p : batch.stats) {
-      detail::unpack_figures(words, p->torch_hash, p->stats);
-      p->device_figures = at::Tensor();
-      words += detail::kPackedSlots;
+std::size_t StatsBatch::add_scalar(const at::Tensor& value) {
+  TORCH_CHECK(value.defined(), "numprobe: a scalar tensor is undefined");
+  TORCH_CHECK(value.numel() == 1, "numprobe: a scalar tensor has ", value.numel(), " elements, not 1");
+  if (!value.is_cpu()) return impl_->add_scalar_on_device(value);
+  Impl::Entry entry;
+  entry.is_scalar = true;
+  entry.scalar = value.item<double>();  // no sync on the CPU
+  return impl_->push(std::move(entry));
+}
+
+void StatsBatch::resolve() {
+  std::lock_guard lock(impl_->mutex);
+  const std::int64_t rows_per_chunk = impl_->rows_per_chunk;
+  for (auto& buffer : impl_->buffers) {
+    if (buffer.read == buffer.used) continue;
+    std::vector<at::Tensor> parts;  // rows [read, used), chunk by chunk
+    for (std::int64_t row = buffer.read; row < buffer.used;) {
+      const std::int64_t offset = row % rows_per_chunk;
+      const std::int64_t count = std::min(rows_per_chunk - offset, buffer.used - row);
+      parts.push_back(buffer.chunks[static_cast<std::size_t>(row / rows_per_chunk)].narrow(0, offset, count));
+      row += count;
     }
-    for (const auto* s : batch.scalars) *s->value = std::bit_cast<double>(*words++);
+    // The one copy (and sync) for this device.
+    const at::Tensor host = (parts.size() == 1 ? parts[0] : at::cat(parts)).to(at::kCPU).contiguous();
+    const std::int64_t* words = host.const_data_ptr<std::int64_t>();
+    for (auto& entry : impl_->entries) {
+      if (entry.device != buffer.device || entry.row < buffer.read) continue;
+      const std::int64_t* row = words + (entry.row - buffer.read) * detail::kPackedSlots;
+      if (entry.is_scalar) entry.scalar = std::bit_cast<double>(row[0]);
+      else detail::unpack_figures(row, entry.torch_hash, entry.stats);
+      entry.device.reset();
+    }
+    buffer.read = buffer.used;
   }
 }
+
+std::size_t StatsBatch::size() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->entries.size();
+}
+
+bool StatsBatch::ready(std::size_t entry) const {
+  std::lock_guard lock(impl_->mutex);
+  return !impl_->entry(entry).device.has_value();
+}
+
+TensorStats& StatsBatch::stats(std::size_t index) {
+  std::lock_guard lock(impl_->mutex);
+  Impl::Entry& entry = impl_->entry(index);
+  TORCH_CHECK(!entry.is_scalar, "numprobe: StatsBatch entry ", index, " is a scalar, not a tensor");
+  TORCH_CHECK(!entry.device, "numprobe: StatsBatch entry ", index, " is still on ", entry.device->str(),
+              ": call resolve() first");
+  return entry.stats;
+}
+
+double StatsBatch::scalar(std::size_t index) const {
+  std::lock_guard lock(impl_->mutex);
+  const Impl::Entry& entry = impl_->entry(index);
+  TORCH_CHECK(entry.is_scalar, "numprobe: StatsBatch entry ", index, " is a tensor, not a scalar");
+  TORCH_CHECK(!entry.device, "numprobe: StatsBatch entry ", index, " is still on ", entry.device->str(),
+              ": call resolve() first");
+  return entry.scalar;
+}
+
+void StatsBatch::clear() {
+  std::lock_guard lock(impl_->mutex);
+  impl_->entries.clear();
+  // A chunk with unread rows may still be written by a kernel in flight: give it back to the
+  // allocator (which orders its reuse after the stream's work) instead of reusing it here.
+  auto& buffers = impl_->buffers;
+  buffers.erase(std::remove_if(buffers.begin(), buffers.end(),
+                               [](const Impl::DeviceBuffer& b) { return b.read != b.used; }),
+                buffers.end());
+  for (auto& buffer : buffers) buffer.used = buffer.read = 0;
+}
+
+namespace detail {
+
+std::size_t StatsBatchAccess::add_through_device_buffer(StatsBatch& batch, const at::Tensor& t,
+                                                        const Shard& shard) {
+  StatsBatch::Impl::Entry entry;
+  auto prepared = prepare(t, shard, entry.stats);
+  TORCH_CHECK(prepared, "numprobe: add_through_device_buffer needs a tensor with data to read");
+  return batch.impl_->add_on_device(std::move(entry), *prepared, t.scalar_type(), packed_figures_aten);
+}
+
+std::size_t StatsBatchAccess::add_scalar_through_device_buffer(StatsBatch& batch, const at::Tensor& value) {
+  return batch.impl_->add_scalar_on_device(value);
+}
+
+}  // namespace detail
 
 TensorStats tensor_stats(const at::Tensor& t, const Shard& shard, const StatsOptions& options) {
-  PendingStats pending = tensor_stats_pending(t, shard, options);
-  resolve_pending({&pending});
-  return std::move(pending.stats);
+  StatsBatch batch(options, /*rows_per_chunk=*/1);
+  const std::size_t entry = batch.add(t, shard);
+  batch.resolve();
+  return std::move(batch.stats(entry));
 }
 
 }  // namespace probe
