@@ -43,7 +43,9 @@ void expect_gpu_equals_reference_and_cpu(const at::Tensor& t, const probe::Shard
   if (!prepared) return;  // empty
   auto kernel = probe::detail::device_kernel(c10::DeviceType::CUDA);
   ASSERT_NE(kernel, nullptr) << "the CUDA kernel did not register";
-  at::Tensor packed = kernel(*prepared, false).cpu();
+  at::Tensor out = at::empty({probe::detail::kPackedSlots}, t.options().dtype(at::kLong));
+  kernel(*prepared, false, out);
+  at::Tensor packed = out.cpu();
   const auto* p = packed.const_data_ptr<std::int64_t>();
 
   at::Tensor host = prepared->data.cpu().contiguous();  // the view read in logical order
