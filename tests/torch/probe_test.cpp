@@ -209,6 +209,25 @@ TEST(Probe, EveryAndKindsSelectWhatIsRecorded) {
   EXPECT_THROW(probe::KindSet::parse("grads"), std::invalid_argument);
 }
 
+// A scalar tensor's value is the one it had when recorded, even if the trainer changes the
+// tensor in place before end_step (the device path copies it on the device at the call).
+TEST(Probe, ScalarTensorIsTheValueAtTheCall) {
+  auto dir = fresh_dir("scalar");
+  {
+    probe::Probe p(options_in(dir));
+    at::Tensor loss = at::scalar_tensor(0.25, at::kDouble);  // float64: no conversion copy to hide behind
+    p.scalar("loss", loss);
+    loss.add_(1);
+    p.scalar("grad_norm", at::full({1, 1}, 3.0, at::kDouble));
+    p.scalar("lr", 1e-3);
+    EXPECT_THROW(p.scalar("bad", at::ones({2})), c10::Error);
+    p.end_step();
+  }
+  std::map<std::string, double> value;
+  for (const auto& r : read_all(dir / "rank0" / "diff.log")) value[r.name] = r.value;
+  EXPECT_EQ(value, (std::map<std::string, double>{{"loss", 0.25}, {"grad_norm", 3.0}, {"lr", 1e-3}}));
+}
+
 TEST(Probe, EnvironmentConfiguresTheProbe) {
   ::setenv("PROBE_EVERY", "3", 1);
   ::setenv("PROBE_KINDS", "-rng", 1);

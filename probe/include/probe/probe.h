@@ -122,7 +122,8 @@ class Probe {
 
   // A named intermediate tensor of the current forward microbatch (see also probe::tap).
   void tap(const std::string& name, const at::Tensor& t, const Shard& shard = {});
-  // Named values of this step (loss, grad_norm, lr). A tensor is read at end_step(), not now.
+  // Named values of this step (loss, grad_norm, lr). A one-element tensor's value is taken now
+  // (on a device: copied there, no host sync) and read back with the step's figures at end_step().
   void scalar(const std::string& name, double value);
   void scalar(const std::string& name, const at::Tensor& value);
 
