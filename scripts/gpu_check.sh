@@ -75,8 +75,11 @@ if [ -x "$ROOT/build-gpu/examples/moe_train" ]; then
   stamp "example on the GPU: probe overhead per step (one rank, NCCL), and a probed run's log"
   TORCHRUN="$(dirname "$(command -v "$PY")")/torchrun"
   [ -x "$TORCHRUN" ] || TORCHRUN="$(command -v torchrun)"
-  SETUPS="single 1" MOE_FLAGS="--device cuda" BUILD_DIR="$ROOT/build-gpu" TORCHRUN="$TORCHRUN" \
-    STEPS=41 timeout 240 "$ROOT/scripts/perf_examples.sh" | tee "$OUT/example_overhead.md"
+  # The example's own size (launch-bound on a GPU: the probe's one launch per record counts
+  # against few, tiny kernels), then a GPU-sized configuration of the same model.
+  GPU_SIZED="--dim 1024 --heads 16 --kv-lora-rank 256 --moe-hidden 1024 --shared-hidden 2048 --microbatch-size 8 --seq-len 128"
+  SETUPS="single 1;single 1 $GPU_SIZED" MOE_FLAGS="--device cuda" BUILD_DIR="$ROOT/build-gpu" TORCHRUN="$TORCHRUN" \
+    STEPS=41 timeout 300 "$ROOT/scripts/perf_examples.sh" | tee "$OUT/example_overhead.md"
   timeout 120 "$TORCHRUN" --standalone --nproc-per-node 1 --no-python "$ROOT/build-gpu/examples/moe_train" \
     --setup single --device cuda --steps 3 --out "$OUT/example_run" > "$OUT/example_run.txt" 2>&1 \
     || stamp "example run FAILED (see example_run.txt)"

@@ -49,5 +49,5 @@ for spec in "${specs[@]}"; do
   shift 2
   read -r off1 on1 pct1 < <(step_times "$setup" "$ranks" -mb_grad "$@" | summarise)
   read -r off2 on2 pct2 < <(step_times "$setup" "$ranks" all "$@" | summarise)
-  echo "| $setup | $ranks | $off1 | $on1 | $pct1 | $off2 | $on2 | $pct2 |"
+  echo "| $setup${*:+ ($*)} | $ranks | $off1 | $on1 | $pct1 | $off2 | $on2 | $pct2 |"
 done
