@@ -269,6 +269,7 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
       std::string name;
       {
         std::lock_guard lock(impl->mutex);
+        if (!impl->wants(Kind::mb_grad)) return;  // a step not recorded: copy nothing
         mb = impl->backward_microbatch ? impl->backward_microbatch : impl->forward_microbatch;
         name = impl->parameters[index].name;
         shard = impl->parameters[index].shard;
