@@ -40,8 +40,8 @@ class StatsBatch {
   StatsBatch(StatsBatch&&) noexcept;
   StatsBatch& operator=(StatsBatch&&) noexcept;
 
-  // Both are safe to call from several threads at once (autograd runs hooks on device threads)
-  // and return the entry's index.
+  // Both are safe to call from several threads at once (autograd runs hooks on device threads),
+  // though not during resolve() or clear(), and return the entry's index.
   std::size_t add(const at::Tensor& t, const Shard& shard = {});
   std::size_t add_scalar(const at::Tensor& value);  // read as float64; must have one element
 
@@ -50,7 +50,8 @@ class StatsBatch {
 
   std::size_t size() const;
   bool ready(std::size_t entry) const;
-  // The figures (after resolve() for a device entry); movable out, e.g. into a Record.
+  // The figures (after resolve() for a device entry); movable out, e.g. into a Record. The
+  // reference is valid until the next add() or clear().
   TensorStats& stats(std::size_t entry);
   double scalar(std::size_t entry) const;
 

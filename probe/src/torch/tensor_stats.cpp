@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "stats_device.h"
 
