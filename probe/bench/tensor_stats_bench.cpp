@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "../src/core/stats_kernel.h"
+#include "../src/torch/stats_device.h"  // NUMPROBE_TORCH_AT_LEAST
 #include "probe/tensor_stats.h"
 
 namespace {
@@ -35,9 +36,15 @@ void BM_TensorStats(benchmark::State& state) {
 }
 
 void BM_TorchOps(benchmark::State& state) {
+#if !NUMPROBE_TORCH_AT_LEAST(2, 9)
+  state.SkipWithError("at::hash_tensor needs LibTorch >= 2.9");
+  return;
+#endif
   const at::Tensor t = make_tensor(state);
   for (auto _ : state) {
+#if NUMPROBE_TORCH_AT_LEAST(2, 9)
     benchmark::DoNotOptimize(at::hash_tensor(t).view(at::kLong).item<std::int64_t>());
+#endif
     benchmark::DoNotOptimize(at::linalg_vector_norm(t).item<double>());
     benchmark::DoNotOptimize(at::isnan(t).sum().item<std::int64_t>());
     benchmark::DoNotOptimize(t.min().item<double>());
