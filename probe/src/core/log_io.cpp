@@ -104,19 +104,20 @@ LogWriter::~LogWriter() {
 }
 
 void LogWriter::write_step(const std::vector<std::string>& lines) {
+  // A step that recorded nothing (PROBE_EVERY skips it) has nothing to flush: every earlier
+  // step is on disk already, so it costs no round trip to the writer thread.
+  if (lines.empty()) return;
   // One message per step, not per line: each message wakes spdlog's worker thread, and with
   // hundreds of records a step those wake-ups cost more than the records (docs/perf.md).
-  if (!lines.empty()) {
-    std::size_t size = lines.size();
-    for (const auto& line : lines) size += line.size();
-    std::string step;
-    step.reserve(size);
-    for (std::size_t i = 0; i < lines.size(); ++i) {
-      if (i > 0) step += '\n';
-      step += lines[i];
-    }
-    impl_->logger->log(spdlog::level::info, spdlog::string_view_t(step.data(), step.size()));
+  std::size_t size = lines.size();
+  for (const auto& line : lines) size += line.size();
+  std::string step;
+  step.reserve(size);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) step += '\n';
+    step += lines[i];
   }
+  impl_->logger->log(spdlog::level::info, spdlog::string_view_t(step.data(), step.size()));
   impl_->logger->flush();
   impl_->sink->wait_for_flush(++impl_->flushes_requested);
 }
