@@ -152,6 +152,13 @@ struct Probe::Impl {
     return writer && options.kinds.contains(kind) && step % options.every == 0;
   }
 
+  // Stamped with the step under the lock: a hook on another thread sees begin/end_step's step.
+  void push(PendingRecord r) {
+    std::lock_guard lock(mutex);
+    r.record.step = step;
+    records.push_back(std::move(r));
+  }
+
   void add(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
            const at::Tensor& t, const Shard& shard) {
     if (!wants(kind)) return;
@@ -166,9 +173,7 @@ struct Probe::Impl {
       at::NoGradGuard no_grad;
       r.entry = batch.add(t.detach(), shard);
     }
-    std::lock_guard lock(mutex);
-    r.record.step = step;
-    records.push_back(std::move(r));
+    push(std::move(r));
   }
 
   // A scalar record: `value`, or a one-element `tensor` whose value is read back at end_step.
@@ -178,13 +183,8 @@ struct Probe::Impl {
     r.record.name = name;
     r.record.state = Record::State::scalar;
     r.record.value = value;
-    if (tensor.defined()) {
-      at::NoGradGuard no_grad;
-      r.entry = batch.add_scalar(tensor.detach());
-    }
-    std::lock_guard lock(mutex);
-    r.record.step = step;
-    records.push_back(std::move(r));
+    if (tensor.defined()) r.entry = batch.add_scalar(tensor);  // the batch reads a detached copy
+    push(std::move(r));
   }
 
   void rng_fingerprint(std::int64_t microbatch, const std::vector<at::Tensor>& inputs) {
