@@ -30,6 +30,8 @@ PY="${PYTHON:-python3}"
 TORCH_PREFIX="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+$PY -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null \
+  || echo "gpu_check: WARNING: torch sees no CUDA device; this is a dry run: it builds, and every GPU part skips or fails"
 date -u +"%Y-%m-%dT%H:%M:%SZ"
 
 prefix_args=()
@@ -42,7 +44,18 @@ else
 fi
 SITE="$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 WHEEL_INCLUDE="$(ls -d "$SITE"/nvidia/cu*/include 2>/dev/null | head -1 || true)"
-CUDA_ROOT="$(dirname "$(dirname "$(command -v nvcc)")")"
+# nvcc on the PATH, else the usual toolkit homes (an image may install it without putting it there).
+NVCC="$(command -v nvcc || true)"
+for candidate in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda /usr/local/cuda-13.0 /opt/cuda; do
+  [ -n "$NVCC" ] && break
+  [ -n "$candidate" ] && [ -x "$candidate/bin/nvcc" ] && NVCC="$candidate/bin/nvcc"
+done
+[ -n "$NVCC" ] || { echo "gpu_check: no nvcc on the PATH, in CUDA_HOME or /usr/local/cuda"; exit 1; }
+# The toolkit's home as nvcc itself reports it: `nvcc` on the PATH may be a wrapper script.
+CUDA_ROOT="$("$NVCC" --dryrun -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)"
+CUDA_ROOT="$(readlink -f "${CUDA_ROOT:-$(dirname "$NVCC")/..}")"
+NVCC="$CUDA_ROOT/bin/nvcc"
+echo "nvcc: $NVCC, toolkit $CUDA_ROOT ($("$NVCC" --version | tail -1))"
 extra=()
 if [ -n "$WHEEL_INCLUDE" ] && [ ! -f "$CUDA_ROOT/include/cusparse.h" ]; then
   extra=(-DCMAKE_CXX_FLAGS="-idirafter $WHEEL_INCLUDE" -DCMAKE_CUDA_FLAGS="-Xcompiler=-idirafter,$WHEEL_INCLUDE")
@@ -51,7 +64,7 @@ fi
 stamp "configure"
 configure() {
   cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMPROBE_TORCH=ON \
-    -DPROBE_CUDA=ON -DCUDA_TOOLKIT_ROOT_DIR="$CUDA_ROOT" -DCUDAToolkit_ROOT="$CUDA_ROOT" \
+    -DPROBE_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" -DCUDA_TOOLKIT_ROOT_DIR="$CUDA_ROOT" -DCUDAToolkit_ROOT="$CUDA_ROOT" \
     "${prefix_args[@]}" "${extra[@]}" "$@"
 }
 # Without the examples' dependencies (CLI11, gloo headers) the kernel checks still run.
