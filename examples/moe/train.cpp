@@ -476,17 +476,21 @@ int main(int argc, char** argv) {
     const int world_size = std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1;
     ProcessGroups groups = moe::init_process_groups(stages_for(c, world_size), c.device);
 
-    probe::ProbeOptions options;
-    options.enabled = c.probe;
-    options.run_dir = c.out;
-    options.kinds = probe::KindSet::parse(c.probe_kinds);
-    options.rank = groups.rank;
-    options.world_size = groups.world_size;
+    probe::ProbeOptions defaults;
+    defaults.enabled = c.probe;
+    defaults.kinds = probe::KindSet::parse(c.probe_kinds);
+    defaults.rank = groups.rank;
+    defaults.world_size = groups.world_size;
     std::ostringstream setup;
     setup << c.setup << " x" << groups.world_size << " (" << groups.stages << " stages x " << groups.dp_size
           << " dp, " << groups.backend_name << "), seed " << c.rng_seed << ", fault " << c.fault;
-    options.setup = setup.str();
-    probe::Probe probe(probe::ProbeOptions::from_env(options));
+    defaults.setup = setup.str();
+    // PROBE_* variables override the defaults; a flag given on the command line overrides them.
+    probe::ProbeOptions options = probe::ProbeOptions::from_env(defaults);
+    if (app.count("--out")) options.run_dir = c.out;
+    if (app.count("--probe")) options.enabled = c.probe;
+    if (app.count("--probe-kinds")) options.kinds = defaults.kinds;
+    probe::Probe probe(options);
     if (groups.rank == 0)
       std::printf("moe_train: %s; %lld layers, dim %lld, %lld experts top-%lld; %lld microbatches x %lld x %lld tokens; probe %s\n",
                   options.setup.c_str(), static_cast<long long>(m.n_layers), static_cast<long long>(m.dim),

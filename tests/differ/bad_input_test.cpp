@@ -58,7 +58,16 @@ TEST(BadInput, KilledRankEndsTheComparisonAtItsIncompleteStep) {
   auto res = diff(dir / "a", dir / "b");
   EXPECT_EQ(res.truncated_at, 1);
   EXPECT_EQ(res.paired_steps, 1);
-  EXPECT_EQ(res.exit_code(), 0);  // every completed step agrees
+  EXPECT_EQ(res.base.steps, 4);  // every step is read; those from 1 on are not compared
+  // Every completed step agrees, but the run is not complete: not "equal".
+  EXPECT_EQ(res.verdict(), Result::Verdict::incomplete);
+  EXPECT_EQ(res.exit_code(), 1);
+  // Restricted to the complete steps, the comparison is whole.
+  DiffOptions complete_steps;
+  complete_steps.step_max = 0;
+  auto restricted = diff(dir / "a", dir / "b", complete_steps);
+  EXPECT_FALSE(restricted.truncated_at);
+  EXPECT_EQ(restricted.exit_code(), 0);
 }
 
 TEST(BadInput, GarbageLineIsAnErrorWithFileAndLineOrSkippedWithLenient) {

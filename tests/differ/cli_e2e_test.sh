@@ -57,17 +57,23 @@ expect 1 "FIRST DIVERGENCE" -- --name 'layers\.5\.' "$T/single" "$T/sumorder"
 # JSON.
 expect 1 "" -- --json "$T/out.json" "$T/single" "$T/sumorder"
 grep -q '"first_divergence": {' "$T/out.json" || { echo "FAIL: json lacks first_divergence"; fail=1; }
-# A pipeline whose stage 1 (ranks 1,3,5,7; layers 6-11) numbers its layers from 0: its
+# A pipeline whose stage 1 (ranks 4-7; layers 6-11) numbers its layers from 0: its
 # names collide with stage 0's (replica mismatches) until a rank-scoped --map renumbers them.
 gen "$T/pprenum" --layout pp --world 8 --stages 2 --pp-renumber
 expect 1 "base only: grad layers.6.w" -- "$T/single" "$T/pprenum"
 expect 1 "replica_mismatch=" -- "$T/single" "$T/pprenum"
-expect 0 "RESULT: equal" -- --map-test '@1,3,5,7:^layers\.(\d+)\.=layers.${1+6}.' "$T/single" "$T/pprenum"
+expect 0 "RESULT: equal" -- --map-test '@4-7:^layers\.(\d+)\.=layers.${1+6}.' "$T/single" "$T/pprenum"
 # Bad input and usage: exit 2.
 mkdir -p "$T/empty"
 expect 2 "holds no logs" -- "$T/single" "$T/empty"
 expect 2 "does not exist" -- "$T/single" "$T/nowhere"
 expect 2 "" -- --kinds bogus "$T/single" "$T/single"
+expect 2 "'-1' is not a number >= 0" -- --rtol -1 "$T/single" "$T/single"
+# A question left unanswered is not "equal": a filter that matches nothing, exit 2.
+expect 2 "RESULT: nothing compared: no record passes" -- --name typo_no_match "$T/single" "$T/zero3"
+expect 0 "RESULT: equal" -- --kinds -mb_grad "$T/single" "$T/zero3"
+# One rank's log of a multi-rank run is that rank's view (a warning, no missing ranks).
+expect 0 "partial_run=1" -- "$T/zero3/rank2/diff.log" "$T/zero3/rank2/diff.log"
 expect 2 "" -- "$T/single"
 cp -r "$T/single" "$T/garbage"
 sed -i '5s/.*/garbage here/' "$T/garbage/rank0/diff.log"

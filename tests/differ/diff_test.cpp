@@ -300,3 +300,175 @@ TEST(Report, JsonHoldsSummaryFirstDivergenceAndSeries) {
   EXPECT_NE(j.find("\"first_divergent_step\": 0"), std::string::npos) << j;
   EXPECT_NE(j.find("\"exit_code\": 1"), std::string::npos) << j;
 }
+
+TEST(Align, ToleranceOnAMeanScalesWithItsElementsNotWithTheMeanItself) {
+  auto dir = fresh_dir("tolmean");
+  // A gradient's mean is a cancelling sum near 0: relative to itself it moves by 7% when the
+  // elements move by 1e-9. Relative to the elements' RMS (norm / sqrt(8)) it does not.
+  Record a = tensor(0, Kind::grad, "w", 1, 1.0), b = tensor(0, Kind::grad, "w", 2, 1.0 + 1e-9);
+  a.stats.mean = 2.662647879958513e-12;
+  b.stats.mean = 2.4777957463584244e-12;
+  Record c = b;  // a mean that moved by 10% of the RMS
+  c.stats.mean = 0.1 / std::sqrt(8.0);
+  write_run(dir / "a", {{a}});
+  write_run(dir / "b", {{b}});
+  write_run(dir / "c", {{c}});
+  DiffOptions opt;
+  opt.cmp = {1e-2, 0};
+  auto close = diff(dir / "a", dir / "b", opt);
+  EXPECT_EQ(count(close, Kind::grad, Class::within_tol), 1);
+  EXPECT_EQ(close.verdict(), Result::Verdict::within_tolerance);
+  auto far = diff(dir / "a", dir / "c", opt);
+  EXPECT_EQ(count(far, Kind::grad, Class::different), 1);
+  ASSERT_TRUE(far.first_divergence);
+  EXPECT_EQ(far.first_divergence->note, "mean beyond tolerance");
+}
+
+TEST(Align, ExactModeIsBitwiseForScalarsToo) {
+  auto dir = fresh_dir("signedzero");
+  write_run(dir / "a", {{scalar(0, "loss", 0.0)}});
+  write_run(dir / "b", {{scalar(0, "loss", -0.0)}});
+  auto res = diff(dir / "a", dir / "b");
+  EXPECT_EQ(count(res, Kind::scalar, Class::different), 1);
+  EXPECT_EQ(count(res, Kind::scalar, Class::within_tol), 0);
+  EXPECT_EQ(res.exit_code(), 1);
+}
+
+TEST(Align, DifferentHashNamesTheFiguresThatDifferToo) {
+  auto dir = fresh_dir("figures");
+  Record b = tensor(0, Kind::grad, "w", 2, 1.0);
+  b.stats.max = 2;
+  write_run(dir / "a", {{tensor(0, Kind::grad, "w", 1, 1.0)}});
+  write_run(dir / "b", {{b}});
+  write_run(dir / "c", {{tensor(0, Kind::grad, "w", 3, 1.0)}});
+  auto res = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(res.first_divergence);
+  EXPECT_EQ(res.first_divergence->note, "hash differs; so do max");
+  auto hash_only = diff(dir / "a", dir / "c");  // e.g. two elements swapped
+  ASSERT_TRUE(hash_only.first_divergence);
+  EXPECT_EQ(hash_only.first_divergence->note, "hash differs; norm, min, max and mean are bitwise equal");
+}
+
+TEST(Filters, NothingComparedIsNotEqual) {
+  auto dir = fresh_dir("nothing");
+  write_run(dir / "a", {{scalar(0, "loss", 1)}});
+  write_run(dir / "b", {{scalar(0, "loss", 1)}});
+  DiffOptions no_match;
+  no_match.name_filter = std::regex("typo");
+  auto res = diff(dir / "a", dir / "b", no_match);
+  EXPECT_EQ(res.records_compared, 0);
+  EXPECT_EQ(res.verdict(), Result::Verdict::nothing_compared);
+  EXPECT_EQ(res.exit_code(), 2);
+  EXPECT_NE(text_of(res).find("RESULT: nothing compared: no record passes --kinds, --steps and --name"),
+            std::string::npos)
+      << text_of(res);
+  DiffOptions past_the_end;
+  past_the_end.step_min = 99;
+  EXPECT_EQ(diff(dir / "a", dir / "b", past_the_end).exit_code(), 2);
+  const std::string j = to_json(res, no_match);
+  EXPECT_NE(j.find("\"result\": \"nothing_compared\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"steps\": [\n   null,\n   null\n  ]"), std::string::npos) << j;
+}
+
+TEST(Filters, KindsTakeTheProbesSyntaxWithMinusToDropAKind) {
+  EXPECT_EQ(parse_kinds("-mb_grad"), probe::kAllKinds & ~(1u << static_cast<unsigned>(Kind::mb_grad)));
+  EXPECT_EQ(parse_kinds("grad,scalar"),
+            (1u << static_cast<unsigned>(Kind::grad)) | (1u << static_cast<unsigned>(Kind::scalar)));
+  EXPECT_THROW(parse_kinds("-grad,grads"), InputError);
+}
+
+TEST(Causes, NanAfterTheFirstDivergenceIsStillNamed) {
+  auto dir = fresh_dir("latenan");
+  // Step 0 differs at summation-order size; a NaN appears in step 1 (test run only).
+  Record nan_grad = tensor(1, Kind::grad, "w", 3, NAN);
+  nan_grad.stats.nan = 2;
+  write_run(dir / "a", {{tensor(0, Kind::mb_grad, "w", 1, 1.0, 0), tensor(0, Kind::grad, "w", 1, 1.0),
+                         tensor(1, Kind::mb_grad, "w", 1, 1.0, 0), tensor(1, Kind::grad, "w", 1, 1.0)}});
+  write_run(dir / "b", {{tensor(0, Kind::mb_grad, "w", 1, 1.0, 0), tensor(0, Kind::grad, "w", 2, 1.0 + 1e-7),
+                         tensor(1, Kind::mb_grad, "w", 1, 1.0, 0), nan_grad}});
+  auto res = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(res.first_divergence);
+  EXPECT_EQ(res.first_divergence->step, 0);
+  ASSERT_TRUE(has_cause(res, "summation_order"));
+  ASSERT_TRUE(has_cause(res, "nonfinite"));
+  EXPECT_EQ(res.causes.back().rule, "nonfinite");  // after the first divergence's causes
+  EXPECT_NE(res.causes.back().message.find("(step 1, test run: nan=2"), std::string::npos)
+      << res.causes.back().message;
+}
+
+TEST(Causes, RngRuleSaysSoWhenNoInputWasCompared) {
+  auto dir = fresh_dir("rngonly");
+  write_run(dir / "a", {{tensor(0, Kind::rng, "cpu", 1, 1.0, 0), tensor(0, Kind::input, "x", 1, 1.0, 0)}});
+  write_run(dir / "b", {{tensor(0, Kind::rng, "cpu", 2, 1.0, 0), tensor(0, Kind::input, "x", 2, 1.0, 0)}});
+  DiffOptions rng_only;
+  rng_only.kinds_mask = parse_kinds("rng");
+  auto res = diff(dir / "a", dir / "b", rng_only);
+  ASSERT_EQ(res.causes.size(), 1u);
+  EXPECT_NE(res.causes[0].message.find("no input was compared"), std::string::npos) << res.causes[0].message;
+}
+
+TEST(Report, MismatchingSeriesAreListedEarliestDivergenceFirst) {
+  auto dir = fresh_dir("seriesorder");
+  // Taps of step 1 differ (knock-on effects) and come first in execution order; the culprit
+  // grad differs from step 0.
+  std::vector<Record> a, b;
+  for (int s = 0; s < 2; ++s) {
+    for (int t = 0; t < 3; ++t) {
+      const std::string name = "tap" + std::to_string(t);
+      a.push_back(tensor(s, Kind::tap, name, 1, 1.0, 0));
+      b.push_back(tensor(s, Kind::tap, name, s == 0 ? 1 : 2, s == 0 ? 1.0 : 2.0, 0));
+    }
+    a.push_back(tensor(s, Kind::grad, "culprit", 1, 1.0));
+    b.push_back(tensor(s, Kind::grad, "culprit", 2, 3.0));
+  }
+  write_run(dir / "a", {a});
+  write_run(dir / "b", {b});
+  auto res = diff(dir / "a", dir / "b");
+  TextOptions one;
+  one.max_series = 1;
+  std::ostringstream out;
+  print_text(res, out, one);
+  EXPECT_NE(out.str().find("  grad culprit\n    steps base 2 test 2 paired 2 exact 0 first-divergent 0"),
+            std::string::npos)
+      << out.str();
+  EXPECT_EQ(out.str().find("\n  tap tap0\n"), std::string::npos) << out.str();
+}
+
+TEST(Merge, PerRankScalarsUnderOneNameGetAHintAboutLocalValues) {
+  auto dir = fresh_dir("localloss");
+  write_run(dir / "a", {{scalar(0, "loss", 1.0)}, {scalar(0, "loss", 1.5)}});
+  auto res = diff(dir / "a", dir / "a");
+  EXPECT_EQ(res.verdict(), Result::Verdict::run_errors);
+  ASSERT_EQ(res.base_issues.hints.size(), 1u);
+  EXPECT_NE(res.base_issues.hints[0].find("a rank's local value"), std::string::npos);
+  EXPECT_NE(text_of(res).find("RESULT: the runs agree, but a run has errors"), std::string::npos)
+      << text_of(res);
+}
+
+TEST(Merge, OneRanksLogOfAMultiRankRunIsThatRanksView) {
+  auto dir = fresh_dir("onerank");
+  write_run(dir / "a", {{scalar(0, "loss", 1.0)}, {scalar(0, "loss", 1.0)}});
+  const auto file = dir / "a" / "rank1" / "diff.log";
+  auto res = diff(file, file);
+  EXPECT_EQ(res.base_issues.count_by_type["partial_run"], 1);
+  EXPECT_EQ(res.base_issues.count_by_type.count("missing_rank"), 0u);
+  EXPECT_EQ(res.exit_code(), 0);
+  // A directory missing a rank names the file it expected.
+  std::filesystem::remove_all(dir / "a" / "rank1");
+  auto missing = diff(dir / "a", dir / "a");
+  ASSERT_FALSE(missing.base_issues.detail.empty());
+  EXPECT_NE(missing.base_issues.detail[0].message.find((dir / "a" / "rank1" / "diff.log").string()),
+            std::string::npos)
+      << missing.base_issues.detail[0].message;
+}
+
+TEST(Merge, RankWithNoRecordsIsNamed) {
+  auto dir = fresh_dir("emptyrank");
+  write_run(dir / "a", {{scalar(0, "loss", 1.0), tensor(0, Kind::grad, "w", 1, 1.0)},
+                        {tensor(0, Kind::grad, "w", 1, 1.0)}});
+  write_run(dir / "b", {{scalar(0, "loss", 1.0), tensor(0, Kind::grad, "w", 1, 1.0)}, {}});
+  auto res = diff(dir / "a", dir / "b");
+  EXPECT_EQ(res.test_issues.count_by_type["empty_rank"], 1);
+  EXPECT_NE(res.test_issues.detail[0].message.find("rank 1's log has no records"), std::string::npos)
+      << res.test_issues.detail[0].message;
+}

@@ -85,4 +85,23 @@ TEST(PythonLog, ProbeRunWithTorchHashComparesWithPythonRun) {
   write_run(dir / "cpp2", {probe_recs});
   auto res2 = diff(dir / "py.log", dir / "cpp2");
   EXPECT_EQ(count(res2, Kind::grad, Class::unsupported), 1);
+
+  // Without a common hash the norms still show a difference.
+  probe_recs[1].stats.norm = 9e9;
+  write_run(dir / "cpp3", {probe_recs});
+  auto res3 = diff(dir / "py.log", dir / "cpp3");
+  EXPECT_EQ(count(res3, Kind::grad, Class::different), 1);
+  ASSERT_TRUE(res3.first_divergence);
+  EXPECT_EQ(res3.first_divergence->note, "no common hash; norm differ");
+  EXPECT_EQ(res3.exit_code(), 1);
+}
+
+TEST(PythonLog, EveryPairWithoutACommonHashIsNothingCompared) {
+  auto dir = fresh_dir("pynothing");
+  write_file(dir / "py.log", "[grad w] hash=tensor(1), norm=tensor(2.)\n");
+  write_run(dir / "cpp", {{tensor(0, Kind::grad, "w", 0xabc, 2.0)}});
+  auto res = diff(dir / "py.log", dir / "cpp");
+  EXPECT_EQ(count(res, Kind::grad, Class::unsupported), 1);
+  EXPECT_EQ(res.verdict(), Result::Verdict::nothing_compared);
+  EXPECT_EQ(res.exit_code(), 2);
 }

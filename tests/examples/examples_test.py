@@ -28,14 +28,14 @@ def fail(msg):
     sys.exit(1)
 
 
-def train(name, setup, ranks, *flags, expect_ok=True, steps=STEPS):
+def train(name, setup, ranks, *flags, expect_ok=True, steps=STEPS, env_extra=None):
     """Runs moe_train; returns its run directory."""
     out = os.path.join(WORK, name)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [TORCHRUN, "--standalone", "--nproc-per-node", str(ranks), "--no-python", MOE_TRAIN,
            "--setup", setup, "--steps", str(steps), "--out", out, *flags]
     print("$ " + " ".join(cmd), flush=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env_extra or {}))
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=300)
     print(proc.stdout[-3000:], flush=True)
@@ -169,13 +169,16 @@ def case_killed_rank():
     a = train("ddp2_full", "ddp", 2, steps=3)
     b = train("ddp2_killed", "ddp", 2, "--die-after-step", "1", "--die-rank", "1", steps=3,
               expect_ok=False)
-    r = diff(a, b)
+    r = diff(a, b, expect=1)  # a killed run is never "equal"
     if "truncated" in r["test"]["issue_counts"]:
         # Rank 0 logged step 2, rank 1 did not: the run is cut at step 2 and says so.
         if r["truncated_at"] != 2 or r["first_divergence"] is not None:
             fail(f"steps 0-1 must agree and the comparison stop at step 2: {r['truncated_at']}, {r['first_divergence']}")
+        if r["result"] != "incomplete" or r["test"]["steps"] != 3:
+            fail(f"the result must be incomplete, with the killed run's 3 steps read: {r['result']}, {r['test']['steps']}")
         if "rank 1's log ends after step 1" not in r["text"]:
             fail("the report does not say that rank 1 stopped after step 1")
+        diff(a, b, "--steps", ":1", expect=0)  # the complete steps alone agree
     else:
         # Both ranks stopped after step 1: the killed run is just shorter.
         fd = r["first_divergence"]
@@ -213,6 +216,14 @@ def case_probe_off():
         if fingerprints[0] != fingerprints[1]:
             fail(f"{setup}: final parameters differ with the probe on and off")
         print(f"OK {setup}: final parameters bitwise equal with the probe on and off", flush=True)
+
+    # PROBE_* variables set defaults; a flag on the command line wins (--out over PROBE_DIR).
+    env_dir = os.path.join(WORK, "probe_dir_from_env")
+    shutil.rmtree(env_dir, ignore_errors=True)
+    out = train("out_flag_wins", "single", 1, steps=1, env_extra={"PROBE_DIR": env_dir})
+    if os.path.exists(env_dir) or not os.path.exists(os.path.join(out, "rank0", "diff.log")):
+        fail("--out must win over PROBE_DIR")
+    print("OK --out wins over PROBE_DIR", flush=True)
 
 
 if __name__ == "__main__":

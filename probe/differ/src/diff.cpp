@@ -11,11 +11,15 @@
 namespace probe::differ {
 namespace lf = probe::log_format;
 
-bool Comparator::agree(double base, double test) const {
+bool Comparator::agree(double base, double test) const { return agree(base, test, 0.0); }
+
+bool Comparator::agree(double base, double test, double scale) const {
   if (std::isnan(base) || std::isnan(test)) return std::isnan(base) && std::isnan(test);
+  if (exact()) return std::memcmp(&base, &test, sizeof(double)) == 0;
   if (base == test) return true;
   if (!std::isfinite(base) || !std::isfinite(test)) return false;
-  return std::fabs(test - base) <= atol + rtol * std::fabs(base);
+  const double magnitude = std::isfinite(scale) ? std::max(std::fabs(base), scale) : std::fabs(base);
+  return std::fabs(test - base) <= atol + rtol * magnitude;
 }
 
 std::string_view class_name(Class c) {
@@ -72,8 +76,40 @@ bool Result::any_divergence() const {
   return false;
 }
 
+std::int64_t Result::count(Class c) const {
+  std::int64_t n = 0;
+  for (const auto& per_kind : counts) n += per_kind[static_cast<std::size_t>(c)];
+  return n;
+}
+
+Result::Verdict Result::verdict() const {
+  if (any_divergence()) return Verdict::different;
+  if (base_issues.errors > 0 || test_issues.errors > 0) return Verdict::run_errors;
+  if (truncated_at) return Verdict::incomplete;
+  if (records_compared == count(Class::unsupported)) return Verdict::nothing_compared;
+  if (count(Class::within_tol) > 0) return Verdict::within_tolerance;
+  return Verdict::equal;
+}
+
+std::string_view Result::verdict_name() const {
+  switch (verdict()) {
+    case Verdict::different: return "different";
+    case Verdict::run_errors: return "run_errors";
+    case Verdict::incomplete: return "incomplete";
+    case Verdict::nothing_compared: return "nothing_compared";
+    case Verdict::within_tolerance: return "within_tolerance";
+    case Verdict::equal: break;
+  }
+  return "equal";
+}
+
 int Result::exit_code() const {
-  return any_divergence() || base_issues.errors > 0 || test_issues.errors > 0 ? 1 : 0;
+  switch (verdict()) {
+    case Verdict::equal:
+    case Verdict::within_tolerance: return 0;
+    case Verdict::nothing_compared: return 2;
+    default: return 1;
+  }
 }
 
 std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> parse_step_range(
@@ -102,23 +138,11 @@ std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> parse_step_r
 }
 
 std::uint32_t parse_kinds(const std::string& text) {
-  std::uint32_t mask = 0;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    auto comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    auto name = text.substr(pos, comma - pos);
-    if (!name.empty()) {
-      auto k = parse_kind(name);
-      if (!k)
-        throw InputError("--kinds: unknown kind '" + name +
-                         "' (rng, input, output, tap, output_grad, mb_grad, grad, scalar)");
-      mask |= 1u << static_cast<unsigned>(*k);
-    }
-    pos = comma + 1;
+  try {
+    return parse_kind_mask(text);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(std::string("--kinds '") + text + "': " + e.what());
   }
-  if (!mask) throw InputError("--kinds lists no kind");
-  return mask;
 }
 
 namespace {
@@ -141,6 +165,31 @@ std::optional<double> series_value(const Record& r) {
   if (r.state == Record::State::scalar) return r.value;
   if (r.state == Record::State::tensor && !r.stats.unsupported) return r.stats.norm;
   return std::nullopt;
+}
+
+// The RMS of a tensor's elements (its norm / sqrt(numel)): the scale of its mean's tolerance.
+double element_rms(const TensorStats& s) {
+  const auto n = s.numel();
+  return n > 0 && std::isfinite(s.norm) ? s.norm / std::sqrt(static_cast<double>(n)) : 0.0;
+}
+
+// The figures of a tensor pair the comparator says disagree ("norm, mean"), of those both
+// sides carry (a NumericsLogger record has its norm only); empty when all agree.
+std::string disagreeing_figures(const TensorStats& s, const TensorStats& t, bool norm_only,
+                                const Comparator& cmp) {
+  std::string names;
+  auto add = [&](std::string_view name) {
+    if (!names.empty()) names += ", ";
+    names += name;
+  };
+  if (!cmp.agree(s.norm, t.norm)) add("norm");
+  if (norm_only) return names;
+  if (!cmp.agree(s.min, t.min)) add("min");
+  if (!cmp.agree(s.max, t.max)) add("max");
+  if (!cmp.agree(s.mean, t.mean, element_rms(s))) add("mean");
+  if (s.nan != t.nan) add("nan count");
+  if (s.inf != t.inf) add("inf count");
+  return names;
 }
 
 void classify(Pair& p, const Comparator& cmp) {
@@ -171,7 +220,8 @@ void classify(Pair& p, const Comparator& cmp) {
     return;
   }
   p.rel_diff = rel_diff(s.norm, t.norm);
-  if (s.shape != t.shape && !(a.hash_source == HashSource::torch_only || b.hash_source == HashSource::torch_only)) {
+  const bool python = a.hash_source == HashSource::torch_only || b.hash_source == HashSource::torch_only;
+  if (s.shape != t.shape && !python) {
     p.cls = Class::different;
     p.note = "shapes differ";
     return;
@@ -181,33 +231,42 @@ void classify(Pair& p, const Comparator& cmp) {
     p.note = "dtypes differ (" + s.dtype + " vs " + t.dtype + ")";
     return;
   }
-  bool hashes_equal;
-  if (a.hash_source == HashSource::spec_v1 && b.hash_source == HashSource::spec_v1) {
+  const std::string disagree = disagreeing_figures(s, t, python, cmp);
+  std::optional<bool> hashes_equal;
+  if (!python)
     hashes_equal = s.hash == t.hash;
-  } else if (s.torch_hash && t.torch_hash) {
+  else if (s.torch_hash && t.torch_hash)
     hashes_equal = *s.torch_hash == *t.torch_hash;
-  } else {
-    p.cls = Class::unsupported;
-    p.note = "no common hash (switch on the probe's torch-compatible hash to compare with "
-             "Python logs)";
+  if (!hashes_equal) {
+    // No common hash (a Python log against a probe log without torch_hash): the figures can
+    // still show a difference, never bitwise equality.
+    if (!disagree.empty()) {
+      p.cls = Class::different;
+      p.note = "no common hash; " + disagree + (cmp.exact() ? " differ" : " beyond tolerance");
+    } else if (!cmp.exact()) {
+      p.cls = Class::within_tol;
+      p.note = "no common hash; the figures are within tolerance";
+    } else {
+      p.cls = Class::unsupported;
+      p.note = "no common hash: the figures agree, bitwise equality cannot be checked (switch on "
+               "the probe's torch-compatible hash to compare with Python logs)";
+    }
     return;
   }
-  if (hashes_equal) {
+  if (*hashes_equal) {
     p.cls = Class::equal;
     return;
   }
   if (cmp.exact()) {
     p.cls = Class::different;
+    if (!disagree.empty()) p.note = "hash differs; so do " + disagree;
+    else p.note = python ? "hash differs; the norms are equal"
+                         : "hash differs; norm, min, max and mean are bitwise equal";
     return;
   }
-  const bool python = a.hash_source == HashSource::torch_only || b.hash_source == HashSource::torch_only;
-  bool close = cmp.agree(s.norm, t.norm);
-  if (!python)
-    close = close && s.nan == t.nan && s.inf == t.inf && cmp.agree(s.min, t.min) &&
-            cmp.agree(s.max, t.max) && cmp.agree(s.mean, t.mean);
-  p.cls = close ? Class::within_tol : Class::different;
+  p.cls = disagree.empty() ? Class::within_tol : Class::different;
+  if (!disagree.empty()) p.note = disagree + " beyond tolerance";
 }
-
 
 std::int64_t nonfinite(const Merged& m) {
   return m.rec.state == Record::State::tensor ? m.rec.stats.nan + m.rec.stats.inf : 0;
@@ -255,24 +314,31 @@ struct Differ {
     }
   }
 
-  void likely_causes(std::int64_t step, const std::vector<Pair>& pairs, const Pair& first) {
-    // NaN/Inf appearing first at a named tensor.
+  // NaN/Inf on one side only, first in execution order over the whole comparison: it is
+  // often not the first divergence (a reduction order differs at step 0, a NaN comes later).
+  std::optional<Cause> first_nonfinite;
+  std::int64_t first_nonfinite_step = 0;
+
+  void find_nonfinite(std::int64_t step, const std::vector<Pair>& pairs) {
+    if (first_nonfinite) return;
     for (const auto& p : pairs) {
       const std::int64_t nb = p.base.present ? nonfinite(p.base.m) : 0;
       const std::int64_t nt = p.test.present ? nonfinite(p.test.m) : 0;
-      if ((nb == 0) != (nt == 0)) {
-        const bool in_test = nt > 0;
-        const Record& rec = in_test ? p.test.m.rec : p.base.m.rec;
-        r.causes.push_back(
-            {"nonfinite", "NaN/Inf appears first at " + std::string(kind_name(p.kind)) + " " +
-                              p.name + (p.mb ? " mb=" + std::to_string(*p.mb) : "") +
-                              " (step " + std::to_string(step) + ", " +
-                              (in_test ? "test" : "base") + " run: nan=" +
-                              std::to_string(rec.stats.nan) + " inf=" +
-                              std::to_string(rec.stats.inf) + ")"});
-        break;
-      }
+      if (!p.base.present || !p.test.present || (nb == 0) == (nt == 0)) continue;
+      const bool in_test = nt > 0;
+      const Record& rec = in_test ? p.test.m.rec : p.base.m.rec;
+      first_nonfinite = Cause{
+          "nonfinite", "NaN/Inf appears first at " + std::string(kind_name(p.kind)) + " " + p.name +
+                           (p.mb ? " mb=" + std::to_string(*p.mb) : "") + " (step " +
+                           std::to_string(step) + ", " + (in_test ? "test" : "base") +
+                           " run: nan=" + std::to_string(rec.stats.nan) +
+                           " inf=" + std::to_string(rec.stats.inf) + ")"};
+      first_nonfinite_step = step;
+      return;
     }
+  }
+
+  void likely_causes(std::int64_t step, const std::vector<Pair>& pairs, const Pair& first) {
     // Gradients `none` on one side.
     if (first.cls == Class::none_one_side) {
       std::int64_t none_base = 0, none_test = 0, grads = 0;
@@ -296,20 +362,27 @@ struct Differ {
     }
     // Inputs equal but RNG fingerprints differ.
     bool rng_differs = false, inputs_differ = false;
+    std::int64_t inputs_compared = 0;
     const Pair* first_rng = nullptr;
     for (const auto& p : pairs) {
       if (p.kind == Kind::rng && is_divergence(p.cls)) {
         rng_differs = true;
         if (!first_rng) first_rng = &p;
       }
-      if (p.kind == Kind::input && is_divergence(p.cls)) inputs_differ = true;
+      if (p.kind == Kind::input) {
+        inputs_compared += p.base.present && p.test.present;
+        if (is_divergence(p.cls)) inputs_differ = true;
+      }
     }
     if (rng_differs && !inputs_differ)
-      r.causes.push_back({"rng", "inputs are equal but the RNG fingerprint " + first_rng->name +
-                                     (first_rng->mb ? " mb=" + std::to_string(*first_rng->mb) : "") +
-                                     " differs at step " + std::to_string(step) +
-                                     ": dropout/RNG state (seed, generator offset, or RNG "
-                                     "consumed in a different order)"});
+      r.causes.push_back(
+          {"rng", std::string(inputs_compared > 0 ? "inputs are equal but the" : "the") +
+                      " RNG fingerprint " + first_rng->name +
+                      (first_rng->mb ? " mb=" + std::to_string(*first_rng->mb) : "") +
+                      " differs at step " + std::to_string(step) +
+                      (inputs_compared > 0 ? "" : " (no input was compared: different inputs are not ruled out)") +
+                      ": dropout/RNG state (seed, generator offset, or RNG consumed in a "
+                      "different order)"});
     // A gradient that data-parallel replicas disagree on while every microbatch contribution
     // is equal: it was not reduced across the replicas.
     if (first.kind == Kind::grad && is_divergence(first.cls) &&
@@ -448,6 +521,7 @@ struct Differ {
     }
     for (const auto& p : pairs)
       if (sum_order_like(p, pairs)) ++r.summation_order_grads;
+    find_nonfinite(step, pairs);
     if (first && !r.first_divergence) {
       r.first_divergence = *first;
       likely_causes(step, pairs, *first);
@@ -489,7 +563,8 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   Result r;
   r.base = info_of(base);
   r.test = info_of(test);
-  Differ d{options, r, {}, {}, {}, {}};
+  r.filtered = options.kinds_mask || options.step_min || options.step_max || options.name_filter;
+  Differ d{options, r, {}, {}, {}, {}, {}, 0};
   std::vector<Merged> a, b;
   std::int64_t sa = 0, sb = 0;
   for (;;) {
@@ -499,22 +574,31 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
     const bool has_a = pa && *pa == step, has_b = pb && *pb == step;
     if (has_a) base.next_step(sa, a);
     if (has_b) test.next_step(sb, b);
-    // A killed rank: compare only the steps every rank completed.
+    // Every step is read (the header counts what each run holds); only those in --steps and
+    // before a killed rank's first incomplete step are compared.
+    if (has_a) note_step(r.base, step);
+    if (has_b) note_step(r.test, step);
+    if ((options.step_min && step < *options.step_min) ||
+        (options.step_max && step > *options.step_max))
+      continue;
     std::optional<std::int64_t> limit;
     for (const Run* run : {&base, &test})
       if (run->incomplete_from() && (!limit || *run->incomplete_from() < *limit))
         limit = run->incomplete_from();
     if (limit && step >= *limit) {
       r.truncated_at = *limit;
-      break;
-    }
-    if (has_a) note_step(r.base, step);
-    if (has_b) note_step(r.test, step);
-    if (has_a && has_b) ++r.paired_steps;
-    if ((options.step_min && step < *options.step_min) ||
-        (options.step_max && step > *options.step_max))
       continue;
+    }
+    if (has_a && has_b) ++r.paired_steps;
     d.compare_step(step, has_a ? &a : nullptr, has_b ? &b : nullptr);
+  }
+  // A one-sided NaN/Inf is a cause wherever it first appears: before the other causes when it
+  // is at (or before) the first divergent step, after them when it comes later.
+  if (d.first_nonfinite) {
+    if (r.first_divergence && d.first_nonfinite_step <= r.first_divergence->step)
+      r.causes.insert(r.causes.begin(), *d.first_nonfinite);
+    else
+      r.causes.push_back(*d.first_nonfinite);
   }
   r.base.records = base.records_read();
   r.test.records = test.records_read();

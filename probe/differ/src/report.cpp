@@ -1,6 +1,8 @@
 // The terminal report and the --json document.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <limits>
 #include <ostream>
 #include <sstream>
 
@@ -85,6 +87,53 @@ std::string run_line(const char* label, const RunInfo& i) {
   return s;
 }
 
+std::string result_text(const Result& r) {
+  const std::int64_t unsupported = r.count(Class::unsupported);
+  const std::string not_compared =
+      unsupported ? " (" + std::to_string(unsupported) + " unsupported pair(s) not compared)" : "";
+  switch (r.verdict()) {
+    case Result::Verdict::different:
+      return "differences found";
+    case Result::Verdict::run_errors:
+      return "the runs agree, but a run has errors (RUN ISSUES)";
+    case Result::Verdict::incomplete: {
+      const std::int64_t at = *r.truncated_at;
+      return "incomplete: " +
+             (at > 0 ? "no difference through step " + std::to_string(at - 1) + ", but "
+                     : std::string()) +
+             "a run's log ends early, at step " + std::to_string(at) + " (rank killed?)" +
+             (at > 0 ? "; --steps :" + std::to_string(at - 1) + " compares the complete steps alone"
+                     : "");
+    }
+    case Result::Verdict::nothing_compared:
+      if (r.records_compared > 0)
+        return "nothing compared: all " + std::to_string(r.records_compared) +
+               " pairs are unsupported (see the notes above and in --json)";
+      return r.filtered ? "nothing compared: no record passes --kinds, --steps and --name"
+                        : "nothing compared: the runs hold no records";
+    case Result::Verdict::within_tolerance:
+      return "equal within tolerance (" + std::to_string(r.count(Class::within_tol)) +
+             " pair(s) not bitwise equal)" + not_compared;
+    case Result::Verdict::equal:
+      break;
+  }
+  return "equal" + not_compared;
+}
+
+// Order of the mismatching tensor series on the terminal: earliest divergence first (the
+// culprit, not its knock-on effects), then first-seen (execution) order.
+std::vector<std::size_t> tensor_series_order(const Result& r) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < r.series.size(); ++i) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto& sa = r.series[a].second;
+    const auto& sb = r.series[b].second;
+    return sa.first_divergent_step.value_or(std::numeric_limits<std::int64_t>::max()) <
+           sb.first_divergent_step.value_or(std::numeric_limits<std::int64_t>::max());
+  });
+  return order;
+}
+
 }  // namespace
 
 void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
@@ -92,8 +141,8 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   out << run_line("base", r.base) << "\n" << run_line("test", r.test) << "\n";
   out << "paired steps " << r.paired_steps << ", records compared " << r.records_compared << "\n";
   if (r.truncated_at)
-    out << paint(kYellow, "a rank's log is truncated (killed?): steps from " +
-                              std::to_string(*r.truncated_at) + " on are not compared")
+    out << paint(kYellow, "a rank's log ends early (killed?): steps from " +
+                              std::to_string(*r.truncated_at) + " on are read but not compared (RUN ISSUES)")
         << "\n";
   out << "\n";
 
@@ -149,9 +198,7 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
     out << paint(kBold, std::string("RUN ISSUES (") + label + ")");
     for (const auto& [type, n] : log->count_by_type) out << "  " << type << "=" << n;
     out << "\n";
-    if (log->count_by_type.count("replica_mismatch"))
-      out << "  (ranks that are different pipeline stages reusing names? align them with a "
-             "rank-scoped rule: --map '@RANKS:REGEX=REPLACEMENT')\n";
+    for (const auto& h : log->hints) out << "  (" << h << ")\n";
     std::size_t shown = 0;
     for (const auto& i : log->detail) {
       if (shown++ >= 8) {
@@ -192,12 +239,19 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
       << std::min(tensor_mismatch, opt.max_series) << " of " << tensor_mismatch
       << " mismatching tensor norm series of " << tensor_total << "; every series in --json)\n";
   std::size_t tensor_shown = 0;
-  for (const auto& [k, s] : r.series) {
+  // Scalars in first-seen order, then the mismatching tensor series, earliest divergence first.
+  std::vector<std::size_t> shown;
+  for (std::size_t i = 0; i < r.series.size(); ++i)
+    if (r.series[i].first.kind == Kind::scalar) shown.push_back(i);
+  for (std::size_t i : tensor_series_order(r)) {
+    const auto& [k, s] = r.series[i];
+    if (k.kind == Kind::scalar || (s.exact == s.paired && s.base_steps == s.test_steps)) continue;
+    if (tensor_shown++ >= opt.max_series) break;
+    shown.push_back(i);
+  }
+  for (std::size_t i : shown) {
+    const auto& [k, s] = r.series[i];
     const bool mismatch = s.exact != s.paired || s.base_steps != s.test_steps;
-    if (k.kind != Kind::scalar) {
-      if (!mismatch || tensor_shown >= opt.max_series) continue;
-      ++tensor_shown;
-    }
     std::string title = std::string(kind_name(k.kind)) + " " + k.name;
     if (k.mb) title += " mb=" + std::to_string(*k.mb);
     out << "  " << (mismatch ? paint(kRed, title) : paint(kGreen, title)) << "\n";
@@ -212,7 +266,7 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   }
   out << "\n";
   const int code = r.exit_code();
-  out << (code == 0 ? paint(kGreen, "RESULT: equal") : paint(kRed, "RESULT: differences found"))
+  out << (code == 0 ? paint(kGreen, "RESULT: " + result_text(r)) : paint(kRed, "RESULT: " + result_text(r)))
       << " (exit " << code << ")\n";
 }
 
@@ -284,6 +338,7 @@ nlohmann::json run_json(const RunInfo& i, const IssueLog& issues) {
   j["last_step"] = i.last_step ? nlohmann::json(*i.last_step) : nlohmann::json(nullptr);
   j["records"] = i.records;
   j["issue_counts"] = issues.count_by_type;
+  j["hints"] = issues.hints;
   auto& list = j["issues"] = nlohmann::json::array();
   for (const auto& is : issues.detail)
     list.push_back({{"severity", is.severity == Issue::Severity::error ? "error" : "warning"},
@@ -299,10 +354,22 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   nlohmann::json j;
   j["schema"] = "numprobe.diff_logs/1";
   j["exit_code"] = r.exit_code();
+  j["result"] = r.verdict_name();
+  nlohmann::json kinds = nullptr;
+  if (opt.kinds_mask) {
+    kinds = nlohmann::json::array();
+    for (int k = 0; k < kKindCount; ++k)
+      if (*opt.kinds_mask & (1u << k)) kinds.push_back(kind_name(static_cast<Kind>(k)));
+  }
+  auto opt_step = [](const std::optional<std::int64_t>& s) {
+    return s ? nlohmann::json(*s) : nlohmann::json(nullptr);
+  };
   j["options"] = {{"rtol", opt.cmp.rtol},
                   {"atol", opt.cmp.atol},
                   {"sum_order_rtol", opt.sum_order_rtol},
                   {"sum_order_rtol_lowp", opt.sum_order_rtol_lowp},
+                  {"kinds", kinds},
+                  {"steps", {opt_step(opt.step_min), opt_step(opt.step_max)}},
                   {"name", opt.name_filter_text},
                   {"top", opt.top}};
   j["base"] = run_json(r.base, r.base_issues);

@@ -221,6 +221,29 @@ void IssueLog::add(Issue issue) {
   if (static_cast<std::size_t>(n) <= kDetailPerType) detail.push_back(std::move(issue));
 }
 
+void IssueLog::hint(const std::string& text) {
+  if (std::find(hints.begin(), hints.end(), text) == hints.end()) hints.push_back(text);
+}
+
+namespace {
+
+// Why ranks that logged the same key with different values most likely did, by kind.
+std::string replica_mismatch_hint(Kind kind) {
+  if (kind == Kind::scalar)
+    return "a scalar logged under one name on several ranks must be the same on each: a "
+           "rank's local value (its own loss) needs the reduced value, or a name per rank";
+  if (kind == Kind::grad)
+    return "data-parallel replicas of a gradient must agree after the reduction: an unreduced "
+           "gradient, or pipeline stages reusing names (align them with a rank-scoped rule: "
+           "--map '@RANKS:REGEX=REPLACEMENT')";
+  return "records of one microbatch id on several ranks are read as replicas: microbatch ids "
+         "must be global across data-parallel ranks (rank r's k-th of M local microbatches is "
+         "r * M + k), and pipeline stages reusing names need a rank-scoped rule: --map "
+         "'@RANKS:REGEX=REPLACEMENT'";
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------
 // Python (autoparallel NumericsLogger) lines
 
@@ -596,11 +619,22 @@ Run::Run(const fs::path& path, RunOptions options)
     src->rank = h.rank;
     ranks_.push_back(std::move(src));
   }
-  for (int r = 0; r < world_size_; ++r) {
-    if (!seen[static_cast<std::size_t>(r)])
-      issues_.add({Issue::Severity::error, "missing_rank", options_.label, -1,
-                   path_.string() + ": world_size is " + std::to_string(world_size_) +
-                       " but rank" + std::to_string(r) + "/diff.log is missing"});
+  if (files.size() == 1 && files[0].first < 0 && world_size_ > 1) {
+    // One log named on its own: that rank's view of the run, by request.
+    partial_view_ = true;
+    issues_.add({Issue::Severity::warning, "partial_run", options_.label, -1,
+                 files[0].second.string() + " is rank " + std::to_string(ranks_[0]->rank) +
+                     " of a " + std::to_string(world_size_) +
+                     "-rank run: only that rank's records are compared (name the run's "
+                     "directory to merge every rank)"});
+  } else {
+    for (int r = 0; r < world_size_; ++r) {
+      if (!seen[static_cast<std::size_t>(r)])
+        issues_.add({Issue::Severity::error, "missing_rank", options_.label, -1,
+                     path_.string() + ": world_size is " + std::to_string(world_size_) + " but " +
+                         (path_ / ("rank" + std::to_string(r)) / "diff.log").string() +
+                         " is missing"});
+    }
   }
   for (auto& src : ranks_) advance(*src);
 }
@@ -695,9 +729,19 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   // (killed between steps). Its later records are missing, not different: stop comparing here.
   for (auto& src : ranks_) {
     if (!src->reader || src->ahead || src->reported_early_end || src->reader->truncated() ||
-        src->last_step < 0 || src->last_step >= step)
+        src->last_step >= step)
       continue;
     src->reported_early_end = true;
+    if (src->last_step < 0) {
+      // No record at all. A rank may legitimately record nothing (PROBE_KINDS=scalar with the
+      // loss logged on rank 0), so the comparison goes on; the warning explains the records
+      // the other run has and this one lacks.
+      issues_.add({Issue::Severity::warning, "empty_rank", options_.label, step,
+                   src->reader->path().string() + ": rank " + std::to_string(src->rank) +
+                       "'s log has no records while other ranks log step " + std::to_string(step) +
+                       ": the rank was killed before its first step, or it records nothing"});
+      continue;
+    }
     if (!incomplete_from_ || step < *incomplete_from_) incomplete_from_ = step;
     issues_.add({Issue::Severity::warning, "truncated", options_.label, step,
                  src->reader->path().string() + ": rank " + std::to_string(src->rank) +
@@ -800,6 +844,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
         reps.push_back(&p);
       } else if (!same_record(rep->rec, p.rec)) {
         m.replicas_disagree = true;
+        issues_.hint(replica_mismatch_hint(g.kind));
         issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
                      "step " + std::to_string(step) + " " + where() + ": rank " +
                          std::to_string(rep->rank) + " has " + record_brief(rep->rec) +
@@ -814,10 +859,16 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       else if (!whole)
         whole = b;
       else  // e.g. `none` on one rank and a scalar on another
-        m.replicas_disagree = true, issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
+        m.replicas_disagree = true, issues_.hint(replica_mismatch_hint(g.kind)), issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
                      "step " + std::to_string(step) + " " + where() + ": rank " +
                          std::to_string(whole->rank) + " has " + record_brief(whole->rec) +
                          ", rank " + std::to_string(b->rank) + " has " + record_brief(b->rec)});
+    }
+    if (partial_view_ && reps.size() == 1 && !shards.empty()) {
+      // One rank's view of the run: its shard is compared as logged, not composed into a
+      // whole it does not hold.
+      shards.clear();
+      whole = reps[0];
     }
     if (!shards.empty()) {
       Record composed;  // only the key fields of a part: the figures come from composing
@@ -838,7 +889,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
         composed.stats.unsupported = "shards do not tile: " + c.error;
       }
       if (whole && !same_record(whole->rec, composed))
-        m.replicas_disagree = true, issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
+        m.replicas_disagree = true, issues_.hint(replica_mismatch_hint(g.kind)), issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
                      "step " + std::to_string(step) + " " + where() + ": rank " +
                          std::to_string(whole->rank) + " has the whole tensor " +
                          record_brief(whole->rec) + ", the composed shards have " +

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 #include <iostream>
 
@@ -12,7 +13,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "diff_logs: compare two numprobe runs (run directories of rank<R>/diff.log, or log "
       "files) and report where they stop agreeing.\nExit status: 0 equal (or within "
-      "tolerance), 1 differences found, 2 bad input or usage."};
+      "tolerance), 1 differences found, a run with errors or a truncated run, 2 nothing "
+      "compared, bad input or usage."};
   std::string base_path, test_path, json_path, kinds, steps, name_re;
   std::vector<std::string> maps, maps_base, maps_test;
   double rtol = 0, atol = 0, sum_rtol = 1e-5, sum_rtol_lowp = 1e-2;
@@ -20,21 +22,33 @@ int main(int argc, char** argv) {
   bool lenient = false, no_strip = false, color_always = false, color_never = false;
   app.add_option("base", base_path, "baseline run directory or log file")->required();
   app.add_option("test", test_path, "test run directory or log file")->required();
-  app.add_option("--rtol", rtol, "relative tolerance: |test-base| <= atol + rtol*|base|")->check(CLI::NonNegativeNumber);
-  app.add_option("--atol", atol, "absolute tolerance")->check(CLI::NonNegativeNumber);
+  const CLI::Validator non_negative(
+      [](std::string& text) -> std::string {
+        double v = -1;
+        std::size_t used = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (...) {
+          used = 0;
+        }
+        return used == text.size() && std::isfinite(v) && v >= 0 ? "" : "'" + text + "' is not a number >= 0";
+      },
+      "NUMBER>=0");
+  app.add_option("--rtol", rtol, "relative tolerance: |test-base| <= atol + rtol*|base| (a mean: rtol * max(|base|, RMS of the elements))")->check(non_negative);
+  app.add_option("--atol", atol, "absolute tolerance")->check(non_negative);
   app.add_option("--map", maps,
                  "[@RANKS:]REGEX=REPLACEMENT rule applied to names of both runs (repeatable); "
                  "@4-7: limits it to those ranks; $1, ${1}, ${1+4} (arithmetic), $&, $$");
   app.add_option("--map-base", maps_base, "REGEX=REPLACEMENT rule for the base run's names only");
   app.add_option("--map-test", maps_test, "REGEX=REPLACEMENT rule for the test run's names only");
   app.add_flag("--no-strip-wrappers", no_strip, "keep module./_fsdp_wrapped_module./_orig_mod./_checkpoint_wrapped_module.");
-  app.add_option("--kinds", kinds, "comma-separated kinds to compare (rng,input,output,tap,output_grad,mb_grad,grad,scalar)");
+  app.add_option("--kinds", kinds, "kinds to compare: a comma-separated list (rng,input,output,tap,output_grad,mb_grad,grad,scalar), or -kind to drop one from all");
   app.add_option("--steps", steps, "steps to compare: N, A:B, A: or :B (inclusive)");
   app.add_option("--name", name_re, "compare only names matching this regular expression");
   app.add_option("--top", top, "how many largest differences to list (default 10)");
   app.add_option("--max-series", max_series, "tensor norm series shown on the terminal (default 20)");
-  app.add_option("--sum-order-rtol", sum_rtol, "relative norm difference bound of the summation-order rule, fp32/fp64 grads (default 1e-5)");
-  app.add_option("--sum-order-rtol-lowp", sum_rtol_lowp, "the same bound for bf16/fp16/fp8 grads (default 1e-2)");
+  app.add_option("--sum-order-rtol", sum_rtol, "relative norm difference bound of the summation-order rule, fp32/fp64 grads (default 1e-5)")->check(non_negative);
+  app.add_option("--sum-order-rtol-lowp", sum_rtol_lowp, "the same bound for bf16/fp16/fp8 grads (default 1e-2)")->check(non_negative);
   app.add_flag("--lenient", lenient, "skip and count garbage lines, out-of-order and duplicate records instead of failing");
   app.add_option("--json", json_path, "write the whole result as JSON to this file ('-' for stdout)");
   app.add_flag("--color", color_always, "colour even when stdout is not a terminal");

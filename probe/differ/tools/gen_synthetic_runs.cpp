@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
     b += '\n';
   };
   auto stage_of = [&](int p) { return p * stages / c.params; };
-  auto rank_of = [&](int stage, int d) { return d * stages + stage; };
+  // Stage-major, as moe_train and torchtitan lay out a pipeline: stage s is ranks s*dp .. s*dp+dp-1.
+  auto rank_of = [&](int stage, int d) { return stage * dp + d; };
   auto dp_of_mb = [&](int mb) { return mb % dp; };
   auto first_of_stage = [&](int stage) {  // smallest p with stage_of(p) == stage
     int p = 0;

@@ -25,6 +25,12 @@ inline constexpr int kKindCount = 8;
 
 std::string_view kind_name(Kind kind);
 std::optional<Kind> parse_kind(std::string_view name);
+// A set of kinds as a bit per Kind, from "all" or a comma-separated list of kind names; a
+// leading '-' removes a kind from "all" ("-mb_grad", "-mb_grad,-tap"). The one syntax of
+// PROBE_KINDS, --probe-kinds and diff_logs --kinds. Throws std::invalid_argument naming the
+// bad kind, or for a list that selects no kind.
+std::uint32_t parse_kind_mask(std::string_view text);
+inline constexpr std::uint32_t kAllKinds = (1u << kKindCount) - 1;
 
 enum class Phase : std::uint8_t { forward, backward, step_end };
 Phase phase_of(Kind kind);

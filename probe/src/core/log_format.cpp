@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,29 @@ std::optional<Kind> parse_kind(std::string_view name) {
   for (std::size_t i = 0; i < log_format::kKindNames.size(); ++i)
     if (log_format::kKindNames[i] == name) return static_cast<Kind>(i);
   return std::nullopt;
+}
+
+std::uint32_t parse_kind_mask(std::string_view text) {
+  if (text.empty() || text == "all") return kAllKinds;
+  std::uint32_t mask = text[0] == '-' ? kAllKinds : 0;
+  while (true) {
+    const std::size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    const bool remove = !item.empty() && item[0] == '-';
+    if (remove) item.remove_prefix(1);
+    if (!item.empty()) {
+      const auto kind = parse_kind(item);
+      if (!kind)
+        throw std::invalid_argument("unknown record kind '" + std::string(item) +
+                                    "' (kinds: rng,input,output,tap,output_grad,mb_grad,grad,scalar)");
+      const std::uint32_t bit = 1u << static_cast<unsigned>(*kind);
+      mask = remove ? mask & ~bit : mask | bit;
+    }
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  if (mask == 0) throw std::invalid_argument("the kind list selects no kind");
+  return mask;
 }
 
 Phase phase_of(Kind kind) {

@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -103,20 +102,11 @@ struct PendingRecord {
 }  // namespace
 
 KindSet KindSet::parse(const std::string& text) {
-  if (text.empty() || text == "all") return all();
-  KindSet set = text[0] == '-' ? all() : none();
-  std::stringstream items(text);
-  std::string item;
-  while (std::getline(items, item, ',')) {
-    const bool remove = !item.empty() && item[0] == '-';
-    const std::string name = remove ? item.substr(1) : item;
-    auto kind = parse_kind(name);
-    if (!kind)
-      throw std::invalid_argument("numprobe: unknown record kind '" + name +
-                                  "' (kinds: rng,input,output,tap,output_grad,mb_grad,grad,scalar)");
-    set = remove ? set.without(*kind) : set.with(*kind);
+  try {
+    return KindSet(parse_kind_mask(text));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("numprobe: ") + e.what());
   }
-  return set;
 }
 
 ProbeOptions ProbeOptions::from_env(ProbeOptions o) {

@@ -25,14 +25,18 @@ struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Decides whether two numbers agree: exact by default, |test - base| <= atol + rtol * |base|
-// otherwise. NaN agrees with NaN, +-Inf with itself. The one comparison policy every
-// classification and every statistic uses.
+// Decides whether two numbers agree: the same bits by default (NaN agrees with NaN; 0 and -0
+// do not), |test - base| <= atol + rtol * |base| otherwise (NaN agrees with NaN only, +-Inf
+// with itself). The one comparison policy every classification and every statistic uses.
 struct Comparator {
   double rtol = 0;
   double atol = 0;
   bool exact() const { return rtol == 0 && atol == 0; }
   bool agree(double base, double test) const;
+  // The same, with the relative part taken of max(|base|, scale): for a figure that sits near
+  // 0 while the elements it summarises do not. A mean's scale is the elements' RMS: elements
+  // that each agree within rtol give means that agree within rtol * RMS.
+  bool agree(double base, double test, double scale) const;
 };
 
 // Canonicalises parameter names: strips wrapper prefixes (module., _fsdp_wrapped_module.,
@@ -94,7 +98,9 @@ struct IssueLog {
   std::vector<Issue> detail;
   std::map<std::string, std::int64_t> count_by_type;
   std::int64_t errors = 0;
+  std::vector<std::string> hints;  // what the issues most likely mean, each once
   void add(Issue issue);
+  void hint(const std::string& text);
 };
 
 struct RunOptions {
@@ -148,6 +154,7 @@ class Run {
   std::int64_t records_read_ = 0;
   std::size_t last_step_groups_ = 0;  // sizes the next step's index
   std::optional<std::int64_t> incomplete_from_;
+  bool partial_view_ = false;  // one rank's log of a multi-rank run, named on its own
 };
 
 // Composes shard records of one tensor (distinct offsets, same global shape) into the whole:
@@ -254,8 +261,24 @@ struct Result {
   IssueLog base_issues, test_issues;
   std::int64_t records_compared = 0;
   std::optional<std::int64_t> truncated_at;  // comparison stopped here (a killed rank)
+  bool filtered = false;  // --kinds, --steps or --name restricted the comparison
   bool any_divergence() const;
-  int exit_code() const;  // 0 equal / within tolerance, 1 differences or run errors
+  std::int64_t count(Class c) const;  // pairs of that class, every kind
+
+  // What the comparison concluded, the most serious first.
+  enum class Verdict : std::uint8_t {
+    different,         // a pair is different, only_* or none_one_side
+    run_errors,        // the runs agree, but one has an error issue (replica mismatch, ...)
+    incomplete,        // no difference, but a run is truncated: later steps were not compared
+    nothing_compared,  // no pair passed the filters, or every pair is unsupported
+    within_tolerance,  // every pair equal or within --rtol/--atol
+    equal,             // every compared pair bitwise equal
+  };
+  Verdict verdict() const;
+  std::string_view verdict_name() const;  // "different", "run_errors", ... (the JSON's "result")
+  // 0 equal or within tolerance; 1 different, run errors or incomplete; 2 nothing compared
+  // (like bad input: the question was not answered).
+  int exit_code() const;
 };
 
 // Compares two runs step by step. Throws InputError for incompatible runs (format or hash
