@@ -92,7 +92,7 @@ TEST(PythonLog, ProbeRunWithTorchHashComparesWithPythonRun) {
   auto res3 = diff(dir / "py.log", dir / "cpp3");
   EXPECT_EQ(count(res3, Kind::grad, Class::different), 1);
   ASSERT_TRUE(res3.first_divergence);
-  EXPECT_EQ(res3.first_divergence->note, "no common hash; norm differ");
+  EXPECT_EQ(res3.first_divergence->note, "no common hash; differs in: norm");
   EXPECT_EQ(res3.exit_code(), 1);
 }
 

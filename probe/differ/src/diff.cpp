@@ -231,18 +231,22 @@ void classify(Pair& p, const Comparator& cmp) {
     p.note = "dtypes differ (" + s.dtype + " vs " + t.dtype + ")";
     return;
   }
-  const std::string disagree = disagreeing_figures(s, t, python, cmp);
   std::optional<bool> hashes_equal;
   if (!python)
     hashes_equal = s.hash == t.hash;
   else if (s.torch_hash && t.torch_hash)
     hashes_equal = *s.torch_hash == *t.torch_hash;
+  if (hashes_equal == true) {
+    p.cls = Class::equal;
+    return;
+  }
+  const std::string disagree = disagreeing_figures(s, t, python, cmp);
   if (!hashes_equal) {
     // No common hash (a Python log against a probe log without torch_hash): the figures can
     // still show a difference, never bitwise equality.
     if (!disagree.empty()) {
       p.cls = Class::different;
-      p.note = "no common hash; " + disagree + (cmp.exact() ? " differ" : " beyond tolerance");
+      p.note = std::string("no common hash; ") + (cmp.exact() ? "differs in: " : "beyond tolerance: ") + disagree;
     } else if (!cmp.exact()) {
       p.cls = Class::within_tol;
       p.note = "no common hash; the figures are within tolerance";
@@ -253,19 +257,15 @@ void classify(Pair& p, const Comparator& cmp) {
     }
     return;
   }
-  if (*hashes_equal) {
-    p.cls = Class::equal;
-    return;
-  }
   if (cmp.exact()) {
     p.cls = Class::different;
-    if (!disagree.empty()) p.note = "hash differs; so do " + disagree;
-    else p.note = python ? "hash differs; the norms are equal"
-                         : "hash differs; norm, min, max and mean are bitwise equal";
+    if (!disagree.empty()) p.note = "differs in: hash, " + disagree;
+    else p.note = python ? "differs in the hash alone; the norms are equal"
+                         : "differs in the hash alone; norm, min, max and mean are bitwise equal";
     return;
   }
   p.cls = disagree.empty() ? Class::within_tol : Class::different;
-  if (!disagree.empty()) p.note = disagree + " beyond tolerance";
+  if (!disagree.empty()) p.note = "beyond tolerance: " + disagree;
 }
 
 std::int64_t nonfinite(const Merged& m) {
