@@ -247,6 +247,14 @@ TEST(Probe, EnvironmentConfiguresTheProbe) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("PROBE_EVERY='often'"), std::string::npos);
   }
+  ::setenv("PROBE_EVERY", "3", 1);
+  ::setenv("PROBE_KINDS", "mb_grads", 1);
+  try {
+    probe::ProbeOptions::from_env();
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("PROBE_KINDS='mb_grads': unknown record kind"), std::string::npos) << e.what();
+  }
   for (const char* v : {"PROBE_EVERY", "PROBE_KINDS", "PROBE_ENABLE", "RANK", "WORLD_SIZE"}) ::unsetenv(v);
 }
 
@@ -275,7 +283,7 @@ TEST(Probe, UnwritableRunDirectoryIsAnErrorNamingThePath) {
 
 TEST(Probe, RanksOfOneLaunchAgreeOnTheNextFreeRunDirectory) {
   auto root = fresh_dir("nextfree");
-  ::setenv("PROBE_RUN_ID", "launch-a", 1);
+  ::setenv("PROBE_RUN_ID", "launch a", 1);  // a space: the stamp is read whole
   std::filesystem::path a0, a1, b0;
   {
     probe::ProbeOptions o;
@@ -363,3 +371,119 @@ TEST(Probe, LoggedHashesMatchPythonXxhashReference) {
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 #endif
+
+TEST(Probe, AKeyRecordedAgainInAStepGetsAnOccurrenceSuffix) {
+  auto dir = fresh_dir("occurrence");
+  {
+    probe::Probe p(options_in(dir));
+    p.tap("block.out", torch::ones({2}));  // a tap every layer of a stack uses
+    p.tap("block.out", torch::zeros({2}));
+    p.tap("block.out", torch::ones({3}));
+    p.scalar("loss", 1.0);  // a per-microbatch loss under one name
+    p.scalar("loss", 2.0);
+    p.end_step();
+    p.tap("block.out", torch::ones({2}));  // the count starts again each step
+    p.end_step();
+  }
+  std::vector<std::pair<std::int64_t, std::string>> names;
+  for (const auto& r : read_all(dir / "rank0" / "diff.log")) names.emplace_back(r.step, r.name);
+  EXPECT_EQ(names, (std::vector<std::pair<std::int64_t, std::string>>{
+                       {0, "block.out"}, {0, "block.out#1"}, {0, "block.out#2"}, {0, "loss"},
+                       {0, "loss#1"}, {1, "block.out"}}));
+}
+
+TEST(Probe, WatchingAgainRecordsEachParameterOnceAndARebuiltModelReplacesTheOld) {
+  auto dir = fresh_dir("rewatch");
+  torch::manual_seed(1);
+  torch::nn::Linear old_model(3, 2), new_model(3, 2);
+  {
+    probe::Probe p(options_in(dir));
+    p.watch(*old_model);
+    p.watch(*old_model);
+    p.forward(0, old_model, torch::ones({1, 3})).sum().backward();
+    p.end_step();
+    p.watch(*new_model);  // same names, new tensors
+    p.forward(0, new_model, torch::ones({1, 3})).sum().backward();
+    old_model->forward(torch::ones({1, 3})).sum().backward();  // no longer watched
+    p.end_step();
+  }
+  std::map<std::pair<std::int64_t, std::string>, int> count;
+  for (const auto& r : read_all(dir / "rank0" / "diff.log"))
+    if (r.kind == probe::Kind::mb_grad || r.kind == probe::Kind::grad)
+      count[{r.step, std::string(probe::kind_name(r.kind)) + " " + r.name}]++;
+  for (const auto& [key, n] : count) EXPECT_EQ(n, 1) << key.second << " at step " << key.first;
+  EXPECT_EQ(count.size(), 8u);  // weight and bias, mb_grad and grad, 2 steps
+  EXPECT_EQ(count.count({1, "mb_grad weight#1"}), 0u);
+}
+
+TEST(Probe, WhatTheLogCannotHoldIsRefusedWhereItIsPassed) {
+  auto dir = fresh_dir("refused");
+  probe::Probe p(options_in(dir));
+  torch::nn::Linear lin(3, 2);
+  EXPECT_THROW(p.begin_step(-1), std::invalid_argument);
+  EXPECT_THROW(p.forward(-1, lin, torch::ones({1, 3})), std::invalid_argument);
+  EXPECT_THROW(p.set_backward_microbatch(-2), std::invalid_argument);
+  EXPECT_THROW(p.scalar("", 1.0), std::invalid_argument);
+  EXPECT_THROW(p.tap("", torch::ones({1})), std::invalid_argument);
+  try {
+    p.watch(*lin, "", {{"wieght", probe::Shard::along({4, 3}, 0, 2)}});
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'wieght', which is no parameter"), std::string::npos) << e.what();
+  }
+  p.begin_step(5);
+  p.end_step();
+  try {
+    p.begin_step(3);  // a resumed run reusing the log
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("begin_step(3) after step 5 ended"), std::string::npos) << e.what();
+  }
+  p.begin_step(7);  // forward is fine
+  p.end_step();
+}
+
+namespace {
+struct TwoHeadsImpl : torch::nn::Module {
+  torch::nn::Linear a{nullptr}, b{nullptr};
+  TwoHeadsImpl() {
+    a = register_module("a", torch::nn::Linear(3, 2));
+    b = register_module("b", torch::nn::Linear(3, 1));
+  }
+  std::tuple<torch::Tensor, double, torch::Tensor> forward(std::vector<torch::Tensor> xs) {
+    return {a(xs[0]), 0.5, b(xs[1])};
+  }
+};
+TORCH_MODULE(TwoHeads);
+}  // namespace
+
+TEST(Probe, TensorsInsideVectorAndTupleArgumentsAndResultsAreRecorded) {
+  auto dir = fresh_dir("tuple");
+  {
+    probe::Probe p(options_in(dir));
+    TwoHeads model;
+    auto [ya, aux, yb] = p.forward(0, model, std::vector<torch::Tensor>{torch::ones({1, 3}), torch::zeros({1, 3})});
+    (ya.sum() + yb.sum() * aux).backward();
+    p.end_step();
+  }
+  std::vector<std::string> names;
+  for (const auto& r : read_all(dir / "rank0" / "diff.log"))
+    if (r.kind == probe::Kind::input || r.kind == probe::Kind::output || r.kind == probe::Kind::output_grad)
+      names.push_back(std::string(probe::kind_name(r.kind)) + " " + r.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"input model.0", "input model.1", "output model.0", "output model.1",
+                                             "output_grad model.0", "output_grad model.1"}));
+}
+
+TEST(Probe, AutogradHooksThatOutliveTheProbeDoNothing) {
+  auto dir = fresh_dir("outlive");
+  torch::nn::Linear lin(3, 2);
+  torch::Tensor y;
+  {
+    probe::Probe p(options_in(dir));
+    p.watch(*lin);
+    y = p.forward(0, lin, torch::ones({1, 3}));  // an output_grad hook on y
+  }
+  y.sum().backward();  // runs y's hook after the probe is gone
+  EXPECT_TRUE(lin->weight.grad().defined());
+}

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -83,12 +84,17 @@ class Probe {
   const std::filesystem::path& run_dir() const;
 
   // Hooks every parameter of `module`, named `prefix` + its named_parameters() name. `shards`
-  // names the parameters that are shards of a global tensor (ZeRO-3, tensor parallel).
+  // names the parameters that are shards of a global tensor (ZeRO-3, tensor parallel); a name
+  // that is no parameter is an error. Watching again is harmless: a parameter already watched
+  // stays watched once, and a new tensor under a watched name (a rebuilt model) replaces the
+  // old one. A parameter that does not require grad when watched gets no mb_grad hook (its
+  // .grad() is still recorded at end_step).
   void watch(const torch::nn::Module& module, const std::string& prefix = "",
              const std::vector<std::pair<std::string, Shard>>& shards = {});
   void watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard = {});
 
-  // Steps: begin_step(n) names the step; without it steps count 0, 1, ... per end_step().
+  // Steps: begin_step(n) names the step; without it steps count 0, 1, ... per end_step(). Steps
+  // are >= 0 and only go forward within one log (std::invalid_argument otherwise).
   void begin_step(std::int64_t step);
   // Records every watched parameter's .grad() (or `none`), resolves device figures with one
   // copy per device, and returns once the step's lines reached the OS.
@@ -96,7 +102,9 @@ class Probe {
   std::int64_t step() const;
 
   // Runs `module->forward(args...)` for global microbatch `microbatch`, recording the RNG
-  // fingerprint and tensor inputs before it and the output (and its gradient) after.
+  // fingerprint and tensor inputs before it and the output (and its gradient) after. Tensors
+  // inside std::vector, std::tuple and std::pair arguments and results count too; several are
+  // named `name.0`, `name.1`, ... in order.
   template <class ModuleHolder, class... Args>
   auto forward(std::int64_t microbatch, ModuleHolder& module, Args&&... args) {
     return forward_named(options().model_name, microbatch, module, std::forward<Args>(args)...);
@@ -106,7 +114,10 @@ class Probe {
                      Args&&... args) {
     begin_forward(name, microbatch, tensor_args(args...));
     auto output = module->forward(std::forward<Args>(args)...);
-    if constexpr (std::is_convertible_v<decltype(output), at::Tensor>) record_output(name, microbatch, output);
+    std::vector<at::Tensor> outputs;
+    append_tensors(outputs, output);
+    for (std::size_t i = 0; i < outputs.size(); ++i)
+      record_output(outputs.size() == 1 ? name : name + "." + std::to_string(i), microbatch, outputs[i]);
     return output;
   }
 
@@ -134,18 +145,31 @@ class Probe {
   struct Impl;
 
  private:
+  template <class T> struct IsTuple : std::false_type {};
+  template <class... T> struct IsTuple<std::tuple<T...>> : std::true_type {};
+  template <class A, class B> struct IsTuple<std::pair<A, B>> : std::true_type {};
+
+  // The tensors of a forward argument or result, in order: a tensor, a std::vector of tensors,
+  // or the tensor elements of a std::tuple / std::pair (other values hold none).
+  template <class T>
+  static void append_tensors(std::vector<at::Tensor>& tensors, const T& value) {
+    if constexpr (std::is_convertible_v<const T&, const at::Tensor&>) {
+      tensors.push_back(value);
+    } else if constexpr (std::is_convertible_v<const T&, const std::vector<at::Tensor>&>) {
+      const std::vector<at::Tensor>& elements = value;
+      tensors.insert(tensors.end(), elements.begin(), elements.end());
+    } else if constexpr (IsTuple<T>::value) {
+      std::apply([&](const auto&... element) { (append_tensors(tensors, element), ...); }, value);
+    }
+  }
   template <class... Args>
   static std::vector<at::Tensor> tensor_args(const Args&... args) {
     std::vector<at::Tensor> tensors;
-    (
-        [&] {
-          if constexpr (std::is_convertible_v<const Args&, const at::Tensor&>) tensors.push_back(args);
-        }(),
-        ...);
+    (append_tensors(tensors, args), ...);
     return tensors;
   }
 
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared: hooks hold it weakly, autograd may outlive the probe
 };
 
 // Records `t` as a tap of the active probe (the most recently constructed enabled one);

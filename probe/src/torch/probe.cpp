@@ -15,6 +15,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 
 #include "probe/log_io.h"
 
@@ -82,9 +83,20 @@ std::filesystem::path next_free_run_dir(const std::filesystem::path& root) {
     std::string owner;
     for (int tries = 0; tries < 200 && !std::filesystem::exists(stamp); ++tries)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::ifstream(stamp) >> owner;
+    std::ifstream stamp_in(stamp);
+    std::getline(stamp_in, owner);  // the whole id: PROBE_RUN_ID may hold spaces
     if (owner == id) return dir;
   }
+}
+
+// What the log format cannot hold is refused where it is passed, not when a reader fails.
+void check_microbatch(std::int64_t microbatch) {
+  if (microbatch < 0)
+    throw std::invalid_argument("numprobe: microbatch " + std::to_string(microbatch) +
+                                ": microbatch ids are >= 0 (the global id of the microbatch)");
+}
+void check_name(const std::string& name, const char* what) {
+  if (name.empty()) throw std::invalid_argument(std::string("numprobe: ") + what + "(): empty name");
 }
 
 struct WatchedParameter {
@@ -116,7 +128,15 @@ ProbeOptions ProbeOptions::from_env(ProbeOptions o) {
     o.every = parse_positive("PROBE_EVERY", v);
     if (o.every == 0) throw std::invalid_argument("numprobe: PROBE_EVERY must be at least 1");
   }
-  if (const char* v = env("PROBE_KINDS")) o.kinds = KindSet::parse(v);
+  if (const char* v = env("PROBE_KINDS")) {
+    try {
+      o.kinds = KindSet::parse(v);
+    } catch (const std::invalid_argument& e) {
+      std::string_view why = e.what();
+      if (why.substr(0, 10) == "numprobe: ") why.remove_prefix(10);
+      throw std::invalid_argument(std::string("numprobe: PROBE_KINDS='") + v + "': " + std::string(why));
+    }
+  }
   if (const char* v = env("PROBE_TORCH_HASH")) o.torch_hash = parse_bool("PROBE_TORCH_HASH", v);
   if (const char* v = env("PROBE_SETUP")) o.setup = v;
   if (o.rank < 0)
@@ -136,7 +156,12 @@ struct Probe::Impl {
   std::vector<PendingRecord> records;
   StatsBatch batch;  // the figures of the step's records; kept across steps for its device buffer
   std::int64_t step = 0;
+  std::optional<std::int64_t> last_ended_step;  // steps may not go backwards within one log
   std::optional<std::int64_t> forward_microbatch, backward_microbatch;
+  // Occurrences of each (kind, mb, name) in this step: a key recorded again (a tap name every
+  // layer uses, a second backward of one microbatch, accumulation without microbatch ids) gets
+  // "#1", "#2", ... appended, where a reader would reject a duplicate.
+  std::unordered_map<std::string, int> occurrences;
 
   bool wants(Kind kind) const {
     return writer && options.kinds.contains(kind) && step % options.every == 0;
@@ -146,6 +171,11 @@ struct Probe::Impl {
   void push(PendingRecord r) {
     std::lock_guard lock(mutex);
     r.record.step = step;
+    std::string key(1, static_cast<char>('0' + static_cast<int>(r.record.kind)));
+    if (r.record.microbatch) key += std::to_string(*r.record.microbatch);
+    key += '|';
+    key += r.record.name;
+    if (const int seen = occurrences[key]++; seen > 0) r.record.name += "#" + std::to_string(seen);
     records.push_back(std::move(r));
   }
 
@@ -197,7 +227,7 @@ struct Probe::Impl {
   }
 };
 
-Probe::Probe(ProbeOptions options) : impl_(std::make_unique<Impl>()) {
+Probe::Probe(ProbeOptions options) : impl_(std::make_shared<Impl>()) {
   auto& o = impl_->options;
   o = std::move(options);
   if (o.rank < 0) o.rank = 0;
@@ -236,7 +266,17 @@ std::int64_t Probe::step() const { return impl_->step; }
 
 void Probe::watch(const torch::nn::Module& module, const std::string& prefix,
                   const std::vector<std::pair<std::string, Shard>>& shards) {
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+  const auto parameters = module.named_parameters(/*recurse=*/true);
+  // A shard description naming no parameter would leave that shard logged as a whole tensor.
+  for (const auto& [shard_name, s] : shards) {
+    bool found = false;
+    for (const auto& item : parameters) found = found || prefix + item.key() == shard_name;
+    if (!found)
+      throw std::invalid_argument("numprobe: watch(): shard given for '" + shard_name +
+                                  "', which is no parameter of the module (names are prefix + "
+                                  "named_parameters() names, prefix '" + prefix + "')");
+  }
+  for (const auto& item : parameters) {
     const std::string name = prefix + item.key();
     Shard shard;
     for (const auto& [shard_name, s] : shards)
@@ -247,32 +287,56 @@ void Probe::watch(const torch::nn::Module& module, const std::string& prefix,
 
 void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard) {
   if (!enabled()) return;
+  if (name.empty()) throw std::invalid_argument("numprobe: watch_parameter(): empty name");
   if (!shard.empty()) shard.check_fits(parameter.sizes().vec(), "numprobe: parameter '" + name + "'");
-  WatchedParameter watched{name, parameter, std::move(shard), std::nullopt};
-  if (parameter.requires_grad() && impl_->options.kinds.contains(Kind::mb_grad)) {
-    Impl* impl = impl_.get();
-    const std::size_t index = impl_->parameters.size();
-    // Runs before accumulation into .grad(), once per backward: one microbatch's contribution.
-    watched.hook = parameter.register_hook([impl, index](const at::Tensor& grad) {
-      std::optional<std::int64_t> mb;
-      Shard shard;
-      std::string name;
-      {
-        std::lock_guard lock(impl->mutex);
-        if (!impl->wants(Kind::mb_grad)) return;  // a step not recorded: copy nothing
-        mb = impl->backward_microbatch ? impl->backward_microbatch : impl->forward_microbatch;
-        name = impl->parameters[index].name;
-        shard = impl->parameters[index].shard;
-      }
-      impl->add(Kind::mb_grad, name, mb, grad, shard);
-    });
-  }
   std::lock_guard lock(impl_->mutex);
-  impl_->parameters.push_back(std::move(watched));
+  auto& parameters = impl_->parameters;
+  auto same_name = std::find_if(parameters.begin(), parameters.end(),
+                                [&](const WatchedParameter& p) { return p.name == name; });
+  if (same_name != parameters.end()) {
+    // watch() again: the same tensor stays watched once; a new tensor under the name (a
+    // rebuilt model) replaces the old one, whose hook goes and which is no longer kept alive.
+    if (same_name->parameter.unsafeGetTensorImpl() == parameter.unsafeGetTensorImpl() &&
+        same_name->shard == shard)
+      return;
+    if (same_name->hook) same_name->parameter.remove_hook(*same_name->hook);
+    same_name->parameter = parameter;
+    same_name->shard = std::move(shard);
+    same_name->hook.reset();
+  } else {
+    parameters.push_back(WatchedParameter{name, parameter, std::move(shard), std::nullopt});
+    same_name = std::prev(parameters.end());
+  }
+  // A parameter frozen now gets no mb_grad hook (its .grad() is still recorded at end_step).
+  if (!parameter.requires_grad() || !impl_->options.kinds.contains(Kind::mb_grad)) return;
+  const std::size_t index = static_cast<std::size_t>(same_name - parameters.begin());
+  // Runs before accumulation into .grad(), once per backward: one microbatch's contribution.
+  // Holds the probe weakly: autograd may run a hook after the probe is gone.
+  same_name->hook = parameter.register_hook([weak = std::weak_ptr<Impl>(impl_), index](const at::Tensor& grad) {
+    const auto impl = weak.lock();
+    if (!impl) return;
+    std::optional<std::int64_t> mb;
+    Shard shard;
+    std::string name;
+    {
+      std::lock_guard lock(impl->mutex);
+      if (!impl->wants(Kind::mb_grad)) return;  // a step not recorded: copy nothing
+      mb = impl->backward_microbatch ? impl->backward_microbatch : impl->forward_microbatch;
+      name = impl->parameters[index].name;
+      shard = impl->parameters[index].shard;
+    }
+    impl->add(Kind::mb_grad, name, mb, grad, shard);
+  });
 }
 
 void Probe::begin_step(std::int64_t step) {
   std::lock_guard lock(impl_->mutex);
+  if (step < 0) throw std::invalid_argument("numprobe: begin_step(" + std::to_string(step) + "): steps are >= 0");
+  if (impl_->last_ended_step && step <= *impl_->last_ended_step)
+    throw std::invalid_argument("numprobe: begin_step(" + std::to_string(step) + ") after step " +
+                                std::to_string(*impl_->last_ended_step) +
+                                " ended: steps only go forward within one log (a resumed run "
+                                "writes a new run directory)");
   impl_->step = step;
   impl_->forward_microbatch.reset();
   impl_->backward_microbatch.reset();
@@ -305,6 +369,8 @@ void Probe::end_step() {
   impl.batch.clear();
   impl.writer->write_step(lines);
   std::lock_guard lock(impl.mutex);
+  impl.occurrences.clear();
+  impl.last_ended_step = impl.step;
   ++impl.step;
   impl.forward_microbatch.reset();
   impl.backward_microbatch.reset();
@@ -313,6 +379,8 @@ void Probe::end_step() {
 void Probe::begin_forward(const std::string& name, std::int64_t microbatch,
                           const std::vector<at::Tensor>& inputs) {
   if (!enabled()) return;
+  check_microbatch(microbatch);
+  check_name(name, "forward");
   {
     std::lock_guard lock(impl_->mutex);
     impl_->forward_microbatch = microbatch;
@@ -326,16 +394,17 @@ void Probe::begin_forward(const std::string& name, std::int64_t microbatch,
 
 void Probe::record_output(const std::string& name, std::int64_t microbatch, const at::Tensor& output) {
   if (!enabled()) return;
+  check_microbatch(microbatch);
   impl_->add(Kind::output, name, microbatch, output, {});
   if (output.defined() && output.requires_grad() && impl_->wants(Kind::output_grad)) {
-    Impl* impl = impl_.get();
-    output.register_hook([impl, name, microbatch](const at::Tensor& grad) {
-      impl->add(Kind::output_grad, name, microbatch, grad, {});
+    output.register_hook([weak = std::weak_ptr<Impl>(impl_), name, microbatch](const at::Tensor& grad) {
+      if (const auto impl = weak.lock()) impl->add(Kind::output_grad, name, microbatch, grad, {});
     });
   }
 }
 
 void Probe::set_backward_microbatch(std::int64_t microbatch) {
+  check_microbatch(microbatch);
   std::lock_guard lock(impl_->mutex);
   impl_->backward_microbatch = microbatch;
 }
@@ -350,6 +419,7 @@ void Probe::backward(std::int64_t microbatch, const at::Tensor& root, const at::
 
 void Probe::tap(const std::string& name, const at::Tensor& t, const Shard& shard) {
   if (!enabled()) return;
+  check_name(name, "tap");
   std::optional<std::int64_t> mb;
   {
     std::lock_guard lock(impl_->mutex);
@@ -360,11 +430,13 @@ void Probe::tap(const std::string& name, const at::Tensor& t, const Shard& shard
 
 void Probe::scalar(const std::string& name, double value) {
   if (!enabled() || !impl_->wants(Kind::scalar)) return;
+  check_name(name, "scalar");
   impl_->add_scalar(name, value, {});
 }
 
 void Probe::scalar(const std::string& name, const at::Tensor& value) {
   if (!enabled() || !impl_->wants(Kind::scalar)) return;
+  check_name(name, "scalar");
   TORCH_CHECK(value.numel() == 1, "numprobe: scalar '", name, "' has ", value.numel(), " elements");
   impl_->add_scalar(name, 0, value);
 }
@@ -372,6 +444,8 @@ void Probe::scalar(const std::string& name, const at::Tensor& value) {
 void Probe::record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
                    const at::Tensor& t, const Shard& shard) {
   if (!enabled()) return;
+  check_name(name, "record");
+  if (microbatch) check_microbatch(*microbatch);
   impl_->add(kind, name, microbatch, t, shard);
 }
 
