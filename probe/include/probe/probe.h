@@ -97,7 +97,8 @@ class Probe {
   // are >= 0 and only go forward within one log (std::invalid_argument otherwise).
   void begin_step(std::int64_t step);
   // Records every watched parameter's .grad() (or `none`), resolves device figures with one
-  // copy per device, and returns once the step's lines reached the OS.
+  // copy per device, and returns once the step's lines reached the OS. Call it after the step's
+  // backward passes returned: hooks of a backward still running would land in the next step.
   void end_step();
   std::int64_t step() const;
 
