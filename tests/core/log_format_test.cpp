@@ -125,8 +125,20 @@ TEST(LogFormat, HeaderRoundTripsAndRejectsOtherVersions) {
   EXPECT_EQ(back.world_size, 8);
   EXPECT_EQ(back.setup, h.setup);
   EXPECT_EQ(back.torch_version, h.torch_version);
-  EXPECT_THROW(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1"),
-               lf::ParseError);
+  EXPECT_EQ(back.format_version, lf::kVersion);
+  EXPECT_EQ(lf::parse_header("#numprobe format=1 hash_spec=1 rank=0 world_size=1").format_version, 1);
+  EXPECT_EQ(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1").format_version, 2);
+  for (const char* other : {"#numprobe format=3 hash_spec=1 rank=0 world_size=1",
+                            "#numprobe format=0 hash_spec=1 rank=0 world_size=1"}) {
+    try {
+      lf::parse_header(other);
+      ADD_FAILURE() << "accepted " << other;
+    } catch (const lf::ParseError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 2)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   EXPECT_THROW(lf::parse_header("step=0 kind=grad"), lf::ParseError);
   EXPECT_THROW(lf::parse_header("#numprobe format=1 hash_spec=1 rank=4 world_size=4"),
                lf::ParseError);
@@ -152,4 +164,29 @@ TEST(LogFormat, BadRecordsSayWhatIsWrong) {
   EXPECT_EQ(message_of("step=1 kind=grad name=w colour=red"), "unknown field 'colour'");
   EXPECT_EQ(message_of("step=1 kind=grad name=w hash=0000000000000000 dtype=f shape=[2,"),
             "field 'shape' is not a [d0,d1,...] list: '[2,'");
+}
+
+TEST(LogFormat, StepEndRoundTripsAndBadOnesSayWhatIsWrong) {
+  const std::string line = lf::format_step_end(12, 345);
+  EXPECT_EQ(line, "#end step=12 records=345");
+  EXPECT_TRUE(lf::is_step_end(line));
+  const lf::StepEnd end = lf::parse_step_end(line);
+  EXPECT_EQ(end.step, 12);
+  EXPECT_EQ(end.records, 345);
+  EXPECT_FALSE(lf::is_step_end("#end"));
+  EXPECT_FALSE(lf::is_step_end("#endstep=1 records=1"));
+  EXPECT_FALSE(lf::is_step_end("step=1 kind=grad name=w none"));
+  auto message_of = [](const std::string& text) {
+    try {
+      lf::parse_step_end(text);
+    } catch (const lf::ParseError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message_of("#end step=1"), "step end lacks step= or records=");
+  EXPECT_EQ(message_of("#end step=1 records=x"), "field 'records' is not an integer: 'x'");
+  EXPECT_EQ(message_of("#end step=1 records=2 bytes=9"), "unknown field 'bytes' in step end");
+  EXPECT_EQ(message_of("#end step=1 records=2 done"), "unexpected token 'done' in step end");
+  EXPECT_EQ(message_of("#end step=-1 records=2"), "negative step or records in step end");
 }

@@ -1,11 +1,18 @@
 #include "probe/log_io.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <fstream>
+#include <functional>
+#include <iterator>
 
 namespace lf = probe::log_format;
 
@@ -28,6 +35,71 @@ probe::Record scalar(std::int64_t step, double v) {
   return r;
 }
 
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_file(const std::filesystem::path& p, const std::string& text) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+std::string header_line(int format) {
+  lf::Header h;
+  h.format_version = format;
+  return lf::format_header(h) + "\n";
+}
+
+// Runs f in a child process and returns what f returned, or nullopt when the child did not
+// finish within `timeout` (it is killed then): a writer that hangs fails the test instead of
+// hanging it.
+std::optional<std::string> in_child(const std::function<std::string()>& f,
+                                    std::chrono::seconds timeout = std::chrono::seconds(10)) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t child = ::fork();
+  if (child < 0) return "fork failed";
+  if (child == 0) {
+    ::close(fds[0]);
+    std::string out;
+    try {
+      out = f();
+    } catch (const std::exception& e) {
+      out = std::string("unexpected exception: ") + e.what();
+    }
+    for (std::size_t done = 0; done < out.size();) {
+      const ssize_t n = ::write(fds[1], out.data() + done, out.size() - done);
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  bool finished = false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!finished) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) break;
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n > 0)
+      out.append(buf, static_cast<std::size_t>(n));
+    else
+      finished = true;  // the child closed the pipe: it is exiting
+  }
+  ::close(fds[0]);
+  if (!finished) ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  if (!finished) return std::nullopt;
+  return out;
+}
+
 }  // namespace
 
 TEST(LogIo, WrittenStepsReadBackInOrder) {
@@ -37,10 +109,11 @@ TEST(LogIo, WrittenStepsReadBackInOrder) {
   {
     probe::LogWriter writer(path, header);
     for (int step = 0; step < 3; ++step)
-      writer.write_step({lf::format_record(scalar(step, step * 0.5))});
+      writer.write_step(step, {lf::format_record(scalar(step, step * 0.5))});
   }
   probe::LogReader reader(path);
   EXPECT_EQ(reader.header().setup, "unit test");
+  EXPECT_EQ(reader.header().format_version, lf::kVersion);
   for (int step = 0; step < 3; ++step) {
     auto r = reader.next();
     ASSERT_TRUE(r);
@@ -49,6 +122,22 @@ TEST(LogIo, WrittenStepsReadBackInOrder) {
   }
   EXPECT_FALSE(reader.next());
   EXPECT_FALSE(reader.truncated());
+  EXPECT_FALSE(reader.unterminated());
+}
+
+TEST(LogIo, EachStepEndsWithItsEndMarkerAndAnEmptyStepWritesNothing) {
+  auto path = fresh_dir("markers") / "diff.log";
+  lf::Header header;
+  header.format_version = 1;  // the writer writes its own version, whatever it is told
+  {
+    probe::LogWriter writer(path, header);
+    writer.write_step(0, {lf::format_record(scalar(0, 1.0)), lf::format_record(scalar(0, 2.0))});
+    writer.write_step(1, {});
+    writer.write_step(2, {lf::format_record(scalar(2, 3.0))});
+  }
+  EXPECT_EQ(read_all(path), header_line(2) + lf::format_record(scalar(0, 1.0)) + "\n" +
+                                lf::format_record(scalar(0, 2.0)) + "\n#end step=0 records=2\n" +
+                                lf::format_record(scalar(2, 3.0)) + "\n#end step=2 records=1\n");
 }
 
 TEST(LogIo, UnwritableDirectoryIsAnErrorNamingThePath) {
@@ -69,8 +158,8 @@ TEST(LogIo, KilledWriterLeavesEveryCompletedStepReadable) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     probe::LogWriter writer(path, lf::Header{});
-    writer.write_step({lf::format_record(scalar(0, 1.0))});
-    writer.write_step({lf::format_record(scalar(1, 2.0))});
+    writer.write_step(0, {lf::format_record(scalar(0, 1.0))});
+    writer.write_step(1, {lf::format_record(scalar(1, 2.0))});
     ::raise(SIGKILL);  // no destructor, no exit handlers
   }
   int status = 0;
@@ -80,26 +169,172 @@ TEST(LogIo, KilledWriterLeavesEveryCompletedStepReadable) {
   int steps = 0;
   while (auto r = reader.next()) EXPECT_EQ(r->step, steps++);
   EXPECT_EQ(steps, 2);
+  EXPECT_FALSE(reader.truncated());
+}
+
+TEST(LogIo, WriteErrorThrowsNamingTheFileInsteadOfHanging) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  auto dir = fresh_dir("full");
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "diff.log";
+  std::filesystem::create_symlink("/dev/full", path);  // every write: ENOSPC
+  auto result = in_child([&] {
+    try {
+      probe::LogWriter writer(path, lf::Header{});  // writes the header
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  });
+  ASSERT_TRUE(result) << "LogWriter hung on a write error";
+  EXPECT_EQ(*result, "numprobe: cannot write log file '" + path.string() + "': " +
+                         std::strerror(ENOSPC));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LogIo, WriteErrorInAStepThrowsThenEveryLaterStepThrows) {
+  auto path = fresh_dir("fsize") / "diff.log";
+  auto result = in_child([&] {
+    // A file size limit makes the second step's write() come short and then fail (EFBIG).
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{};
+    ::getrlimit(RLIMIT_FSIZE, &limit);
+    limit.rlim_cur = 4096;
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return std::string("setrlimit failed");
+    probe::LogWriter writer(path, lf::Header{});
+    writer.write_step(0, {lf::format_record(scalar(0, 1.0))});
+    std::string out;
+    for (std::int64_t step : {1, 2}) {
+      try {
+        writer.write_step(step, std::vector<std::string>(200, lf::format_record(scalar(step, 2.0))));
+        out += "no error\n";
+      } catch (const std::runtime_error& e) {
+        out += std::string(e.what()) + "\n";
+      }
+    }
+    return out;
+  });
+  ASSERT_TRUE(result) << "LogWriter hung on a write error";
+  const std::string error =
+      "numprobe: cannot write log file '" + path.string() + "': " + std::strerror(EFBIG);
+  EXPECT_EQ(*result, error + "\n" + error + "\n");
+  // Step 0 is whole; step 1's lines that made it have no end marker.
+  probe::LogReader reader(path);
+  std::vector<std::int64_t> steps;
+  while (auto r = reader.next()) steps.push_back(r->step);
+  ASSERT_GE(steps.size(), 2u);
+  EXPECT_EQ(steps[0], 0);
+  EXPECT_EQ(steps.back(), 1);
+  EXPECT_TRUE(reader.truncated());
+  ASSERT_TRUE(reader.unterminated());
+  EXPECT_EQ(reader.unterminated()->step, 1);
+  EXPECT_EQ(reader.unterminated()->line, 4);
 }
 
 TEST(LogIo, TruncatedLastLineIsReportedAndSkipped) {
-  auto path = fresh_dir("truncated") / "diff.log";
-  std::filesystem::create_directories(path.parent_path());
-  std::ofstream(path) << lf::format_header(lf::Header{}) << "\n"
-                      << lf::format_record(scalar(0, 1.0)) << "\n"
-                      << "step=1 kind=scalar na";
+  for (int format : {1, 2}) {
+    SCOPED_TRACE(format);
+    auto path = fresh_dir("truncated") / "diff.log";
+    write_file(path, header_line(format) + lf::format_record(scalar(0, 1.0)) + "\n" +
+                         (format == 2 ? "#end step=0 records=1\n" : "") + "step=1 kind=scalar na");
+    probe::LogReader reader(path);
+    EXPECT_TRUE(reader.next());
+    EXPECT_FALSE(reader.next());
+    EXPECT_TRUE(reader.truncated());
+    EXPECT_EQ(reader.truncated_fragment(), "step=1 kind=scalar na");
+    EXPECT_FALSE(reader.unterminated());  // no complete line after the last step end
+  }
+}
+
+TEST(LogIo, StepCutAtALineBoundaryIsReportedTruncated) {
+  auto path = fresh_dir("boundary") / "diff.log";
+  const std::string first_of_step_1 = lf::format_record(scalar(1, 2.0));
+  write_file(path, header_line(2) + lf::format_record(scalar(0, 1.0)) + "\n" +
+                       "#end step=0 records=1\n" + first_of_step_1 + "\n" +
+                       lf::format_record(scalar(1, 3.0)) + "\n");
   probe::LogReader reader(path);
-  EXPECT_TRUE(reader.next());
+  for (std::int64_t step : {0, 1, 1}) {
+    auto r = reader.next();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->step, step);
+  }
   EXPECT_FALSE(reader.next());
   EXPECT_TRUE(reader.truncated());
+  EXPECT_EQ(reader.truncated_fragment(), first_of_step_1);
+  ASSERT_TRUE(reader.unterminated());
+  EXPECT_EQ(reader.unterminated()->step, 1);
+  EXPECT_EQ(reader.unterminated()->line, 4);
+
+  // Cut inside the end marker itself: the step is not trusted either.
+  write_file(path, header_line(2) + lf::format_record(scalar(0, 1.0)) + "\n#end step=0 rec");
+  probe::LogReader cut(path);
+  EXPECT_TRUE(cut.next());
+  EXPECT_FALSE(cut.next());
+  EXPECT_TRUE(cut.truncated());
+  EXPECT_EQ(cut.truncated_fragment(), "#end step=0 rec");
+  ASSERT_TRUE(cut.unterminated());
+  EXPECT_EQ(cut.unterminated()->step, 0);
+}
+
+TEST(LogIo, FormatOneLogWithoutEndMarkersReadsAsBefore) {
+  auto path = fresh_dir("format1") / "diff.log";
+  write_file(path, header_line(1) + lf::format_record(scalar(0, 1.0)) + "\n" +
+                       lf::format_record(scalar(1, 2.0)) + "\n#end step=1 records=1\n");
+  probe::LogReader reader(path);
+  EXPECT_EQ(reader.header().format_version, 1);
+  EXPECT_TRUE(reader.next());
+  EXPECT_TRUE(reader.next());
+  try {
+    reader.next();  // step ends are not part of format 1
+    FAIL() << "expected a parse error";
+  } catch (const lf::ParseError& e) {
+    EXPECT_EQ(std::string(e.what()), path.string() + ":4: unexpected token '#end'");
+  }
+  EXPECT_FALSE(reader.next());
+  EXPECT_FALSE(reader.truncated());
+}
+
+TEST(LogIo, StepEndDisagreeingWithItsRecordsIsAnErrorNamingFileAndLine) {
+  auto path = fresh_dir("badend") / "diff.log";
+  write_file(path, header_line(2) +
+                       lf::format_record(scalar(3, 1.0)) + "\n" +
+                       lf::format_record(scalar(3, 2.0)) + "\n" +
+                       "#end step=3 records=5\n" +                    // line 4: count
+                       lf::format_record(scalar(4, 1.0)) + "\n" +
+                       "#end step=5 records=1\n" +                    // line 6: step
+                       lf::format_record(scalar(6, 1.0)) + "\n" +
+                       lf::format_record(scalar(7, 1.0)) + "\n" +
+                       "#end step=6 records=2\n" +                    // line 9: two steps
+                       "#end step=8 records=x\n" +                    // line 10: garbled
+                       lf::format_record(scalar(9, 1.0)) + "\n" +
+                       "#end step=9 records=1\n");
+  probe::LogReader reader(path);
+  auto error_after = [&](int records) {
+    for (int i = 0; i < records; ++i) EXPECT_TRUE(reader.next());
+    try {
+      reader.next();
+    } catch (const lf::ParseError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string p = path.string();
+  EXPECT_EQ(error_after(2), p + ":4: step end says 5 records of step 3, read 2");
+  EXPECT_EQ(error_after(1), p + ":6: step end says step 5, the records before it are of step 4");
+  EXPECT_EQ(error_after(2), p + ":9: step end of step 6 follows records of step 7 too");
+  EXPECT_EQ(error_after(0), p + ":10: field 'records' is not an integer: 'x'");
+  auto last = reader.next();  // reading continues, each step checked on its own
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->step, 9);
+  EXPECT_FALSE(reader.next());
+  EXPECT_FALSE(reader.truncated());
 }
 
 TEST(LogIo, GarbageLineErrorNamesFileAndLineAndReadingContinues) {
   auto path = fresh_dir("garbage") / "diff.log";
-  std::filesystem::create_directories(path.parent_path());
-  std::ofstream(path) << lf::format_header(lf::Header{}) << "\n"
-                      << "this is not a record\n"
-                      << lf::format_record(scalar(0, 1.0)) << "\n";
+  // A garbled line is still one of its step's lines: the step end counts it.
+  write_file(path, header_line(2) + "this is not a record\n" + lf::format_record(scalar(0, 1.0)) +
+                       "\n#end step=0 records=2\n");
   probe::LogReader reader(path);
   try {
     reader.next();
@@ -110,6 +345,8 @@ TEST(LogIo, GarbageLineErrorNamesFileAndLineAndReadingContinues) {
   auto r = reader.next();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->value, 1.0);
+  EXPECT_FALSE(reader.next());
+  EXPECT_FALSE(reader.truncated());
 }
 
 TEST(LogIo, MissingHeaderIsAnError) {

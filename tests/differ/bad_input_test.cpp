@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <iterator>
+
 #include "differ_test_util.h"
 
 using namespace differ_test;
@@ -19,12 +21,24 @@ void write_file(const std::filesystem::path& p, const std::string& text) {
   std::filesystem::create_directories(p.parent_path());
   std::ofstream(p, std::ios::binary) << text;
 }
-std::string header(int rank = 0, int world = 1, int spec = 1) {
+// A hand-written log's header: format 1 (no step ends) unless told.
+std::string header(int rank = 0, int world = 1, int spec = 1, int format = 1) {
   lf::Header h;
+  h.format_version = format;
   h.rank = rank;
   h.world_size = world;
   h.hash_spec_version = spec;
   return lf::format_header(h) + "\n";
+}
+// A format 1 log of `records` (no step ends).
+std::string format1_log(const std::vector<Record>& records, int rank = 0, int world = 1) {
+  std::string text = header(rank, world);
+  for (const auto& r : records) text += lf::format_record(r) + "\n";
+  return text;
+}
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 }  // namespace
 
@@ -103,10 +117,137 @@ TEST(BadInput, DifferentHashSpecVersionsAreAClearError) {
 
 TEST(BadInput, OtherFormatVersionIsAClearError) {
   auto dir = fresh_dir("format");
-  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=2 hash_spec=1 rank=0 world_size=1\n");
+  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=3 hash_spec=1 rank=0 world_size=1\n");
   write_run(dir / "b", {{scalar(0, "loss", 1)}});
-  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 2 is not supported"),
+  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 3 is not supported"),
             std::string::npos);
+}
+
+TEST(BadInput, StepWithoutEndMarkerIsATruncationNotADivergence) {
+  // Rank 1 was killed while writing step 1, and the write was cut at a line boundary: the
+  // step's first record is there, its second and its end marker are not.
+  auto dir = fresh_dir("noend");
+  std::vector<std::vector<Record>> ranks(2);
+  for (int s = 0; s < 3; ++s) {
+    ranks[0].push_back(tensor(s, Kind::grad, "w0", 1, 1.0));
+    ranks[0].push_back(scalar(s, "loss", 1));
+    ranks[1].push_back(tensor(s, Kind::grad, "w1", 2, 1.0));
+    ranks[1].push_back(scalar(s, "aux", 2));
+  }
+  write_run(dir / "a", ranks);
+  write_run(dir / "b", ranks);
+  const auto log = dir / "a" / "rank1" / "diff.log";
+  std::string text = read_all(log);
+  text.resize(text.find('\n', text.find("\nstep=1 ") + 1) + 1);
+  ASSERT_EQ(text.substr(text.rfind('\n', text.size() - 2) + 1, 16), "step=1 kind=grad");
+  write_file(log, text);
+
+  auto res = diff(dir / "a", dir / "b");
+  EXPECT_FALSE(res.first_divergence);  // not "only_test: scalar aux"
+  EXPECT_EQ(res.truncated_at, 1);
+  EXPECT_EQ(res.paired_steps, 1);
+  EXPECT_EQ(res.verdict(), Result::Verdict::incomplete);
+  EXPECT_EQ(res.exit_code(), 1);
+  ASSERT_EQ(res.base_issues.count_by_type["truncated"], 1);
+  EXPECT_NE(res.base_issues.detail[0].message.find(
+                log.string() + ":5: step 1 has no end marker (rank killed while writing it?)"),
+            std::string::npos)
+      << res.base_issues.detail[0].message;
+  DiffOptions complete_steps;
+  complete_steps.step_max = 0;
+  EXPECT_EQ(diff(dir / "a", dir / "b", complete_steps).exit_code(), 0);
+
+  // The same cut in a format 1 log (no end markers) looks like a whole step 1: the record the
+  // kill lost shows as a divergence there, and only step 2 is seen as missing.
+  std::string v1;
+  for (std::size_t pos = text.find('\n') + 1; pos < text.size();) {
+    const auto eol = text.find('\n', pos) + 1;
+    if (!lf::is_step_end(text.substr(pos, eol - pos))) v1 += text.substr(pos, eol - pos);
+    pos = eol;
+  }
+  write_file(log, header(1, 2) + v1);
+  auto old = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(old.first_divergence);
+  EXPECT_EQ(old.first_divergence->step, 1);
+  EXPECT_EQ(old.first_divergence->name, "aux");
+  EXPECT_EQ(old.truncated_at, 2);
+}
+
+TEST(BadInput, KilledShardedRankLeavesAnIncompleteStepNotAShardGap) {
+  // Two ranks hold half of "w" each; rank 1 was killed while writing step 1, after its first
+  // record. Step 1 is read, its missing shard is not a tiling error, and the run is incomplete.
+  auto dir = fresh_dir("noend_sharded");
+  std::vector<std::vector<Record>> ranks(2);
+  for (int s = 0; s < 3; ++s)
+    for (std::size_t r = 0; r < 2; ++r) {
+      ranks[r].push_back(scalar(s, "loss", 1));
+      ranks[r].push_back(sharded(tensor(s, Kind::grad, "w", 1 + r, 1.0), 2 * static_cast<std::int64_t>(r), 2));
+    }
+  write_run(dir / "a", ranks);
+  write_run(dir / "b", ranks);
+  const auto log = dir / "a" / "rank1" / "diff.log";
+  std::string text = read_all(log);
+  text.resize(text.find('\n', text.find("\nstep=1 ") + 1) + 1);
+  write_file(log, text);
+  auto res = diff(dir / "a", dir / "b");
+  EXPECT_EQ(res.truncated_at, 1);
+  EXPECT_EQ(res.base_issues.count_by_type["shard_tiling"], 0);
+  EXPECT_EQ(res.base_issues.errors, 0);
+  EXPECT_EQ(res.verdict(), Result::Verdict::incomplete);
+}
+
+TEST(BadInput, StepEndDisagreeingWithItsRecordsIsAnErrorOrSkippedWithLenient) {
+  auto dir = fresh_dir("badend");
+  const auto log = dir / "a" / "diff.log";
+  write_file(log, header(0, 1, 1, 2) + lf::format_record(scalar(0, "loss", 1)) + "\n" +
+                      lf::format_step_end(0, 1) + "\n" +
+                      lf::format_record(scalar(1, "loss", 1)) + "\n" +
+                      lf::format_step_end(1, 2) + "\n");
+  write_run(dir / "b", {{scalar(0, "loss", 1), scalar(1, "loss", 1)}});
+  EXPECT_EQ(error_of([&] { diff(dir / "a", dir / "b"); }),
+            log.string() + ":5: step end says 2 records of step 1, read 1");
+  auto res = diff(dir / "a", dir / "b", {}, /*lenient=*/true);
+  EXPECT_EQ(res.base_issues.count_by_type["skipped_line"], 1);
+  EXPECT_FALSE(res.truncated_at);
+  EXPECT_EQ(res.exit_code(), 0);
+}
+
+TEST(BadInput, FormatOneLogsWithoutEndMarkersStillCompare) {
+  auto dir = fresh_dir("format1");
+  const std::vector<Record> records = {tensor(0, Kind::grad, "w", 1, 1.0), scalar(0, "loss", 1),
+                                       tensor(1, Kind::grad, "w", 1, 1.0), scalar(1, "loss", 1)};
+  write_file(dir / "a" / "rank0" / "diff.log", format1_log(records));
+  write_file(dir / "b" / "rank0" / "diff.log", format1_log(records));
+  auto res = diff(dir / "a", dir / "b");
+  EXPECT_EQ(res.exit_code(), 0);
+  EXPECT_EQ(res.paired_steps, 2);
+  EXPECT_EQ(res.base_issues.count_by_type.size(), 0u);
+  auto changed = records;
+  changed[3].value = 2;
+  write_file(dir / "b" / "rank0" / "diff.log", format1_log(changed));
+  res = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(res.first_divergence);
+  EXPECT_EQ(res.first_divergence->step, 1);
+}
+
+TEST(BadInput, FormatOneRunComparesWithFormatTwoRun) {
+  auto dir = fresh_dir("format12");
+  std::vector<std::vector<Record>> ranks(2);
+  for (int s = 0; s < 3; ++s)
+    for (std::size_t r = 0; r < 2; ++r) {
+      ranks[r].push_back(sharded(tensor(s, Kind::grad, "w", 1 + r, 1.0), 2 * static_cast<std::int64_t>(r), 2));
+      ranks[r].push_back(scalar(s, "loss", 1));
+    }
+  for (int r = 0; r < 2; ++r)
+    write_file(dir / "v1" / ("rank" + std::to_string(r)) / "diff.log",
+               format1_log(ranks[static_cast<std::size_t>(r)], r, 2));
+  write_run(dir / "v2", ranks);
+  ASSERT_EQ(read_all(dir / "v2" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=2 ");
+  for (auto [a, b] : {std::pair{"v1", "v2"}, std::pair{"v2", "v1"}}) {
+    auto res = diff(dir / a, dir / b);
+    EXPECT_EQ(res.exit_code(), 0) << a << " vs " << b;
+    EXPECT_EQ(res.paired_steps, 3);
+  }
 }
 
 TEST(BadInput, EmptyDirectoryUnreadableAndEmptyFilesAreClearErrors) {

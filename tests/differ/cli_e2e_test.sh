@@ -79,6 +79,14 @@ cp -r "$T/single" "$T/garbage"
 sed -i '5s/.*/garbage here/' "$T/garbage/rank0/diff.log"
 expect 2 "garbage/rank0/diff.log:5: unexpected token 'garbage'" -- "$T/single" "$T/garbage"
 expect 1 "skipped_line=1" -- --lenient "$T/single" "$T/garbage"
+# A rank killed inside a step's write, cut at a line boundary: that step has no end marker, so
+# the comparison stops there (incomplete), with no divergence from the records it lost.
+cp -r "$T/zero3" "$T/cut"
+log="$T/cut/rank1/diff.log"
+n="$(grep -n '^#end step=2 ' "$log" | cut -d: -f1)"
+head -n "$((n + 3))" "$log" > "$T/cut.log" && mv "$T/cut.log" "$log"
+expect 1 "rank1/diff.log:$((n + 1)): step 3 has no end marker" -- "$T/single" "$T/cut"
+expect 1 "RESULT: incomplete" -- "$T/single" "$T/cut"
 rm "$T/ppdp/rank3/diff.log"
 expect 1 "rank3/diff.log is missing" -- "$T/single" "$T/ppdp"
 exit $fail

@@ -67,7 +67,7 @@ inline Record scalar(std::int64_t step, const std::string& name, double v) {
   return r;
 }
 
-// Writes rank<R>/diff.log for each rank through LogWriter, one write_step per step.
+// Writes rank<R>/diff.log for each rank through LogWriter (format 2), one write_step per step.
 inline void write_run(const std::filesystem::path& dir, const std::vector<std::vector<Record>>& ranks,
                       int world_size = -1, int hash_spec = 1) {
   const int world = world_size < 0 ? static_cast<int>(ranks.size()) : world_size;
@@ -81,7 +81,7 @@ inline void write_run(const std::filesystem::path& dir, const std::vector<std::v
     probe::LogWriter w(dir / ("rank" + std::to_string(r)) / "diff.log", h);
     std::map<std::int64_t, std::vector<std::string>> steps;
     for (const auto& rec : ranks[r]) steps[rec.step].push_back(probe::log_format::format_record(rec));
-    for (const auto& [s, lines] : steps) w.write_step(lines);
+    for (const auto& [s, lines] : steps) w.write_step(s, lines);
   }
 }
 

@@ -653,23 +653,37 @@ void Run::advance(RankSource& src) {
       auto r = src.reader->next();
       if (!r) {
         if (src.reader->truncated()) {
-          // The fragment's step (when readable) is the incomplete one; otherwise the rank's
-          // last step may be missing records too.
-          std::int64_t from = std::max<std::int64_t>(src.last_step, 0);
-          std::string_view frag = src.reader->truncated_fragment();
-          if (frag.substr(0, 5) == "step=") {
-            frag.remove_prefix(5);
-            std::int64_t s = -1;
-            auto [p, ec] = std::from_chars(frag.data(), frag.data() + frag.size(), s);
-            if (ec == std::errc() && p < frag.data() + frag.size() && *p == ' ' && s > src.last_step)
-              from = s;
+          const LogReader& reader = *src.reader;
+          std::int64_t from = 0;
+          std::string where, what;
+          if (auto open = reader.unterminated()) {
+            // Format 2: the step without its end is the incomplete one (when none of its lines
+            // parsed, the step after the last complete one).
+            from = open->step ? *open->step : src.last_step + 1;
+            where = reader.path().string() + ":" + std::to_string(open->line);
+            what = "step " + std::to_string(from) +
+                   " has no end marker (rank killed while writing it?)";
+          } else {
+            // Cut mid-line. The fragment's step (when readable) is the incomplete one;
+            // otherwise the step after the last one a step end closed (format 2), or the
+            // rank's last step, which may be missing records too (format 1).
+            from = reader.header().format_version >= 2 ? src.last_step + 1
+                                                       : std::max<std::int64_t>(src.last_step, 0);
+            std::string_view frag = reader.truncated_fragment();
+            if (frag.substr(0, 5) == "step=") {
+              frag.remove_prefix(5);
+              std::int64_t s = -1;
+              auto [p, ec] = std::from_chars(frag.data(), frag.data() + frag.size(), s);
+              if (ec == std::errc() && p < frag.data() + frag.size() && *p == ' ' && s > src.last_step)
+                from = s;
+            }
+            where = reader.path().string() + ":" + std::to_string(reader.line_number());
+            what = "last line has no newline (rank killed?)";
           }
           if (!incomplete_from_ || from < *incomplete_from_) incomplete_from_ = from;
           issues_.add({Issue::Severity::warning, "truncated", options_.label, from,
-                       src.reader->path().string() + ":" +
-                           std::to_string(src.reader->line_number()) +
-                           ": last line has no newline (rank killed?): steps before " +
-                           std::to_string(from) + " are used, later ones are not compared"});
+                       where + ": " + what + ": steps before " + std::to_string(from) +
+                           " are used, later ones are not compared"});
         }
         return;
       }
@@ -814,6 +828,18 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
            std::make_tuple(phase_of(b.kind), b.mb.value_or(-1), b.order);
   });
 
+  // From a killed rank's incomplete step on, steps are read but not compared (diff_runs): the
+  // records the kill lost are no tiling or replica errors.
+  const bool compared = !incomplete_from_ || step < *incomplete_from_;
+  auto report = [&](const char* type, std::string message) {
+    if (compared) issues_.add({Issue::Severity::error, type, options_.label, step, std::move(message)});
+  };
+  auto mismatch = [&](Merged& m, Kind kind, std::string message) {
+    m.replicas_disagree = true;
+    if (compared) issues_.hint(replica_mismatch_hint(kind));
+    report("replica_mismatch", std::move(message));
+  };
+
   last_step_groups_ = groups.size();
   records.reserve(groups.size());
   std::vector<const Part*> reps;
@@ -843,12 +869,9 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       if (!rep) {
         reps.push_back(&p);
       } else if (!same_record(rep->rec, p.rec)) {
-        m.replicas_disagree = true;
-        issues_.hint(replica_mismatch_hint(g.kind));
-        issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
-                     "step " + std::to_string(step) + " " + where() + ": rank " +
-                         std::to_string(rep->rank) + " has " + record_brief(rep->rec) +
-                         ", rank " + std::to_string(p.rank) + " has " + record_brief(p.rec)});
+        mismatch(m, g.kind, "step " + std::to_string(step) + " " + where() + ": rank " +
+                                std::to_string(rep->rank) + " has " + record_brief(rep->rec) +
+                                ", rank " + std::to_string(p.rank) + " has " + record_brief(p.rec));
       }
     }
     const Part* whole = nullptr;
@@ -859,10 +882,9 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       else if (!whole)
         whole = b;
       else  // e.g. `none` on one rank and a scalar on another
-        m.replicas_disagree = true, issues_.hint(replica_mismatch_hint(g.kind)), issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
-                     "step " + std::to_string(step) + " " + where() + ": rank " +
-                         std::to_string(whole->rank) + " has " + record_brief(whole->rec) +
-                         ", rank " + std::to_string(b->rank) + " has " + record_brief(b->rec)});
+        mismatch(m, g.kind, "step " + std::to_string(step) + " " + where() + ": rank " +
+                                std::to_string(whole->rank) + " has " + record_brief(whole->rec) +
+                                ", rank " + std::to_string(b->rank) + " has " + record_brief(b->rec));
     }
     if (partial_view_ && reps.size() == 1 && !shards.empty()) {
       // One rank's view of the run: its shard is compared as logged, not composed into a
@@ -880,20 +902,18 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       if (c.stats) {
         composed.stats = std::move(*c.stats);
       } else {
-        issues_.add({Issue::Severity::error, "shard_tiling", options_.label, step,
-                     "step " + std::to_string(step) + " " + where() + ": " + c.error +
-                         " (ranks " + format_ranks(m.ranks) + "); not composed"});
+        report("shard_tiling", "step " + std::to_string(step) + " " + where() + ": " + c.error +
+                                   " (ranks " + format_ranks(m.ranks) + "); not composed");
         composed.stats = TensorStats{};
         composed.stats.dtype = shards[0]->dtype;
         composed.stats.shape = shards[0]->shard.global_shape;
         composed.stats.unsupported = "shards do not tile: " + c.error;
       }
       if (whole && !same_record(whole->rec, composed))
-        m.replicas_disagree = true, issues_.hint(replica_mismatch_hint(g.kind)), issues_.add({Issue::Severity::error, "replica_mismatch", options_.label, step,
-                     "step " + std::to_string(step) + " " + where() + ": rank " +
-                         std::to_string(whole->rank) + " has the whole tensor " +
-                         record_brief(whole->rec) + ", the composed shards have " +
-                         record_brief(composed)});
+        mismatch(m, g.kind, "step " + std::to_string(step) + " " + where() + ": rank " +
+                                std::to_string(whole->rank) + " has the whole tensor " +
+                                record_brief(whole->rec) + ", the composed shards have " +
+                                record_brief(composed));
       m.rec = std::move(composed);
     } else {
       m.rec = std::move(const_cast<Part*>(whole)->rec);  // the group is discarded below

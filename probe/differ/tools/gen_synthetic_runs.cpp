@@ -150,6 +150,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::ofstream> files(static_cast<std::size_t>(c.world));
   std::vector<std::string> buf(static_cast<std::size_t>(c.world));
+  std::vector<std::size_t> lines(static_cast<std::size_t>(c.world));  // records in buf
   for (int r = 0; r < c.world; ++r) {
     auto path = std::filesystem::path(out_dir) / ("rank" + std::to_string(r)) / "diff.log";
     std::filesystem::create_directories(path.parent_path());
@@ -165,6 +166,7 @@ int main(int argc, char** argv) {
     auto& b = buf[static_cast<std::size_t>(rank)];
     b += lf::format_record(r);
     b += '\n';
+    ++lines[static_cast<std::size_t>(rank)];
   };
   auto stage_of = [&](int p) { return p * stages / c.params; };
   // Stage-major, as moe_train and torchtitan lay out a pipeline: stage s is ranks s*dp .. s*dp+dp-1.
@@ -241,9 +243,13 @@ int main(int argc, char** argv) {
       emit(r, loss);
     }
     for (int r = 0; r < c.world; ++r) {
-      auto& b = buf[static_cast<std::size_t>(r)];
-      files[static_cast<std::size_t>(r)] << b;
-      b.clear();
+      const auto i = static_cast<std::size_t>(r);
+      if (lines[i] == 0) continue;  // as LogWriter: a step without records writes nothing
+      buf[i] += lf::format_step_end(step, lines[i]);
+      buf[i] += '\n';
+      files[i] << buf[i];
+      buf[i].clear();
+      lines[i] = 0;
     }
   }
   for (auto& f : files) {

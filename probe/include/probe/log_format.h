@@ -1,5 +1,6 @@
-// Log format v1 (docs/log-format.md): a header line, then one record per line of
-// space-separated key=value fields. Torch-free; the probe writes it, the differ reads it.
+// Log format v2 (docs/log-format.md): a header line, then one record per line of
+// space-separated key=value fields, each step closed by a step-end line. Version 1 (no
+// step-end lines) stays readable. Torch-free; the probe writes it, the differ reads it.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,10 @@
 
 namespace probe::log_format {
 
-inline constexpr int kVersion = 1;
+inline constexpr int kVersion = 2;        // written
+inline constexpr int kOldestVersion = 1;  // oldest still read
 inline constexpr std::string_view kHeaderTag = "#numprobe";
+inline constexpr std::string_view kStepEndTag = "#end";
 
 struct Header {
   int format_version = kVersion;
@@ -21,6 +24,12 @@ struct Header {
   int world_size = 1;
   std::string torch_version;
   std::string setup;  // free text describing the run's layout
+};
+
+// A step's end (format 2): "#end step=<N> records=<K>", K the record lines of step N before it.
+struct StepEnd {
+  std::int64_t step = 0;
+  std::int64_t records = 0;
 };
 
 struct ParseError : std::runtime_error {
@@ -41,11 +50,21 @@ std::string escape_value(std::string_view raw);
 std::string unescape_value(std::string_view escaped);
 
 std::string format_header(const Header& header);
-// Throws ParseError (saying what is wrong) for a line that is not a v1 header.
+// Throws ParseError (saying what is wrong) for a line that is not a header of a version
+// between kOldestVersion and kVersion.
 Header parse_header(std::string_view line);
 
+std::string format_step_end(std::int64_t step, std::size_t records);
+// True for a line starting with "#end " (a step end, well-formed or not).
+inline bool is_step_end(std::string_view line) {
+  return line.size() > kStepEndTag.size() && line.substr(0, kStepEndTag.size()) == kStepEndTag &&
+         line[kStepEndTag.size()] == ' ';
+}
+// Throws ParseError (saying what is wrong) for a line that is not a step end.
+StepEnd parse_step_end(std::string_view line);
+
 std::string format_record(const Record& record);
-// Throws ParseError (saying which field is wrong) for a line that is not a v1 record.
+// Throws ParseError (saying which field is wrong) for a line that is not a record.
 Record parse_record(std::string_view line);
 
 }  // namespace probe::log_format

@@ -15,18 +15,22 @@
 namespace probe {
 
 // Appends steps to a diff.log through an spdlog async logger, so file I/O runs off the
-// training thread. write_step() returns once the step's lines reached the OS: a process
-// killed afterwards leaves that step readable.
+// training thread. write_step() returns once the step reached the OS: a process killed
+// afterwards leaves that step readable.
 class LogWriter {
  public:
-  // Creates missing parent directories. Throws std::runtime_error naming the path when the
-  // file cannot be created.
+  // Creates missing parent directories and writes the header (format kVersion, whatever
+  // header.format_version says). Throws std::runtime_error naming the path when the file
+  // cannot be created or written.
   LogWriter(const std::filesystem::path& path, const log_format::Header& header);
   ~LogWriter();
   LogWriter(const LogWriter&) = delete;
   LogWriter& operator=(const LogWriter&) = delete;
 
-  void write_step(const std::vector<std::string>& lines);
+  // Appends `lines` (step `step`'s records) and the step's end line, in one write(). An empty
+  // step writes nothing. A write error (a full disk) throws std::runtime_error("numprobe:
+  // cannot write log file '<path>': <reason>"), and so does every later call.
+  void write_step(std::int64_t step, const std::vector<std::string>& lines);
   const std::filesystem::path& path() const;
 
  private:
@@ -38,32 +42,51 @@ class LogWriter {
 class LogReader {
  public:
   // Throws std::runtime_error naming the path when it cannot be opened, and
-  // log_format::ParseError ("path:1: ...") when the header is missing or not v1.
+  // log_format::ParseError ("path:1: ...") when the header is missing or of a version this
+  // build does not read.
   explicit LogReader(const std::filesystem::path& path);
 
   const log_format::Header& header() const { return header_; }
   const std::filesystem::path& path() const { return path_; }
 
-  // The next record, or nullopt at the end of the file. A bad line throws
-  // log_format::ParseError("path:LINE: message"); reading may continue after it.
+  // The next record, or nullopt at the end of the file. A bad line, or (format 2) a step end
+  // that disagrees with the records before it, throws log_format::ParseError("path:LINE:
+  // message"); reading may continue after it.
   std::optional<Record> next();
 
-  // True once the end was reached and the last line had no newline (a writer killed
-  // mid-line): that fragment was not parsed.
+  // True once the end was reached and the log was cut short (a writer killed mid-write): the
+  // last line has no newline (that fragment was not parsed), or (format 2) lines follow the
+  // last step end.
   bool truncated() const { return truncated_; }
-  // The unparsed fragment once truncated() (e.g. "step=7 kind=gr"), else empty.
-  std::string_view truncated_fragment() const {
-    return truncated_ ? std::string_view(line_) : std::string_view();
-  }
+  // Once truncated(): the last line when it has no newline (e.g. "step=7 kind=gr"), else the
+  // first line after the last step end. Empty otherwise.
+  std::string_view truncated_fragment() const;
+  // Format 2, once truncated() with complete lines after the last step end: where they begin,
+  // and the step of their records (unknown when none of them parsed).
+  struct Unterminated {
+    std::int64_t line = 0;
+    std::optional<std::int64_t> step;
+  };
+  std::optional<Unterminated> unterminated() const;
   std::int64_t line_number() const { return line_number_; }
 
  private:
+  void end_step(std::string_view line);
+
   std::filesystem::path path_;
   std::ifstream in_;
   log_format::Header header_;
   std::int64_t line_number_ = 0;
   bool truncated_ = false;
+  bool cut_mid_line_ = false;
   std::string line_;  // the line buffer, kept between next() calls
+  // Format 2: the lines since the last step end (the step being read).
+  bool step_ends_ = false;  // the format has step ends
+  std::int64_t open_lines_ = 0;
+  std::int64_t open_first_line_ = 0;
+  std::string open_first_text_;
+  std::optional<std::int64_t> open_step_;  // the first parsed record's step
+  std::optional<std::int64_t> open_other_step_;  // a record of another step among them
 };
 
 }  // namespace probe

@@ -272,13 +272,47 @@ Header parse_header(std::string_view line) {
     }  // unknown header fields are ignored: later minor additions stay readable
   }
   if (!has_format || !has_spec) fail("header lacks format= or hash_spec=");
-  if (header.format_version != kVersion)
+  if (header.format_version < kOldestVersion || header.format_version > kVersion)
     fail("log format version " + std::to_string(header.format_version) +
-         " is not supported (this build reads version " + std::to_string(kVersion) + ")");
+         " is not supported (this build reads versions " + std::to_string(kOldestVersion) +
+         " to " + std::to_string(kVersion) + ")");
   if (header.rank < 0 || header.world_size < 1 || header.rank >= header.world_size)
     fail("header has rank " + std::to_string(header.rank) + " outside world_size " +
          std::to_string(header.world_size));
   return header;
+}
+
+std::string format_step_end(std::int64_t step, std::size_t records) {
+  std::string out(kStepEndTag);
+  out += " step=" + std::to_string(step);
+  out += " records=" + std::to_string(records);
+  return out;
+}
+
+StepEnd parse_step_end(std::string_view line) {
+  StepEnd end;
+  bool has_step = false, has_records = false, first = true;
+  for_each_field(line, [&](const Field& f) {
+    if (first) {  // the tag
+      first = false;
+      if (!f.bare || f.key != kStepEndTag)
+        fail("step end does not start with '" + std::string(kStepEndTag) + "'");
+      return;
+    }
+    if (f.bare) fail("unexpected token '" + std::string(f.key) + "' in step end");
+    if (f.key == "step") {
+      end.step = parse_int(f.value, f.key);
+      has_step = true;
+    } else if (f.key == "records") {
+      end.records = parse_int(f.value, f.key);
+      has_records = true;
+    } else {
+      fail("unknown field '" + std::string(f.key) + "' in step end");
+    }
+  });
+  if (!has_step || !has_records) fail("step end lacks step= or records=");
+  if (end.step < 0 || end.records < 0) fail("negative step or records in step end");
+  return end;
 }
 
 std::string format_record(const Record& record) {
