@@ -345,17 +345,26 @@ void Probe::begin_step(std::int64_t step) {
 void Probe::end_step() {
   Impl& impl = *impl_;
   if (!enabled()) {
-    ++impl.step;
+    std::lock_guard lock(impl.mutex);
+    impl.last_ended_step = impl.step++;  // the same step rules, on or off
     return;
   }
   if (impl.wants(Kind::grad))
     for (const auto& p : impl.parameters) impl.add(Kind::grad, p.name, std::nullopt, p.parameter.grad(), p.shard);
 
   std::vector<PendingRecord> records;
+  std::int64_t step = 0;
   {
     std::lock_guard lock(impl.mutex);
     records.swap(impl.records);
     impl.records.reserve(records.size());  // steps repeat: no regrowing (and moving) next step
+    // The step ends here, whatever the write below does (an I/O error throws from it).
+    step = impl.step;
+    impl.occurrences.clear();
+    impl.last_ended_step = step;
+    ++impl.step;
+    impl.forward_microbatch.reset();
+    impl.backward_microbatch.reset();
   }
   // Tensor figures and scalar tensors come back in one copy per device: one host sync a step.
   impl.batch.resolve();
@@ -367,13 +376,7 @@ void Probe::end_step() {
     lines.push_back(log_format::format_record(r.record));
   }
   impl.batch.clear();
-  impl.writer->write_step(lines);
-  std::lock_guard lock(impl.mutex);
-  impl.occurrences.clear();
-  impl.last_ended_step = impl.step;
-  ++impl.step;
-  impl.forward_microbatch.reset();
-  impl.backward_microbatch.reset();
+  impl.writer->write_step(step, lines);
 }
 
 void Probe::begin_forward(const std::string& name, std::int64_t microbatch,
