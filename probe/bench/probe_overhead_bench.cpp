@@ -107,10 +107,12 @@ int main(int argc, char** argv) {
     options.run_dir = run_root;
     probe::Probe probe(options);
     const torch::Tensor small = torch::randn({64});
+    std::vector<std::string> names;  // one per record, as a model's taps are
+    for (int r = 0; r < 100; ++r) names.push_back("layers." + std::to_string(r) + ".out");
     auto run = [&](int steps) {
       const auto start = std::chrono::steady_clock::now();
       for (int s = 0; s < steps; ++s) {
-        for (int r = 0; r < 100; ++r) probe.tap("layer.out", small);
+        for (int r = 0; r < 100; ++r) probe.tap(names[static_cast<std::size_t>(r)], small);
         probe.end_step();
       }
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / (steps * 100.0);

@@ -15,7 +15,6 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
-#include <unordered_map>
 
 #include "probe/log_io.h"
 
@@ -158,10 +157,12 @@ struct Probe::Impl {
   std::int64_t step = 0;
   std::optional<std::int64_t> last_ended_step;  // steps may not go backwards within one log
   std::optional<std::int64_t> forward_microbatch, backward_microbatch;
-  // Occurrences of each (kind, mb, name) in this step: a key recorded again (a tap name every
-  // layer uses, a second backward of one microbatch, accumulation without microbatch ids) gets
-  // "#1", "#2", ... appended, where a reader would reject a duplicate.
-  std::unordered_map<std::string, int> occurrences;
+  // number_repeated_keys' open-addressing table, kept across steps: no allocation per record.
+  struct KeySlot {
+    std::int64_t record = -1;  // index of the key's first record in the step
+    int seen = 0;
+  };
+  std::vector<KeySlot> key_slots;
 
   bool wants(Kind kind) const {
     return writer && options.kinds.contains(kind) && step % options.every == 0;
@@ -171,12 +172,34 @@ struct Probe::Impl {
   void push(PendingRecord r) {
     std::lock_guard lock(mutex);
     r.record.step = step;
-    std::string key(1, static_cast<char>('0' + static_cast<int>(r.record.kind)));
-    if (r.record.microbatch) key += std::to_string(*r.record.microbatch);
-    key += '|';
-    key += r.record.name;
-    if (const int seen = occurrences[key]++; seen > 0) r.record.name += "#" + std::to_string(seen);
     records.push_back(std::move(r));
+  }
+
+  // A key (kind, mb, name) recorded again in the step (a tap name every layer uses, a loss per
+  // microbatch under one name, a second backward of one microbatch) gets "#1", "#2", ...
+  // appended in record order, where a reader would reject a duplicate. Done once a step, not
+  // per record: a per-record map cost 5% of a training step (docs/perf.md).
+  void number_repeated_keys(std::vector<PendingRecord>& step_records) {
+    std::size_t capacity = 64;
+    while (capacity < 2 * step_records.size()) capacity *= 2;
+    key_slots.assign(capacity, KeySlot{});
+    for (std::size_t i = 0; i < step_records.size(); ++i) {
+      Record& r = step_records[i].record;
+      std::size_t h = std::hash<std::string>{}(r.name) ^ (static_cast<std::size_t>(r.kind) << 56);
+      if (r.microbatch) h ^= static_cast<std::size_t>(*r.microbatch + 1) * 0x9e3779b97f4a7c15ULL;
+      for (std::size_t s = h & (capacity - 1);; s = (s + 1) & (capacity - 1)) {
+        KeySlot& slot = key_slots[s];
+        if (slot.record < 0) {
+          slot = {static_cast<std::int64_t>(i), 1};
+          break;
+        }
+        const Record& first = step_records[static_cast<std::size_t>(slot.record)].record;
+        if (first.kind == r.kind && first.microbatch == r.microbatch && first.name == r.name) {
+          r.name += "#" + std::to_string(slot.seen++);
+          break;
+        }
+      }
+    }
   }
 
   void add(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
@@ -360,12 +383,12 @@ void Probe::end_step() {
     impl.records.reserve(records.size());  // steps repeat: no regrowing (and moving) next step
     // The step ends here, whatever the write below does (an I/O error throws from it).
     step = impl.step;
-    impl.occurrences.clear();
     impl.last_ended_step = step;
     ++impl.step;
     impl.forward_microbatch.reset();
     impl.backward_microbatch.reset();
   }
+  impl.number_repeated_keys(records);
   // Tensor figures and scalar tensors come back in one copy per device: one host sync a step.
   impl.batch.resolve();
   std::vector<std::string> lines;
