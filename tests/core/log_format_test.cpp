@@ -144,14 +144,22 @@ TEST(LogFormat, HeaderRoundTripsAndRejectsOtherVersions) {
                lf::ParseError);
 }
 
+namespace {
+// The ParseError message `parse` throws for `line`, or "no error".
+template <class Parse>
+std::string parse_error_of(Parse parse, const std::string& line) {
+  try {
+    parse(line);
+  } catch (const lf::ParseError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
 TEST(LogFormat, BadRecordsSayWhatIsWrong) {
   auto message_of = [](const std::string& line) {
-    try {
-      lf::parse_record(line);
-    } catch (const lf::ParseError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return parse_error_of([](const std::string& l) { lf::parse_record(l); }, line);
   };
   EXPECT_EQ(message_of("kind=grad name=w none"), "record lacks step=");
   EXPECT_EQ(message_of("step=x kind=grad name=w none"), "field 'step' is not an integer: 'x'");
@@ -177,12 +185,7 @@ TEST(LogFormat, StepEndRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_FALSE(lf::is_step_end("#endstep=1 records=1"));
   EXPECT_FALSE(lf::is_step_end("step=1 kind=grad name=w none"));
   auto message_of = [](const std::string& text) {
-    try {
-      lf::parse_step_end(text);
-    } catch (const lf::ParseError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return parse_error_of([](const std::string& l) { lf::parse_step_end(l); }, text);
   };
   EXPECT_EQ(message_of("#end step=1"), "step end lacks step= or records=");
   EXPECT_EQ(message_of("#end step=1 records=x"), "field 'records' is not an integer: 'x'");
