@@ -487,3 +487,27 @@ TEST(Probe, AutogradHooksThatOutliveTheProbeDoNothing) {
   y.sum().backward();  // runs y's hook after the probe is gone
   EXPECT_TRUE(lin->weight.grad().defined());
 }
+
+namespace {
+struct ReturnsItsParameterImpl : torch::nn::Module {
+  torch::Tensor w;
+  ReturnsItsParameterImpl() { w = register_parameter("w", torch::ones({2})); }
+  torch::Tensor forward(torch::Tensor) { return w; }
+};
+TORCH_MODULE(ReturnsItsParameter);
+}  // namespace
+
+TEST(Probe, ALeafOutputGetsNoHookThatWouldOutliveItsForward) {
+  auto dir = fresh_dir("leafout");
+  {
+    probe::Probe p(options_in(dir));
+    ReturnsItsParameter model;
+    for (int step = 0; step < 3; ++step) {
+      p.forward(0, model, torch::ones({1})).sum().backward();
+      p.end_step();
+    }
+  }
+  int output_grads = 0;
+  for (const auto& r : read_all(dir / "rank0" / "diff.log")) output_grads += r.kind == probe::Kind::output_grad;
+  EXPECT_EQ(output_grads, 0);
+}

@@ -422,7 +422,8 @@ void Probe::record_output(const std::string& name, std::int64_t microbatch, cons
   if (!enabled()) return;
   check_microbatch(microbatch);
   impl_->add(Kind::output, name, microbatch, output, {});
-  if (output.defined() && output.requires_grad() && impl_->wants(Kind::output_grad)) {
+  // A leaf output (a parameter returned as is) would keep every forward's hook for good.
+  if (output.defined() && output.requires_grad() && !output.is_leaf() && impl_->wants(Kind::output_grad)) {
     output.register_hook([weak = std::weak_ptr<Impl>(impl_), name, microbatch](const at::Tensor& grad) {
       if (const auto impl = weak.lock()) impl->add(Kind::output_grad, name, microbatch, grad, {});
     });
