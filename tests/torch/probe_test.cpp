@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -303,7 +304,21 @@ TEST(Probe, RanksOfOneLaunchAgreeOnTheNextFreeRunDirectory) {
     probe::Probe p(o);
     b0 = p.log_path();
   }
+  // A directory without a stamp made long ago (by hand, by another tool) is skipped at once.
+  std::filesystem::create_directories(root / "2");
+  std::filesystem::last_write_time(root / "2", std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+  ::setenv("PROBE_RUN_ID", "launch-c", 1);
+  std::filesystem::path c0;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    probe::ProbeOptions o;
+    o.output_root = root;
+    probe::Probe p(o);
+    c0 = p.log_path();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
   ::unsetenv("PROBE_RUN_ID");
+  EXPECT_EQ(c0, root / "3" / "rank0" / "diff.log");
   EXPECT_EQ(a0, root / "0" / "rank0" / "diff.log");
   EXPECT_EQ(a1, root / "0" / "rank1" / "diff.log");
   EXPECT_EQ(b0, root / "1" / "rank0" / "diff.log");

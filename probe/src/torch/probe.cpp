@@ -78,9 +78,13 @@ std::filesystem::path next_free_run_dir(const std::filesystem::path& root) {
       return dir;
     }
     if (ec) throw std::runtime_error("numprobe: cannot create '" + dir.string() + "': " + ec.message());
-    // Taken: wait briefly for its creator's stamp (it writes it right after mkdir).
+    // Taken: wait briefly for its creator's stamp (it writes it right after mkdir), unless the
+    // directory is old: one made by hand or by another tool would cost every launch 2 s.
     std::string owner;
-    for (int tries = 0; tries < 200 && !std::filesystem::exists(stamp); ++tries)
+    const auto age = std::filesystem::file_time_type::clock::now() -
+                     std::filesystem::last_write_time(dir, ec);
+    const bool recent = !ec && age < std::chrono::minutes(1);
+    for (int tries = 0; recent && tries < 200 && !std::filesystem::exists(stamp); ++tries)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::ifstream stamp_in(stamp);
     std::getline(stamp_in, owner);  // the whole id: PROBE_RUN_ID may hold spaces
