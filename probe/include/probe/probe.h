@@ -43,6 +43,7 @@ class KindSet {
   friend bool operator==(KindSet, KindSet) = default;
 
  private:
+  friend struct ProbeOptions;  // from_env names PROBE_KINDS in its errors
   explicit KindSet(std::uint32_t bits) : bits_(bits) {}
   static std::uint32_t bit(Kind k) { return 1u << static_cast<unsigned>(k); }
   std::uint32_t bits_;

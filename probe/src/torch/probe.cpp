@@ -133,11 +133,9 @@ ProbeOptions ProbeOptions::from_env(ProbeOptions o) {
   }
   if (const char* v = env("PROBE_KINDS")) {
     try {
-      o.kinds = KindSet::parse(v);
+      o.kinds = KindSet(parse_kind_mask(v));
     } catch (const std::invalid_argument& e) {
-      std::string_view why = e.what();
-      if (why.substr(0, 10) == "numprobe: ") why.remove_prefix(10);
-      throw std::invalid_argument(std::string("numprobe: PROBE_KINDS='") + v + "': " + std::string(why));
+      throw std::invalid_argument(std::string("numprobe: PROBE_KINDS='") + v + "': " + e.what());
     }
   }
   if (const char* v = env("PROBE_TORCH_HASH")) o.torch_hash = parse_bool("PROBE_TORCH_HASH", v);
