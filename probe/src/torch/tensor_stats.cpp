@@ -4,7 +4,10 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/view_as_real.h>
+#include <c10/core/Event.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 #include <bit>
@@ -228,12 +231,21 @@ struct StatsBatch::Impl {
     std::optional<c10::Device> device;  // set while the figures wait in that device's buffer
     std::int64_t row = 0;               // their row there
   };
+  // A chunk of a device buffer, and the streams whose kernels write it: the one it was
+  // allocated on first, then any other the allocator was told about (record_stream), so that it
+  // is not handed out again while their kernels may still write it.
+  struct Chunk {
+    at::Tensor rows;
+    std::vector<c10::Stream> streams;
+  };
   // Rows of kPackedSlots int64 on one device, in chunks of rows_per_chunk.
   struct DeviceBuffer {
     c10::Device device;
-    std::vector<at::Tensor> chunks;
+    std::vector<Chunk> chunks;
     std::int64_t used = 0;  // rows handed out
     std::int64_t read = 0;  // rows resolve() has copied back
+    // Streams that wrote rows [read, used): resolve() orders its copy after each of them.
+    std::vector<c10::Stream> writers;
   };
 
   StatsOptions options;
@@ -248,35 +260,63 @@ struct StatsBatch::Impl {
     return entries.size() - 1;
   }
 
-  // The next free row on `device`, growing its buffer by a chunk when full.
-  std::pair<at::Tensor, std::int64_t> reserve_row(c10::Device device) {
+  // The next free row on `device`, growing its buffer by a chunk when full, for a write on
+  // `stream` (the device's current stream, where the caller launches the write).
+  std::pair<at::Tensor, std::int64_t> reserve_row(c10::Device device, const c10::Stream& stream) {
     std::lock_guard lock(mutex);
     auto it = std::find_if(buffers.begin(), buffers.end(),
                            [&](const DeviceBuffer& b) { return b.device == device; });
-    if (it == buffers.end()) it = buffers.insert(buffers.end(), DeviceBuffer{device, {}, 0, 0});
+    if (it == buffers.end()) it = buffers.insert(buffers.end(), DeviceBuffer{device, {}, 0, 0, {}});
     DeviceBuffer& buffer = *it;
     if (buffer.used == static_cast<std::int64_t>(buffer.chunks.size()) * rows_per_chunk)
-      buffer.chunks.push_back(at::empty({rows_per_chunk, detail::kPackedSlots},
-                                        at::TensorOptions().dtype(at::kLong).device(device)));
+      buffer.chunks.push_back({at::empty({rows_per_chunk, detail::kPackedSlots},
+                                         at::TensorOptions().dtype(at::kLong).device(device)),
+                               {stream}});
     const std::int64_t row = buffer.used++;
-    return {buffer.chunks[static_cast<std::size_t>(row / rows_per_chunk)].select(0, row % rows_per_chunk), row};
+    Chunk& chunk = buffer.chunks[static_cast<std::size_t>(row / rows_per_chunk)];
+    // Usually one stream writes everything: these checks then find it first.
+    if (std::find(chunk.streams.begin(), chunk.streams.end(), stream) == chunk.streams.end()) {
+      c10::impl::VirtualGuardImpl(device.type()).recordDataPtrOnStream(chunk.rows.storage().data_ptr(), stream);
+      chunk.streams.push_back(stream);
+    }
+    if (std::find(buffer.writers.begin(), buffer.writers.end(), stream) == buffer.writers.end())
+      buffer.writers.push_back(stream);
+    return {chunk.rows.select(0, row % rows_per_chunk), row};
+  }
+
+  // The device reads `t` later, on `stream`: tell the allocator, so that memory the caller frees
+  // right after add() is not reused by another stream before that read (a no-op when `t` was
+  // allocated on `stream`, the usual case).
+  static void read_later_on(const at::Tensor& t, const c10::Stream& stream) {
+    if (t.has_storage())
+      c10::impl::VirtualGuardImpl(t.device().type()).recordDataPtrOnStream(t.storage().data_ptr(), stream);
+  }
+
+  static c10::Stream current_stream(c10::Device device) {
+    return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
   }
 
   // The entry is pushed only once its kernel is launched: a failed launch leaves an unread row,
   // never an entry waiting for figures nobody writes.
-  std::size_t add_on_device(Entry entry, const detail::PreparedTensor& prepared, c10::ScalarType type,
+  std::size_t add_on_device(Entry entry, const at::Tensor& t, const detail::PreparedTensor& prepared,
                             detail::PackedFiguresFn kernel) {
-    entry.torch_hash = options.torch_hash && detail::has_torch_hash_kernel(type);
-    auto [out, row] = reserve_row(prepared.data.device());
+    entry.torch_hash = options.torch_hash && detail::has_torch_hash_kernel(t.scalar_type());
+    const c10::Device device = prepared.data.device();
+    const c10::Stream stream = current_stream(device);
+    auto [out, row] = reserve_row(device, stream);
     kernel(prepared, entry.torch_hash, out);
-    entry.device = prepared.data.device();
+    read_later_on(t, stream);
+    if (!prepared.data.is_same(t)) read_later_on(prepared.data, stream);
+    entry.device = device;
     entry.row = row;
     return push(std::move(entry));
   }
 
   std::size_t add_scalar_on_device(const at::Tensor& value) {
-    auto [out, row] = reserve_row(value.device());
+    const c10::Stream stream = current_stream(value.device());
+    auto [out, row] = reserve_row(value.device(), stream);
     out.narrow(0, 0, 1).view(at::kDouble).copy_(value.detach().reshape({1}));  // converts to fp64
+    read_later_on(value, stream);
     Entry entry;
     entry.is_scalar = true;
     entry.device = value.device();
@@ -305,8 +345,7 @@ std::size_t StatsBatch::add(const at::Tensor& t, const Shard& shard) {
   auto prepared = detail::prepare(t, shard, entry.stats);
   if (prepared && !prepared->data.is_cpu()) {
     auto kernel = detail::device_kernel(prepared->data.device().type());
-    return impl_->add_on_device(std::move(entry), *prepared, t.scalar_type(),
-                                kernel ? kernel : detail::packed_figures_aten);
+    return impl_->add_on_device(std::move(entry), t, *prepared, kernel ? kernel : detail::packed_figures_aten);
   }
   // On the CPU, or nothing to read (then the figures are an empty tensor's, or `unsupported`).
   if (impl_->options.torch_hash && entry.stats.supported() && detail::has_torch_hash_kernel(t.scalar_type()))
@@ -334,9 +373,19 @@ void StatsBatch::resolve() {
     for (std::int64_t row = buffer.read; row < buffer.used;) {
       const std::int64_t offset = row % rows_per_chunk;
       const std::int64_t count = std::min(rows_per_chunk - offset, buffer.used - row);
-      parts.push_back(buffer.chunks[static_cast<std::size_t>(row / rows_per_chunk)].narrow(0, offset, count));
+      parts.push_back(buffer.chunks[static_cast<std::size_t>(row / rows_per_chunk)].rows.narrow(0, offset, count));
       row += count;
     }
+    // Rows written on other streams (autograd's, a side stream of the trainer's): the copy below
+    // runs on the current stream, so make it wait for them, on the device, not the host.
+    const c10::Stream current = Impl::current_stream(buffer.device);
+    for (const c10::Stream& writer : buffer.writers) {
+      if (writer == current) continue;
+      c10::Event written(buffer.device.type());
+      written.record(writer);
+      written.block(current);
+    }
+    buffer.writers.clear();
     // The one copy (and sync) for this device.
     const at::Tensor host = (parts.size() == 1 ? parts[0] : at::cat(parts)).to(at::kCPU).contiguous();
     const std::int64_t* words = host.const_data_ptr<std::int64_t>();
@@ -398,7 +447,7 @@ std::size_t StatsBatchAccess::add_through_device_buffer(StatsBatch& batch, const
   StatsBatch::Impl::Entry entry;
   auto prepared = prepare(t, shard, entry.stats);
   TORCH_CHECK(prepared, "numprobe: add_through_device_buffer needs a tensor with data to read");
-  return batch.impl_->add_on_device(std::move(entry), *prepared, t.scalar_type(), packed_figures_aten);
+  return batch.impl_->add_on_device(std::move(entry), t, *prepared, packed_figures_aten);
 }
 
 std::size_t StatsBatchAccess::add_scalar_through_device_buffer(StatsBatch& batch, const at::Tensor& value) {
