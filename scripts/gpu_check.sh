@@ -3,7 +3,7 @@
 # ninja; nothing can be fetched there). Builds numprobe with the CUDA path, runs the CUDA tests
 # (GPU figures bitwise equal to the kernel's CPU reference, and to the CPU kernel's hash, across
 # dtypes, shards, views, 0..512 MiB, NaN/Inf; no host sync while computing), then the benchmark,
-# and copies everything to $OUT. Budget: < 8 minutes.
+# and copies everything to $OUT. Budget: GPU_CHECK_BUDGET_S (500 s), shared out between the phases.
 #
 # The machine has no libgtest/libspdlog/libxxhash/libfmt dev packages: fetch them here first
 # with `scripts/gpu_check.sh --fetch-deps` (Debian .debs unpacked into .deps/root, gitignored),
@@ -42,7 +42,8 @@ if [ -d "$DEPS" ]; then
 else
   prefix_args=(-DCMAKE_PREFIX_PATH="$TORCH_PREFIX")
 fi
-SITE="$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+# The nvidia-* wheels' headers sit beside torch's own package (not always in sysconfig's purelib).
+SITE="$($PY -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
 WHEEL_INCLUDE="$(ls -d "$SITE"/nvidia/cu*/include 2>/dev/null | head -1 || true)"
 # nvcc on the PATH, else the usual toolkit homes (an image may install it without putting it there).
 NVCC="$(command -v nvcc || true)"
@@ -61,6 +62,18 @@ if [ -n "$WHEEL_INCLUDE" ] && [ ! -f "$CUDA_ROOT/include/cusparse.h" ]; then
   extra=(-DCMAKE_CXX_FLAGS="-idirafter $WHEEL_INCLUDE" -DCMAKE_CUDA_FLAGS="-Xcompiler=-idirafter,$WHEEL_INCLUDE")
 fi
 
+# Every phase gets at most what is left of the budget (the device tool's timeout_s is 540 and a
+# rerun must still fit the session's 15 minutes): whatever ran leaves its files in $OUT.
+BUDGET_S="${GPU_CHECK_BUDGET_S:-500}"
+phase_limit() {  # phase_limit CAP -> seconds for the next phase: CAP or what is left, if less
+  local left=$(( BUDGET_S - ($(date +%s) - start) - 10 )) cap="$1"
+  (( left < cap )) && cap=$left
+  (( cap < 1 )) && cap=1
+  echo "$cap"
+}
+results=()
+note() { results+=("$*"); stamp "$*"; }
+
 stamp "configure"
 configure() {
   cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMPROBE_TORCH=ON \
@@ -71,33 +84,53 @@ configure() {
 configure || { stamp "configure with examples FAILED: again without them"; configure -DNUMPROBE_EXAMPLES=OFF; } \
   || { stamp "configure FAILED"; exit 1; }
 stamp "build"
-cmake --build "$ROOT/build-gpu" --parallel "$(nproc)" \
-  --target numprobe_probe cuda_tests stats_cuda_bench torch_tests || { stamp "build FAILED"; exit 1; }
-# The example separately: a failure to build it must not cost the kernel's results.
-if grep -q '^NUMPROBE_EXAMPLES:BOOL=ON' "$ROOT/build-gpu/CMakeCache.txt"; then
-  cmake --build "$ROOT/build-gpu" --parallel "$(nproc)" --target moe_train || stamp "moe_train build FAILED"
-fi
+targets=(numprobe_probe cuda_tests stats_cuda_bench torch_tests diff_logs)
+grep -q '^NUMPROBE_EXAMPLES:BOOL=ON' "$ROOT/build-gpu/CMakeCache.txt" && targets+=(moe_train)
+# -k 0: a target that fails to build (the example, say) must not cost the others' results.
+timeout "$(phase_limit 300)" cmake --build "$ROOT/build-gpu" --parallel "$(nproc)" --target "${targets[@]}" -- -k 0 \
+  || stamp "build FAILED in part"
+B="$ROOT/build-gpu"
+[ -x "$B/tests/cuda_tests" ] || { note "cuda_tests not built"; exit 1; }
 
 stamp "CUDA tests"
-"$ROOT/build-gpu/tests/cuda_tests" --gtest_output=xml:"$OUT/cuda_tests.xml"; tests_rc=$?
+timeout "$(phase_limit 150)" "$B/tests/cuda_tests" --gtest_output=xml:"$OUT/cuda_tests.xml"; tests_rc=$?
+note "cuda_tests rc=$tests_rc"
 stamp "CPU/ATen tests in the same build"
-"$ROOT/build-gpu/tests/torch_tests" --gtest_brief=1 --gtest_output=xml:"$OUT/torch_tests.xml"
+timeout "$(phase_limit 60)" "$B/tests/torch_tests" --gtest_brief=1 --gtest_output=xml:"$OUT/torch_tests.xml"
+note "torch_tests rc=$?"
 stamp "benchmark"
-timeout 240 "$ROOT/build-gpu/bench/cuda/stats_cuda_bench" --quick | tee "$OUT/bench.txt"
-if [ -x "$ROOT/build-gpu/examples/moe_train" ]; then
-  stamp "example on the GPU: probe overhead per step (one rank, NCCL), and a probed run's log"
+timeout "$(phase_limit 150)" "$B/bench/cuda/stats_cuda_bench" --quick | tee "$OUT/bench.txt"
+note "stats_cuda_bench rc=${PIPESTATUS[0]}"
+
+if [ -x "$B/examples/moe_train" ] && [ -x "$B/bin/diff_logs" ]; then
   TORCHRUN="$(dirname "$(command -v "$PY")")/torchrun"
   [ -x "$TORCHRUN" ] || TORCHRUN="$(command -v torchrun)"
-  # The example's own size (launch-bound on a GPU: the probe's one launch per record counts
-  # against few, tiny kernels), then a GPU-sized configuration of the same model.
+  RUNS="$(mktemp -d)"
+  stamp "example on the GPU through NCCL (one rank, groups built anyway), against the same run without collectives"
+  nccl_deadline=$(( $(date +%s) + $(phase_limit 120) ))
+  until_deadline() { local t=$(( nccl_deadline - $(date +%s) )); (( t < 1 )) && t=1; echo "$t"; }
+  {
+    for spec in "single|--setup single" "zero3_nccl|--setup zero3 --backend-at-one-rank"; do
+      name="${spec%%|*}"
+      timeout "$(until_deadline)" "$TORCHRUN" --standalone --nproc-per-node 1 --no-python "$B/examples/moe_train" \
+        ${spec#*|} --device cuda --steps 3 --out "$RUNS/$name" || echo "moe_train $name FAILED (exit $?)"
+    done
+    timeout "$(until_deadline)" "$B/bin/diff_logs" "$RUNS/single" "$RUNS/zero3_nccl" --no-color
+    echo "diff_logs exit $?"
+  } > "$OUT/nccl_check.txt" 2>&1
+  note "NCCL check: $(grep -E '^RESULT|FAILED' "$OUT/nccl_check.txt" | tr '\n' ' ')"
+
+  stamp "example on the GPU: probe overhead per step, the example's size then a GPU-sized configuration"
+  # The example's own size is launch-bound on a GPU (one probe launch per record against few,
+  # tiny kernels); the GPU-sized configuration shows the cost where the GPU is the bottleneck.
   GPU_SIZED="--dim 1024 --heads 16 --kv-lora-rank 256 --moe-hidden 1024 --shared-hidden 2048 --microbatch-size 8 --seq-len 128"
-  SETUPS="single 1;single 1 $GPU_SIZED" MOE_FLAGS="--device cuda" BUILD_DIR="$ROOT/build-gpu" TORCHRUN="$TORCHRUN" \
-    STEPS=41 timeout 300 "$ROOT/scripts/perf_examples.sh" | tee "$OUT/example_overhead.md"
-  timeout 120 "$TORCHRUN" --standalone --nproc-per-node 1 --no-python "$ROOT/build-gpu/examples/moe_train" \
-    --setup single --device cuda --steps 3 --out "$OUT/example_run" > "$OUT/example_run.txt" 2>&1 \
-    || stamp "example run FAILED (see example_run.txt)"
+  SETUPS="single 1;single 1 $GPU_SIZED" MOE_FLAGS="--device cuda" BUILD_DIR="$B" TORCHRUN="$TORCHRUN" \
+    STEPS=31 timeout "$(phase_limit 200)" "$ROOT/scripts/perf_examples.sh" | tee "$OUT/example_overhead.md"
+  note "perf_examples rc=${PIPESTATUS[0]}"
+  rm -rf "$RUNS"
 else
-  stamp "moe_train not built: probe overhead on the example model NOT measured"
+  note "moe_train or diff_logs not built: NCCL check and probe overhead on the example NOT measured"
 fi
-stamp "done (cuda_tests rc=$tests_rc)"
+stamp "done"
+printf '%s\n' "${results[@]}" | tee "$OUT/summary.txt"
 exit $tests_rc

@@ -23,13 +23,13 @@ Group::Group(std::shared_ptr<Backend> backend, int rank, int size)
 Group::~Group() = default;
 
 void Group::all_reduce_sum(at::Tensor& t) {
-  if (size_ == 1) return;
+  if (!backend_) return;
   std::vector<at::Tensor> tensors{t};
   backend_->pg->allreduce(tensors)->wait();
 }
 
 void Group::all_gather(at::Tensor& out, at::Tensor& in) {
-  if (size_ == 1) {
+  if (!backend_) {
     out.copy_(in);
     return;
   }
@@ -37,7 +37,7 @@ void Group::all_gather(at::Tensor& out, at::Tensor& in) {
 }
 
 void Group::reduce_scatter_sum(at::Tensor& out, at::Tensor& in) {
-  if (size_ == 1) {
+  if (!backend_) {
     out.copy_(in);
     return;
   }
@@ -55,7 +55,7 @@ void Group::recv(at::Tensor& t, int src, int tag) {
 }
 
 void Group::barrier() {
-  if (size_ > 1) backend_->pg->barrier()->wait();
+  if (backend_) backend_->pg->barrier()->wait();
 }
 
 namespace {
@@ -75,8 +75,8 @@ std::string env_str(const char* name, const std::string& fallback) {
 }
 
 Group make_group(const c10::intrusive_ptr<c10d::Store>& root, const std::string& name, int rank,
-                 int size, const std::string& device) {
-  if (size == 1) return Group();
+                 int size, const std::string& device, bool backend_at_one_rank) {
+  if (size == 1 && !backend_at_one_rank) return Group();
   auto store = c10::make_intrusive<c10d::PrefixStore>(name, root);
   auto backend = std::make_shared<Group::Backend>();
   if (device == "cpu") {
@@ -98,7 +98,7 @@ Group make_group(const c10::intrusive_ptr<c10d::Store>& root, const std::string&
 
 }  // namespace
 
-ProcessGroups init_process_groups(int stages, const std::string& device) {
+ProcessGroups init_process_groups(int stages, const std::string& device, bool backend_at_one_rank) {
   ProcessGroups g;
   g.world_size = env_int("WORLD_SIZE", 1);
   g.rank = env_int("RANK", 0);
@@ -109,7 +109,7 @@ ProcessGroups init_process_groups(int stages, const std::string& device) {
   g.dp_size = g.world_size / stages;
   g.stage = g.rank / g.dp_size;
   g.dp_rank = g.rank % g.dp_size;
-  if (g.world_size == 1) return g;
+  if (g.world_size == 1 && !backend_at_one_rank) return g;
 
   const std::string host = env_str("MASTER_ADDR", "127.0.0.1");
   c10d::TCPStoreOptions store_options;
@@ -131,9 +131,9 @@ ProcessGroups init_process_groups(int stages, const std::string& device) {
       "numprobe/attempt_" + env_str("TORCHELASTIC_RESTART_COUNT", "0"), tcp);
 
   g.backend_name = device == "cpu" ? "gloo" : "nccl";
-  g.world = make_group(root, "world", g.rank, g.world_size, device);
-  g.dp = make_group(root, "dp" + std::to_string(g.stage), g.dp_rank, g.dp_size, device);
-  g.pp = make_group(root, "pp" + std::to_string(g.dp_rank), g.stage, g.stages, device);
+  g.world = make_group(root, "world", g.rank, g.world_size, device, backend_at_one_rank);
+  g.dp = make_group(root, "dp" + std::to_string(g.stage), g.dp_rank, g.dp_size, device, backend_at_one_rank);
+  g.pp = make_group(root, "pp" + std::to_string(g.dp_rank), g.stage, g.stages, device, backend_at_one_rank);
   return g;
 }
 

@@ -10,7 +10,8 @@
 
 namespace moe {
 
-// One process group (or none: a group of one, where every collective is the identity).
+// One process group (or none: a group of one without a backend, where every collective is the
+// identity).
 class Group {
  public:
   struct Backend;
@@ -48,8 +49,10 @@ struct ProcessGroups {
 
 // Reads RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun) and connects to the store: as a
 // client of the launcher's store when TORCHELASTIC_USE_AGENT_STORE=True, else rank 0 hosts it.
-// Without torchrun (no WORLD_SIZE) or with one process: groups of one, no store.
-// `device` is "cpu" (Gloo) or "cuda" (NCCL; needs a CUDA build).
-ProcessGroups init_process_groups(int stages, const std::string& device);
+// Without torchrun (no WORLD_SIZE) or with one process: groups of one, no store (unless
+// backend_at_one_rank).
+// `device` is "cpu" (Gloo) or "cuda" (NCCL; needs a CUDA build). `backend_at_one_rank` builds
+// every group through the backend even when it has one rank, so that a single GPU runs NCCL.
+ProcessGroups init_process_groups(int stages, const std::string& device, bool backend_at_one_rank = false);
 
 }  // namespace moe

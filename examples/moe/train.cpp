@@ -20,8 +20,10 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <CLI/CLI.hpp>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -30,6 +32,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "model.h"
@@ -53,6 +56,7 @@ struct Config {
   std::int64_t seq_len = 32;
   double lr = 0.1, momentum = 0.9;
   std::string device = "cpu";
+  bool backend_at_one_rank = false;  // NCCL/Gloo groups even with one rank (one-GPU checks)
   std::string out;  // probe run dir ("" = next free out/<N>)
   bool probe = true;
   std::string probe_kinds = "all";
@@ -95,6 +99,26 @@ struct Fault {
   }
 };
 
+// A fault that names no parameter of the model is an error; one that cannot fire in this run
+// is worth a warning (a comparison would otherwise show "equal" for a fault the user thinks is on).
+void check_fault(const Fault& fault, const Config& c, const ProcessGroups& groups) {
+  if (!fault.param.empty()) {
+    Transformer whole(c.model, 0, c.model.n_layers);
+    const auto params = whole->named_parameters();
+    if (std::none_of(params.begin(), params.end(), [&](const auto& item) { return item.key() == fault.param; }))
+      throw std::invalid_argument("--fault: no parameter named '" + fault.param + "'");
+  }
+  std::string why;
+  if (fault.kind == Fault::Kind::nan && fault.step >= c.steps)
+    why = "step " + std::to_string(fault.step) + " is past the run's last step " + std::to_string(c.steps - 1);
+  if (fault.kind == Fault::Kind::skip_reduce && groups.dp_size == 1)
+    why = "with one data-parallel rank there is no gradient reduction to skip";
+  if (fault.kind == Fault::Kind::rng_per_rank && groups.world_size == 1)
+    why = "with one rank, rank 0's dropout draws are every rank's";
+  if (!why.empty() && groups.rank == 0)
+    std::fprintf(stderr, "moe_train: warning: --fault %s has no effect here: %s\n", c.fault.c_str(), why.c_str());
+}
+
 // The tokens of global microbatch `mb` of `step`: the same in every setup. Each sequence
 // counts up from a random token by a random stride (mod vocab), with some tokens replaced by
 // noise, so the loss has something to learn.
@@ -132,18 +156,24 @@ std::uint64_t fingerprint(const at::Tensor& t) {
   return h;
 }
 
+// The rank's device: the CPU, or the GPU of its local rank (torchrun's LOCAL_RANK).
+at::Device device_of(const Config& c) {
+  if (c.device == "cpu") return at::Device(at::kCPU);
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank ? std::atoi(local_rank) : 0));
+}
+
 class Trainer {
  public:
-  Trainer(Config config, ProcessGroups& groups, probe::Probe& probe)
-      : c_(std::move(config)), g_(groups), probe_(probe), fault_(Fault::parse(c_.fault)) {
+  Trainer(Config config, ProcessGroups& groups, probe::Probe& probe, Fault fault)
+      : c_(std::move(config)), g_(groups), probe_(probe), fault_(std::move(fault)) {
     zero3_ = c_.setup == "zero3";
-    device_ = c_.device == "cpu" ? at::Device(at::kCPU) : at::Device(at::kCUDA, local_rank());
+    device_ = device_of(c_);
     if (c_.microbatches % g_.dp_size != 0)
       throw std::invalid_argument("--microbatches " + std::to_string(c_.microbatches) +
                                   " is not divisible by the data-parallel size " + std::to_string(g_.dp_size));
     if (c_.model.n_layers < g_.stages)
       throw std::invalid_argument("more pipeline stages than layers");
-    check_fault_param();  // before the default generator is reset below: it builds a model
     // Stage s holds layers [s*L/S, (s+1)*L/S).
     const auto L = c_.model.n_layers;
     model_ = Transformer(c_.model, g_.stage * L / g_.stages, (g_.stage + 1) * L / g_.stages);
@@ -386,19 +416,6 @@ class Trainer {
     }
   }
 
-  static int local_rank() {
-    const char* v = std::getenv("LOCAL_RANK");
-    return v ? std::atoi(v) : 0;
-  }
-
-  void check_fault_param() {
-    if (fault_.param.empty()) return;
-    Transformer whole(c_.model, 0, c_.model.n_layers);
-    for (const auto& item : whole->named_parameters())
-      if (item.key() == fault_.param) return;
-    throw std::invalid_argument("--fault: no parameter named '" + fault_.param + "'");
-  }
-
   void write_parameters() {
     std::filesystem::create_directories(c_.params_out);
     std::ofstream out(std::filesystem::path(c_.params_out) / ("rank" + std::to_string(g_.rank) + ".txt"));
@@ -445,7 +462,9 @@ int main(int argc, char** argv) {
   app.add_option("--microbatch-size", c.microbatch_size, "sequences per microbatch")->capture_default_str();
   app.add_option("--seq-len", c.seq_len, "tokens per sequence")->capture_default_str();
   app.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
-  app.add_option("--device", c.device, "cpu (Gloo) or cuda (NCCL, CUDA builds; not tested here)")->capture_default_str();
+  app.add_option("--device", c.device, "cpu (Gloo) or cuda (NCCL, CUDA builds)")->capture_default_str();
+  app.add_flag("--backend-at-one-rank", c.backend_at_one_rank,
+               "build the process groups through Gloo/NCCL even with one rank (runs NCCL on one GPU)");
   app.add_option("--out", c.out, "the probe's run directory (default: the next free out/<N>)");
   app.add_option("--probe", c.probe, "probe on or off")->capture_default_str();
   app.add_option("--probe-kinds", c.probe_kinds, "kinds to record: all, a list, or -kind to drop one")->capture_default_str();
@@ -473,8 +492,15 @@ int main(int argc, char** argv) {
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
     if (c.device != "cpu") ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);  // deterministic cuBLAS
 
+    // The rank's GPU is the current device from here on: NCCL's communicators, its barrier and
+    // every allocation without an explicit device go there, not to GPU 0.
+    std::optional<c10::DeviceGuard> on_device;
+    if (c.device != "cpu") on_device.emplace(device_of(c));
     const int world_size = std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1;
-    ProcessGroups groups = moe::init_process_groups(stages_for(c, world_size), c.device);
+    ProcessGroups groups = moe::init_process_groups(stages_for(c, world_size), c.device, c.backend_at_one_rank);
+    // Before the probe makes its run directory: a bad --fault leaves nothing behind.
+    Fault fault = Fault::parse(c.fault);
+    check_fault(fault, c, groups);
 
     probe::ProbeOptions defaults;
     defaults.enabled = c.probe;
@@ -499,7 +525,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(c.seq_len),
                   probe.enabled() ? probe.run_dir().c_str() : "off");
 
-    Trainer trainer(c, groups, probe);
+    Trainer trainer(c, groups, probe, std::move(fault));
     trainer.train();
     groups.world.barrier();
   } catch (const std::exception& e) {

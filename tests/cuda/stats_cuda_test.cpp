@@ -4,11 +4,14 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
 #include <bit>
 #include <cmath>
+#include <optional>
 
 #include "cuda/stats_reference.h"
 #include "probe/tensor_stats.h"
@@ -27,13 +30,23 @@ at::Tensor random_of(at::ScalarType type, at::IntArrayRef shape) {
   if (type == at::kByte || type == at::kUInt16 || type == at::kUInt32 || type == at::kUInt64)
     return at::randint(0, 200, shape, cuda.dtype(at::kLong)).to(type);
   if (at::isIntegralType(type, false)) return at::randint(-100, 100, shape, cuda.dtype(at::kLong)).to(type);
+#if NUMPROBE_TORCH_AT_LEAST(2, 7)
+  // Every bit pattern (NaN 0xff included), without relying on a conversion kernel for the type.
+  if (type == at::kFloat8_e8m0fnu) return at::randint(0, 256, shape, cuda.dtype(at::kByte)).view(type);
+#endif
   return (at::randn(shape, cuda.dtype(at::kFloat)) * 3).to(type);
 }
 
 const std::vector<at::ScalarType> kTypes = {
     at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2,
     at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz, at::kChar, at::kByte, at::kShort, at::kInt,
-    at::kLong, at::kBool, at::kUInt16, at::kUInt32, at::kUInt64};
+    at::kLong, at::kBool, at::kUInt16, at::kUInt32, at::kUInt64,
+#if NUMPROBE_TORCH_AT_LEAST(2, 7)
+    at::kFloat8_e8m0fnu,
+#endif
+};
+
+std::uint64_t bits(double x) { return std::bit_cast<std::uint64_t>(x); }
 
 // GPU packed figures for `t` next to the CPU reference of the same kernel order.
 void expect_gpu_equals_reference_and_cpu(const at::Tensor& t, const probe::Shard& shard,
@@ -92,7 +105,7 @@ TEST(CudaStats, GpuFiguresEqualTheCpuReferenceBitwiseForEveryDtypeAndSize) {
 
 TEST(CudaStats, LargeTensorsUpTo512MiB) {
   SKIP_WITHOUT_GPU();
-  for (auto type : {at::kFloat, at::kBFloat16})
+  for (auto type : {at::kFloat, at::kBFloat16, at::kByte, at::kBool})
     for (std::int64_t mib : {64, 512}) {
       const std::int64_t n = (mib << 20) / at::elementSize(type);
       expect_gpu_equals_reference_and_cpu(random_of(type, {n}), {}, std::string(at::toString(type)) + " " + std::to_string(mib) + " MiB");
@@ -109,6 +122,9 @@ TEST(CudaStats, ShardsUseGlobalIndexSeeds) {
       at::Tensor local = whole.narrow(1, c, 12).contiguous();
       probe::Shard shard{{64, 48, 6}, {0, c, 0}};
       expect_gpu_equals_reference_and_cpu(local, shard, std::string(at::toString(type)) + " column shard");
+      // The same shard read in place, as a strided view of the whole tensor.
+      expect_gpu_equals_reference_and_cpu(whole.narrow(1, c, 12), shard,
+                                          std::string(at::toString(type)) + " column shard, strided view");
       sum += probe::tensor_stats(local, shard).hash;
     }
     EXPECT_EQ(sum, expected);
@@ -123,6 +139,9 @@ TEST(CudaStats, StridedViewsAndMisalignedStorage) {
   expect_gpu_equals_reference_and_cpu(t.t(), {}, "transpose");
   expect_gpu_equals_reference_and_cpu(t.slice(1, 5, 400, 3), {}, "strided slice");
   expect_gpu_equals_reference_and_cpu(t.view(-1).narrow(0, 1, 100000), {}, "offset by 4 bytes");
+  expect_gpu_equals_reference_and_cpu(t.narrow(0, 0, 1).expand({1031, 517}), {}, "expanded (zero stride)");
+  expect_gpu_equals_reference_and_cpu(random_of(at::kHalf, {64, 1}).expand({64, 300}).t(), {},
+                                      "expanded, then transposed");
   at::Tensor h = random_of(at::kBFloat16, {1 << 20});
   expect_gpu_equals_reference_and_cpu(h.narrow(0, 3, (1 << 20) - 3), {}, "offset by 6 bytes");
 }
@@ -208,4 +227,84 @@ TEST(CudaStats, StatsBatchRowsSpanChunks) {
     EXPECT_EQ(batch.stats(entry).nan, cpu.nan) << entry;
   }
   for (const auto& [entry, value] : scalars) EXPECT_EQ(batch.scalar(entry), value) << entry;
+}
+
+TEST(CudaStats, TorchHashOptionMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  probe::StatsOptions options;
+  options.torch_hash = true;
+  for (auto type : {at::kFloat, at::kBFloat16, at::kInt, at::kBool}) {
+    if (!probe::detail::has_torch_hash_kernel(type)) continue;  // LibTorch < 2.9
+    at::Tensor t = random_of(type, {300, 7});
+    const auto gpu = probe::tensor_stats(t, {}, options);
+    const auto cpu = probe::tensor_stats(t.cpu(), {}, options);
+    ASSERT_TRUE(gpu.torch_hash.has_value()) << at::toString(type);
+    EXPECT_EQ(gpu.torch_hash, cpu.torch_hash) << at::toString(type);
+    EXPECT_EQ(gpu.hash, cpu.hash) << at::toString(type);
+  }
+}
+
+// A tensor on another GPU than the current one: its kernel runs on its own device and stream.
+TEST(CudaStats, TensorOnAnotherDeviceThanTheCurrentOne) {
+  SKIP_WITHOUT_GPU();
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  const c10::cuda::CUDAGuard current(0);
+  at::Tensor t = random_of(at::kFloat, {1 << 20}).to(at::Device(at::kCUDA, 1));
+  probe::StatsBatch batch;
+  const auto entry = batch.add(t);
+  const auto on_device0 = batch.add(random_of(at::kFloat, {1000}));
+  batch.resolve();
+  EXPECT_EQ(batch.stats(entry).hash, probe::tensor_stats(t.cpu()).hash);
+  EXPECT_TRUE(batch.ready(on_device0));
+}
+
+// Rows written from a side stream (a trainer's, or autograd's for a backward hook), resolved on
+// the default stream: the copy back must wait for them. The side stream's kernel is held back by
+// a sleeping kernel, so a copy that did not wait would read the row before it is written.
+TEST(CudaStats, StatsBatchCopyWaitsForRowsWrittenOnAnotherStream) {
+  SKIP_WITHOUT_GPU();
+  at::Tensor t = random_of(at::kFloat, {1 << 22});
+  const auto expected = probe::tensor_stats(t.cpu());  // the copy syncs: t is ready everywhere
+  probe::StatsBatch batch;
+  std::size_t entry = 0, scalar_entry = 0;
+  const at::Tensor loss = at::full({}, 2.5, t.options());
+  torch::cuda::synchronize();
+  at::cuda::CUDAStream side = at::cuda::getStreamFromPool();
+  {
+    const at::cuda::CUDAStreamGuard guard(side);
+    at::cuda::sleep(400'000'000);  // some 0.2 s
+    entry = batch.add(t);
+    scalar_entry = batch.add_scalar(loss);
+  }
+  batch.resolve();  // on the default stream
+  EXPECT_EQ(batch.stats(entry).hash, expected.hash);
+  EXPECT_EQ(bits(batch.stats(entry).norm), bits(probe::tensor_stats(t).norm));
+  EXPECT_EQ(batch.scalar(scalar_entry), 2.5);
+}
+
+// A trainer frees a tensor right after add(), and its stream reuses the memory at once; the
+// probe's kernel, on another stream and held back by a sleeping kernel, must still read the old
+// values (the allocator is told the probe's stream uses the memory).
+TEST(CudaStats, StatsBatchInputFreedRightAfterAddIsNotReusedBeforeItIsRead) {
+  SKIP_WITHOUT_GPU();
+  at::cuda::CUDAStream side = at::cuda::getStreamFromPool();
+  std::optional<at::Tensor> t;
+  {
+    const at::cuda::CUDAStreamGuard guard(side);  // allocated on the trainer's side stream
+    t = random_of(at::kFloat, {1 << 22});
+  }
+  side.synchronize();
+  const std::uint64_t expected = probe::tensor_stats(t->cpu()).hash;
+  probe::StatsBatch batch;
+  at::cuda::sleep(400'000'000);  // on the default stream, where add() launches
+  const std::size_t entry = batch.add(*t);
+  t.reset();
+  at::Tensor reuse;
+  {
+    const at::cuda::CUDAStreamGuard guard(side);
+    reuse = at::zeros({1 << 22}, at::TensorOptions().device(at::kCUDA));  // same size: same block if free
+  }
+  batch.resolve();
+  EXPECT_EQ(batch.stats(entry).hash, expected);
+  EXPECT_NE(batch.stats(entry).hash, probe::tensor_stats(reuse.cpu()).hash);
 }

@@ -118,6 +118,8 @@ def case_pairs():
     ]
     for a, b in itertools.combinations(runs, 2):
         check_fault_free_pair(a, b)
+    # Collectives through the backend with one rank (how a single GPU runs NCCL): same records.
+    check_fault_free_pair(runs[0], train("zero3_1_backend", "zero3", 1, "--backend-at-one-rank"))
 
 
 def case_fault_grads_none():
@@ -224,6 +226,20 @@ def case_probe_off():
     if os.path.exists(env_dir) or not os.path.exists(os.path.join(out, "rank0", "diff.log")):
         fail("--out must win over PROBE_DIR")
     print("OK --out wins over PROBE_DIR", flush=True)
+
+    # A bad --fault is refused before the probe makes its run directory; one that cannot fire
+    # in the run's setup is warned about.
+    bad_out = os.path.join(WORK, "bad_fault")
+    shutil.rmtree(bad_out, ignore_errors=True)
+    proc = subprocess.run([MOE_TRAIN, "--steps", "1", "--fault", "nan=oops", "--out", bad_out],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    if proc.returncode == 0 or "--fault 'nan=oops'" not in proc.stdout or os.path.exists(bad_out):
+        fail(f"a bad --fault must fail before the run directory exists (exit {proc.returncode}): {proc.stdout}")
+    proc = subprocess.run([MOE_TRAIN, "--steps", "1", "--fault", "skip-reduce=output.weight", "--probe", "off"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    if proc.returncode != 0 or "has no effect here" not in proc.stdout:
+        fail(f"skip-reduce with one data-parallel rank must warn: {proc.stdout}")
+    print("OK bad and ineffective faults", flush=True)
 
 
 if __name__ == "__main__":
