@@ -118,7 +118,7 @@ if [ -x "$B/examples/moe_train" ] && [ -x "$B/bin/diff_logs" ]; then
     timeout "$(until_deadline)" "$B/bin/diff_logs" "$RUNS/single" "$RUNS/zero3_nccl" --no-color
     echo "diff_logs exit $?"
   } > "$OUT/nccl_check.txt" 2>&1
-  note "NCCL check: $(grep -E '^RESULT|FAILED' "$OUT/nccl_check.txt" | tr '\n' ' ')"
+  note "NCCL check: $(grep -E '^RESULT|^moe_train .*FAILED|^diff_logs exit' "$OUT/nccl_check.txt" | tr '\n' ' ')"
 
   stamp "example on the GPU: probe overhead per step, the example's size then a GPU-sized configuration"
   # The example's own size is launch-bound on a GPU (one probe launch per record against few,

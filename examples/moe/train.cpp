@@ -528,6 +528,9 @@ int main(int argc, char** argv) {
     Trainer trainer(c, groups, probe, std::move(fault));
     trainer.train();
     groups.world.barrier();
+  } catch (const c10::Error& e) {  // without LibTorch's C++ backtrace
+    std::fprintf(stderr, "moe_train: error: %s\n", e.what_without_backtrace());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moe_train: error: %s\n", e.what());
     return 1;
