@@ -332,9 +332,9 @@ TEST(LogIo, StepEndDisagreeingWithItsRecordsIsAnErrorNamingFileAndLine) {
 
 TEST(LogIo, GarbageLineErrorNamesFileAndLineAndReadingContinues) {
   auto path = fresh_dir("garbage") / "diff.log";
-  // A garbled line is still one of its step's lines: the step end counts it.
+  // A garbled line is no record: the step end counts the one record, and agrees.
   write_file(path, header_line(2) + "this is not a record\n" + lf::format_record(scalar(0, 1.0)) +
-                       "\n#end step=0 records=2\n");
+                       "\n#end step=0 records=1\n");
   probe::LogReader reader(path);
   try {
     reader.next();
@@ -347,6 +347,22 @@ TEST(LogIo, GarbageLineErrorNamesFileAndLineAndReadingContinues) {
   EXPECT_EQ(r->value, 1.0);
   EXPECT_FALSE(reader.next());
   EXPECT_FALSE(reader.truncated());
+}
+
+TEST(LogIo, RecordGarbledIntoALineThatDoesNotParseLeavesTheStepEndShort) {
+  auto path = fresh_dir("garbled") / "diff.log";
+  // The writer wrote two records; one reads back as garbage: that record is lost.
+  write_file(path, header_line(2) + "this is not a record\n" + lf::format_record(scalar(0, 1.0)) +
+                       "\n#end step=0 records=2\n");
+  probe::LogReader reader(path);
+  EXPECT_THROW(reader.next(), lf::ParseError);
+  EXPECT_TRUE(reader.next());
+  try {
+    reader.next();
+    FAIL() << "expected the step end to disagree";
+  } catch (const lf::ParseError& e) {
+    EXPECT_EQ(std::string(e.what()), path.string() + ":4: step end says 2 records of step 0, read 1");
+  }
 }
 
 TEST(LogIo, MissingHeaderIsAnError) {

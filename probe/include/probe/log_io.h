@@ -82,7 +82,8 @@ class LogReader {
   std::string line_;  // the line buffer, kept between next() calls
   // Format 2: the lines since the last step end (the step being read).
   bool step_ends_ = false;  // the format has step ends
-  std::int64_t open_lines_ = 0;
+  std::int64_t open_lines_ = 0;    // every line: lines after the last step end are a cut step
+  std::int64_t open_records_ = 0;  // the lines that parsed: what the step end counts
   std::int64_t open_first_line_ = 0;
   std::string open_first_text_;
   std::optional<std::int64_t> open_step_;  // the first parsed record's step

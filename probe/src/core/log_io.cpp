@@ -223,6 +223,7 @@ std::optional<Record> LogReader::next() {
     try {
       Record r = log_format::parse_record(line);
       if (step_ends_) {
+        ++open_records_;  // a garbled line is no record: the step end counts records
         if (!open_step_) open_step_ = r.step;
         else if (r.step != *open_step_ && !open_other_step_) open_other_step_ = r.step;
       }
@@ -239,9 +240,10 @@ std::optional<Record> LogReader::next() {
 
 void LogReader::end_step(std::string_view line) {
   // Whatever it says, the step is over: the next one is checked on its own.
-  const std::int64_t lines = open_lines_;
+  const std::int64_t records = open_records_;
   const auto step = open_step_, other = open_other_step_;
   open_lines_ = 0;
+  open_records_ = 0;
   open_step_.reset();
   open_other_step_.reset();
   auto error = [&](const std::string& message) {
@@ -261,9 +263,9 @@ void LogReader::end_step(std::string_view line) {
   if (other)
     throw error("step end of step " + s + " follows records of step " + std::to_string(*other) +
                 " too");
-  if (end.records != lines)
+  if (end.records != records)
     throw error("step end says " + std::to_string(end.records) + " records of step " + s +
-                ", read " + std::to_string(lines));
+                ", read " + std::to_string(records));
 }
 
 std::string_view LogReader::truncated_fragment() const {
