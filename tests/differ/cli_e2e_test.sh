@@ -57,6 +57,13 @@ expect 1 "FIRST DIVERGENCE" -- --name 'layers\.5\.' "$T/single" "$T/sumorder"
 # JSON.
 expect 1 "" -- --json "$T/out.json" "$T/single" "$T/sumorder"
 grep -q '"first_divergence": {' "$T/out.json" || { echo "FAIL: json lacks first_divergence"; fail=1; }
+# A --json file that cannot be written is bad usage, found before any comparison: no report.
+expect 2 "^diff_logs: error: cannot write --json file '$T/nowhere/x.json'$" -- --json "$T/nowhere/x.json" "$T/single" "$T/zero3"
+stdout="$("$DIFF" --no-color --json "$T/nowhere/x.json" "$T/single" "$T/zero3" 2>/dev/null)"
+if [ -n "$stdout" ]; then
+  echo "FAIL: diff_logs printed a report before failing on its --json file: $stdout" | head -3
+  fail=1
+fi
 # A pipeline whose stage 1 (ranks 4-7; layers 6-11) numbers its layers from 0: its
 # names collide with stage 0's (replica mismatches) until a rank-scoped --map renumbers them.
 gen "$T/pprenum" --layout pp --world 8 --stages 2 --pp-renumber

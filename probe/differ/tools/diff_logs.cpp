@@ -80,6 +80,13 @@ int main(int argc, char** argv) {
       all.insert(all.end(), own.begin(), own.end());
       return all;
     };
+    // The --json file is opened before comparing: a path it cannot write is bad usage, found
+    // before a report that would end "RESULT: equal" and exit 2 all the same.
+    std::ofstream json_file;
+    if (!json_path.empty() && json_path != "-") {
+      json_file.open(json_path);
+      if (!json_file) throw d::InputError("cannot write --json file '" + json_path + "'");
+    }
     d::Run base(base_path, {lenient, !no_strip, rules(maps_base), "base"});
     d::Run test(test_path, {lenient, !no_strip, rules(maps_test), "test"});
     d::Result result = d::diff_runs(base, test, opt);
@@ -92,9 +99,9 @@ int main(int argc, char** argv) {
       if (json_path == "-") {
         std::cout << doc;
       } else {
-        std::ofstream out(json_path);
-        out << doc;
-        if (!out) throw d::InputError("cannot write --json file '" + json_path + "'");
+        json_file << doc;
+        json_file.close();
+        if (!json_file) throw d::InputError("cannot write --json file '" + json_path + "'");
       }
     }
     return result.exit_code();
