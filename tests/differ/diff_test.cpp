@@ -472,3 +472,81 @@ TEST(Merge, RankWithNoRecordsIsNamed) {
   EXPECT_NE(res.test_issues.detail[0].message.find("rank 1's log has no records"), std::string::npos)
       << res.test_issues.detail[0].message;
 }
+
+namespace {
+std::string cause_text(const Result& r, const std::string& rule) {
+  for (const auto& c : r.causes)
+    if (c.rule == rule) return c.message;
+  return "(no [" + rule + "] cause)";
+}
+
+// A 2-rank ZeRO-3 step: w's mb_grad per microbatch (global ids), and w's grad as two row shards.
+std::vector<std::vector<Record>> zero3_step(double grad_norm_per_shard, double mb_norm = 1.0) {
+  std::vector<std::vector<Record>> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    auto& rank = ranks[static_cast<std::size_t>(r)];
+    rank.push_back(tensor(0, Kind::mb_grad, "w", mb_norm == 1.0 ? 10 + r : 40 + r, mb_norm, r));
+    rank.push_back(sharded(tensor(0, Kind::grad, "w", grad_norm_per_shard == 1.0 ? 20 + r : 30 + r,
+                                  grad_norm_per_shard),
+                           2 * r, 2));
+  }
+  return ranks;
+}
+}  // namespace
+
+TEST(Causes, GradFarBeyondSummationOrderWithEqualMbGradsIsAWrongReduction) {
+  // ZeRO-3 with one gradient's reduce-scatter skipped: no replicas to disagree, every mb_grad
+  // equal, the grad off by a third.
+  auto dir = fresh_dir("wrongreduce");
+  write_run(dir / "a", zero3_step(1.0));
+  write_run(dir / "b", zero3_step(2.0 / 3.0));
+  auto res = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(res.first_divergence);
+  EXPECT_EQ(res.first_divergence->kind, Kind::grad);
+  EXPECT_NE(cause_text(res, "wrong_reduction")
+                .find("every mb_grad of w is bitwise equal but its grad differs by relative norm "
+                      "0.33333333333333337, far beyond summation-order size (at most 1e-05): the "
+                      "reduction or accumulation of this gradient is wrong"),
+            std::string::npos)
+      << cause_text(res, "wrong_reduction");
+  EXPECT_FALSE(has_cause(res, "summation_order"));
+  EXPECT_FALSE(has_cause(res, "unreduced_gradient"));
+
+  // Contributions that differ explain the grad themselves: no reduction is blamed.
+  write_run(dir / "c", zero3_step(2.0 / 3.0, 0.5));
+  EXPECT_FALSE(has_cause(diff(dir / "a", dir / "c"), "wrong_reduction"));
+  // A NaN in the grad is the nonfinite rule's, not a norm difference.
+  auto nan_run = zero3_step(1.0);
+  nan_run[1][1].stats.norm = NAN;
+  nan_run[1][1].stats.nan = 1;
+  nan_run[1][1].stats.hash = 99;
+  write_run(dir / "d", nan_run);
+  auto nan_res = diff(dir / "a", dir / "d");
+  EXPECT_FALSE(has_cause(nan_res, "wrong_reduction"));
+  EXPECT_TRUE(has_cause(nan_res, "nonfinite"));
+}
+
+TEST(Causes, SummationOrderWithMbGradsLeftOutByKindsSaysTheyWereNotCompared) {
+  auto dir = fresh_dir("sumorder_kinds");
+  std::vector<Record> a, b;
+  for (int mb = 0; mb < 2; ++mb) {
+    a.push_back(tensor(0, Kind::mb_grad, "w", 10 + mb, 1.0, mb));
+    b.push_back(tensor(0, Kind::mb_grad, "w", 10 + mb, 1.0, mb));
+  }
+  a.push_back(tensor(0, Kind::grad, "w", 1, 2.0));
+  b.push_back(tensor(0, Kind::grad, "w", 2, 2.0 * (1 + 3e-7)));
+  write_run(dir / "a", {a});
+  write_run(dir / "b", {b});
+  DiffOptions grads_only;
+  grads_only.kinds_mask = parse_kinds("grad");
+  auto res = diff(dir / "a", dir / "b", grads_only);
+  EXPECT_NE(cause_text(res, "summation_order")
+                .find("summation order likely, but mb_grad not compared (--kinds leaves it out)"),
+            std::string::npos)
+      << cause_text(res, "summation_order");
+  EXPECT_EQ(res.summation_order_grads, 0);  // the count keeps to grads with equal mb_grads
+  // Far beyond summation-order size nothing is likely without the mb_grads.
+  b.back().stats.norm = 3.0;
+  write_run(dir / "c", {b});
+  EXPECT_TRUE(diff(dir / "a", dir / "c", grads_only).causes.empty());
+}

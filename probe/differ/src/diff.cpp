@@ -383,12 +383,14 @@ struct Differ {
                       (inputs_compared > 0 ? "" : " (no input was compared: different inputs are not ruled out)") +
                       ": dropout/RNG state (seed, generator offset, or RNG consumed in a "
                       "different order)"});
-    // A gradient that data-parallel replicas disagree on while every microbatch contribution
-    // is equal: it was not reduced across the replicas.
+    // A gradient whose replicas disagree while every microbatch contribution is equal: it was
+    // not reduced across the replicas.
+    bool unreduced = false;
     if (first.kind == Kind::grad && is_divergence(first.cls) &&
         ((first.base.present && first.base.m.replicas_disagree) ||
          (first.test.present && first.test.m.replicas_disagree)) &&
         mb_grads_equal(first.name, pairs)) {
+      unreduced = true;
       const bool in_test = first.test.present && first.test.m.replicas_disagree;
       r.causes.push_back(
           {"unreduced_gradient",
@@ -398,14 +400,60 @@ struct Differ {
                ") while every mb_grad is bitwise equal: the gradient was not reduced across "
                "data-parallel ranks (a skipped all-reduce, or one over the wrong group)"});
     }
-    // Summation order of a collective.
-    if (first.kind == Kind::grad && first.cls == Class::different && sum_order_like(first, pairs))
-      r.causes.push_back(
-          {"summation_order",
-           "every mb_grad of " + first.name + " is bitwise equal but its grad differs by "
-           "relative norm " + lf::format_double(first.rel_diff) +
-           ": summation order (the reduction order of a collective: all-reduce vs "
-           "reduce-scatter, bucket layout)"});
+    if (!unreduced && both_tensors(first) && first.kind == Kind::grad &&
+        first.cls == Class::different)
+      grad_cause(first, pairs);
+  }
+
+  double sum_order_bound(const Pair& g) const {
+    return low_precision(g.base.m.rec.stats.dtype) ? o.sum_order_rtol_lowp : o.sum_order_rtol;
+  }
+
+  static bool both_tensors(const Pair& p) {
+    return p.base.present && p.test.present && p.base.m.rec.state == Record::State::tensor &&
+           p.test.m.rec.state == Record::State::tensor;
+  }
+
+  // The first divergence is a grad that differs (and no unreduced_gradient). Its mb_grads
+  // tell a reduction that only summed in another order from one that got the sum wrong.
+  void grad_cause(const Pair& g, const std::vector<Pair>& pairs) {
+    // A NaN/Inf makes any norm difference meaningless: the nonfinite rule names it.
+    if (!std::isfinite(g.base.m.rec.stats.norm) || !std::isfinite(g.test.m.rec.stats.norm)) return;
+    const double bound = sum_order_bound(g);
+    const std::string rel = lf::format_double(g.rel_diff);
+    if (mb_grads_equal(g.name, pairs)) {
+      if (g.rel_diff <= bound)
+        r.causes.push_back(
+            {"summation_order",
+             "every mb_grad of " + g.name + " is bitwise equal but its grad differs by "
+             "relative norm " + rel +
+             ": summation order (the reduction order of a collective: all-reduce vs "
+             "reduce-scatter, bucket layout)"});
+      else
+        r.causes.push_back(
+            {"wrong_reduction",
+             "every mb_grad of " + g.name + " is bitwise equal but its grad differs by "
+             "relative norm " + rel + ", far beyond summation-order size (at most " +
+             lf::format_double(bound) +
+             "): the reduction or accumulation of this gradient is wrong (skipped, partial, "
+             "over the wrong group, or wrongly scaled)"});
+      return;
+    }
+    if (g.rel_diff > bound || has_mb_grad(g.name, pairs)) return;  // contributions differ
+    // No mb_grad to rule a different contribution out: say what is likely, and why only that.
+    const bool filtered =
+        o.kinds_mask && !(*o.kinds_mask & (1u << static_cast<unsigned>(Kind::mb_grad)));
+    r.causes.push_back(
+        {"summation_order",
+         "grad " + g.name + " differs by relative norm " + rel +
+             ", summation-order size: summation order likely, but mb_grad not compared (" +
+             (filtered ? "--kinds leaves it out" : "none recorded") +
+             "), so a different gradient contribution is not ruled out"});
+  }
+
+  static bool has_mb_grad(const std::string& name, const std::vector<Pair>& pairs) {
+    return std::any_of(pairs.begin(), pairs.end(),
+                       [&](const Pair& p) { return p.kind == Kind::mb_grad && p.name == name; });
   }
 
   static bool mb_grads_equal(const std::string& name, const std::vector<Pair>& pairs) {
@@ -419,14 +467,8 @@ struct Differ {
   }
 
   bool sum_order_like(const Pair& g, const std::vector<Pair>& pairs) const {
-    if (g.kind != Kind::grad || g.cls != Class::different || !g.base.present || !g.test.present)
-      return false;
-    if (g.base.m.rec.state != Record::State::tensor || g.test.m.rec.state != Record::State::tensor)
-      return false;
-    if (!mb_grads_equal(g.name, pairs)) return false;
-    const double bound =
-        low_precision(g.base.m.rec.stats.dtype) ? o.sum_order_rtol_lowp : o.sum_order_rtol;
-    return g.rel_diff <= bound;
+    return g.kind == Kind::grad && g.cls == Class::different && both_tensors(g) &&
+           mb_grads_equal(g.name, pairs) && g.rel_diff <= sum_order_bound(g);
   }
 
   void compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test) {

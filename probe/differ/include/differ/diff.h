@@ -225,7 +225,8 @@ struct Pair {
 };
 
 struct Cause {
-  std::string rule;  // rng, summation_order, none_gradient, nonfinite
+  std::string rule;  // rng, summation_order, wrong_reduction, none_gradient, unreduced_gradient,
+                     // nonfinite, step_range, kind_not_recorded, names_differ, missing_record
   std::string message;
 };
 
