@@ -550,3 +550,87 @@ TEST(Causes, SummationOrderWithMbGradsLeftOutByKindsSaysTheyWereNotCompared) {
   write_run(dir / "c", {b});
   EXPECT_TRUE(diff(dir / "a", dir / "c", grads_only).causes.empty());
 }
+
+TEST(Causes, RngFingerprintInOneRunOnlyIsNoRngCauseButNamesThatDiffer) {
+  // A pipeline stage numbering its layers from 0: its dropout fingerprints are named
+  // differently, so they are absent from one run, not different.
+  auto dir = fresh_dir("rngnames");
+  write_run(dir / "a", {{tensor(0, Kind::input, "x", 1, 1.0, 0), tensor(0, Kind::rng, "layers.2.dropout", 5, 1.0, 0)}});
+  write_run(dir / "b", {{tensor(0, Kind::input, "x", 1, 1.0, 0), tensor(0, Kind::rng, "layers.0.dropout", 5, 1.0, 0)}});
+  auto res = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(res.first_divergence);
+  EXPECT_EQ(res.first_divergence->cls, Class::only_base);
+  EXPECT_FALSE(has_cause(res, "rng"));
+  EXPECT_NE(cause_text(res, "names_differ")
+                .find("rng layers.2.dropout is in the base run only, at every step: the runs name "
+                      "it differently (a pipeline stage numbering its layers from 0?)"),
+            std::string::npos)
+      << cause_text(res, "names_differ");
+  EXPECT_NE(cause_text(res, "names_differ").find("--map REGEX=REPLACEMENT"), std::string::npos);
+  // Mapped, they are equal.
+  EXPECT_EQ(diff(dir / "a", dir / "b", {}, false, {R"(^layers\.0\.=layers.2.)"}).exit_code(), 0);
+}
+
+TEST(Causes, RunsOfDifferentLengthsNameTheStepsToCompare) {
+  auto dir = fresh_dir("lengths");
+  auto steps = [](int n) {
+    std::vector<Record> records;
+    for (int s = 0; s < n; ++s) {
+      records.push_back(tensor(s, Kind::grad, "w", 5, 1.0));
+      records.push_back(scalar(s, "loss", 1.0));
+    }
+    return records;
+  };
+  write_run(dir / "a", {steps(2)});
+  write_run(dir / "b", {steps(3)});
+  auto res = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(res.first_divergence);
+  EXPECT_EQ(res.first_divergence->cls, Class::only_test);
+  ASSERT_FALSE(res.causes.empty());
+  EXPECT_EQ(res.causes[0].rule, "step_range");
+  EXPECT_EQ(res.causes[0].message,
+            "the test run goes on to step 2, the base run ends at step 1: compare --steps :1");
+  DiffOptions common;
+  common.step_max = 1;
+  EXPECT_EQ(diff(dir / "a", dir / "b", common).exit_code(), 0);
+  // Starting later: the other end.
+  std::vector<Record> late = steps(3);
+  late.erase(late.begin(), late.begin() + 2);  // steps 1 and 2
+  write_run(dir / "c", {late});
+  auto starts = diff(dir / "b", dir / "c");
+  EXPECT_EQ(cause_text(starts, "step_range"),
+            "the base run starts at step 0, the test run at step 1: compare --steps 1:");
+}
+
+TEST(Causes, KindOneRunNeverRecordedIsNoNameToMap) {
+  // PROBE_KINDS=-mb_grad in the test run.
+  auto dir = fresh_dir("nokind");
+  std::vector<Record> a, b;
+  for (int s = 0; s < 2; ++s) {
+    for (const char* p : {"w0", "w1"}) {
+      a.push_back(tensor(s, Kind::mb_grad, p, 1, 1.0, 0));
+      a.push_back(tensor(s, Kind::grad, p, 1, 1.0));
+      b.push_back(tensor(s, Kind::grad, p, 1, 1.0));
+    }
+  }
+  write_run(dir / "a", {a});
+  write_run(dir / "b", {b});
+  auto res = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(res.first_divergence);
+  EXPECT_EQ(res.first_divergence->kind, Kind::mb_grad);
+  EXPECT_EQ(cause_text(res, "kind_not_recorded"),
+            "the test run recorded no mb_grad at all (PROBE_KINDS?); --kinds -mb_grad compares the rest");
+  EXPECT_EQ(res.kinds_only_base, std::vector<Kind>{Kind::mb_grad});
+  EXPECT_TRUE(res.names_only_base.empty());  // not names for --map
+  const std::string text = text_of(res);
+  EXPECT_EQ(text.find("NAMES IN ONE RUN ONLY"), std::string::npos) << text;
+  EXPECT_NE(text.find("KINDS IN ONE RUN ONLY  the test run recorded no mb_grad"), std::string::npos) << text;
+  DiffOptions rest;
+  rest.kinds_mask = parse_kinds("-mb_grad");
+  EXPECT_EQ(diff(dir / "a", dir / "b", rest).exit_code(), 0);
+  // Under --kinds, the advice keeps to the kinds asked for.
+  DiffOptions two;
+  two.kinds_mask = parse_kinds("mb_grad,grad");
+  EXPECT_NE(cause_text(diff(dir / "a", dir / "b", two), "kind_not_recorded").find("--kinds grad compares"),
+            std::string::npos);
+}

@@ -281,6 +281,8 @@ struct Differ {
   static bool heap_less(const Pair& a, const Pair& b) { return a.rel_diff > b.rel_diff; }
 
   std::vector<std::uint8_t> seen;  // per series: bit 0 seen in base, bit 1 in test
+  std::array<std::uint8_t, kKindCount> kind_seen{};  // the same per kind, on steps both runs hold
+  bool first_step_one_sided = false;  // the first divergent step is in one run only
   std::unordered_map<std::string, bool> name_passes;  // --name verdicts (names repeat)
 
   bool passes(Kind kind, const std::string& name) {
@@ -365,7 +367,8 @@ struct Differ {
     std::int64_t inputs_compared = 0;
     const Pair* first_rng = nullptr;
     for (const auto& p : pairs) {
-      if (p.kind == Kind::rng && is_divergence(p.cls)) {
+      // A fingerprint absent from one run says nothing about the RNG state (names differ).
+      if (p.kind == Kind::rng && p.cls == Class::different) {
         rng_differs = true;
         if (!first_rng) first_rng = &p;
       }
@@ -547,6 +550,8 @@ struct Differ {
       const std::size_t si = series(p.key, p.kind, p.name, p.mb);
       SeriesStats& st = r.series[si].second;
       seen[si] |= (p.base.present ? 1 : 0) | (p.test.present ? 2 : 0);
+      if (base && test)
+        kind_seen[static_cast<std::size_t>(p.kind)] |= (p.base.present ? 1 : 0) | (p.test.present ? 2 : 0);
       std::optional<double> vb, vt;
       if (p.base.present) vb = series_value(p.base.m.rec);
       if (p.test.present) vt = series_value(p.test.m.rec);
@@ -566,6 +571,7 @@ struct Differ {
     find_nonfinite(step, pairs);
     if (first && !r.first_divergence) {
       r.first_divergence = *first;
+      first_step_one_sided = !base || !test;
       likely_causes(step, pairs, *first);
     }
   }
@@ -575,6 +581,78 @@ void note_step(RunInfo& info, std::int64_t step) {
   ++info.steps;
   if (!info.first_step) info.first_step = step;
   info.last_step = step;
+}
+
+// "--kinds" text that drops `drop` from the comparison's kinds.
+std::string kinds_without(std::uint32_t drop, const DiffOptions& o) {
+  std::string text;
+  for (int k = 0; k < kKindCount; ++k) {
+    const std::uint32_t bit = 1u << k;
+    const std::string name(kind_name(static_cast<Kind>(k)));
+    if (!o.kinds_mask && (drop & bit)) text += (text.empty() ? "-" : ",-") + name;
+    if (o.kinds_mask && (*o.kinds_mask & bit) && !(drop & bit)) text += (text.empty() ? "" : ",") + name;
+  }
+  return text;
+}
+
+// Why the first divergence is a record one run lacks: a step that run does not hold, a kind it
+// never recorded, or a name it does not use. Known once every step was read.
+std::optional<Cause> absence_cause(const Result& r, const DiffOptions& o, bool step_one_sided,
+                                   bool series_one_sided) {
+  const Pair& p = *r.first_divergence;
+  if (p.cls != Class::only_base && p.cls != Class::only_test) return std::nullopt;
+  const bool in_base = p.cls == Class::only_base;
+  const std::string has = in_base ? "base" : "test", lacks = in_base ? "test" : "base";
+  const RunInfo& lacking = in_base ? r.test : r.base;
+  const std::string step = std::to_string(p.step);
+  if (step_one_sided) {
+    if (!lacking.last_step) return std::nullopt;
+    const std::string lo = o.step_min ? std::to_string(*o.step_min) : "";
+    const std::string hi = o.step_max ? std::to_string(*o.step_max) : "";
+    if (p.step > *lacking.last_step)
+      return Cause{"step_range", "the " + has + " run goes on to step " + step + ", the " + lacks +
+                                     " run ends at step " + std::to_string(*lacking.last_step) +
+                                     ": compare --steps " + lo + ":" +
+                                     std::to_string(*lacking.last_step)};
+    if (p.step < *lacking.first_step)
+      return Cause{"step_range", "the " + has + " run starts at step " + step + ", the " + lacks +
+                                     " run at step " + std::to_string(*lacking.first_step) +
+                                     ": compare --steps " + std::to_string(*lacking.first_step) +
+                                     ":" + hi};
+    return Cause{"step_range", "step " + step + " is in the " + has +
+                                   " run only: the runs log different steps (PROBE_EVERY?)"};
+  }
+  if (lacking.ranks_found < lacking.world_size)
+    return Cause{"missing_record",
+                 "the " + lacks + " run holds the logs of " + std::to_string(lacking.ranks_found) +
+                     " of its " + std::to_string(lacking.world_size) +
+                     " ranks: the records of the missing ones are absent (missing_rank in RUN "
+                     "ISSUES)"};
+  const auto& kinds = in_base ? r.kinds_only_base : r.kinds_only_test;
+  if (std::find(kinds.begin(), kinds.end(), p.kind) != kinds.end()) {
+    std::uint32_t drop = 0;
+    std::string names;
+    for (Kind k : kinds) {
+      drop |= 1u << static_cast<unsigned>(k);
+      names += (names.empty() ? "" : ", ") + std::string(kind_name(k));
+    }
+    return Cause{"kind_not_recorded", "the " + lacks + " run recorded no " + names +
+                                          " at all (PROBE_KINDS?); --kinds " +
+                                          kinds_without(drop, o) + " compares the rest"};
+  }
+  const std::string what = std::string(kind_name(p.kind)) + " " + p.name;
+  const auto& names = in_base ? r.names_only_base : r.names_only_test;
+  if (std::find(names.begin(), names.end(), what) != names.end())
+    return Cause{"names_differ",
+                 what + " is in the " + has + " run only, at every step: the runs name it "
+                 "differently (a pipeline stage numbering its layers from 0?) or the " + lacks +
+                 " run does not record it; --map REGEX=REPLACEMENT aligns renamed records (see "
+                 "NAMES IN ONE RUN ONLY)"};
+  const std::string record = what + (p.mb ? " mb=" + std::to_string(*p.mb) : "");
+  if (series_one_sided)
+    return Cause{"missing_record", record + " is in the " + has + " run only, at every step"};
+  return Cause{"missing_record", record + " is missing from the " + lacks + " run at step " +
+                                     step + " (other steps have it)"};
 }
 
 RunInfo info_of(const Run& run) {
@@ -603,7 +681,7 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   r.base = info_of(base);
   r.test = info_of(test);
   r.filtered = options.kinds_mask || options.step_min || options.step_max || options.name_filter;
-  Differ d{options, r, {}, {}, {}, {}, {}, 0};
+  Differ d{options, r, {}, {}, {}, {}, false, {}, {}, 0};
   std::vector<Merged> a, b;
   std::int64_t sa = 0, sb = 0;
   for (;;) {
@@ -631,6 +709,28 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
     if (has_a && has_b) ++r.paired_steps;
     d.compare_step(step, has_a ? &a : nullptr, has_b ? &b : nullptr);
   }
+  // Kinds one run never recorded on the steps both hold: not names to align (--map).
+  for (int k = 0; k < kKindCount; ++k) {
+    const auto bits = d.kind_seen[static_cast<std::size_t>(k)];
+    if (bits == 1) r.kinds_only_base.push_back(static_cast<Kind>(k));
+    if (bits == 2) r.kinds_only_test.push_back(static_cast<Kind>(k));
+  }
+  // Names (per kind, any microbatch) seen in one run only.
+  std::map<std::pair<int, std::string>, std::uint8_t> names;
+  for (std::size_t i = 0; i < r.series.size(); ++i)
+    names[{static_cast<int>(r.series[i].first.kind), r.series[i].first.name}] |= d.seen[i];
+  auto listed = [](const std::vector<Kind>& kinds, int k) {
+    return std::find(kinds.begin(), kinds.end(), static_cast<Kind>(k)) != kinds.end();
+  };
+  for (const auto& [n, bits] : names) {
+    const std::string text = std::string(kind_name(static_cast<Kind>(n.first))) + " " + n.second;
+    if (bits == 1 && !listed(r.kinds_only_base, n.first)) r.names_only_base.push_back(text);
+    if (bits == 2 && !listed(r.kinds_only_test, n.first)) r.names_only_test.push_back(text);
+  }
+  if (r.first_divergence)
+    if (auto c = absence_cause(r, options, d.first_step_one_sided,
+                               d.seen[d.series_index.at(r.first_divergence->key)] != 3))
+      r.causes.insert(r.causes.begin(), *c);
   // A one-sided NaN/Inf is a cause wherever it first appears: before the other causes when it
   // is at (or before) the first divergent step, after them when it comes later.
   if (d.first_nonfinite) {
@@ -645,15 +745,6 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   r.test_issues = test.issues();
   std::sort(d.heap.begin(), d.heap.end(), Differ::heap_less);
   r.top = std::move(d.heap);
-  // Names (per kind, any microbatch) seen in one run only.
-  std::map<std::pair<int, std::string>, std::uint8_t> names;
-  for (std::size_t i = 0; i < r.series.size(); ++i)
-    names[{static_cast<int>(r.series[i].first.kind), r.series[i].first.name}] |= d.seen[i];
-  for (const auto& [n, bits] : names) {
-    const std::string text = std::string(kind_name(static_cast<Kind>(n.first))) + " " + n.second;
-    if (bits == 1) r.names_only_base.push_back(text);
-    if (bits == 2) r.names_only_test.push_back(text);
-  }
   return r;
 }
 

@@ -210,6 +210,14 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
     }
     out << "\n";
   }
+  for (const auto* kinds : {&r.kinds_only_base, &r.kinds_only_test}) {
+    if (kinds->empty()) continue;
+    std::string names;
+    for (Kind k : *kinds) names += (names.empty() ? "" : ", ") + std::string(kind_name(k));
+    out << paint(kBold, "KINDS IN ONE RUN ONLY") << "  the "
+        << (kinds == &r.kinds_only_base ? "test" : "base") << " run recorded no " << names
+        << " (PROBE_KINDS?); --kinds can leave them out\n\n";
+  }
   if (!r.names_only_base.empty() || !r.names_only_test.empty()) {
     out << paint(kBold, "NAMES IN ONE RUN ONLY") << " (use --map REGEX=REPLACEMENT to align renamed ones)\n";
     for (const auto* list : {&r.names_only_base, &r.names_only_test}) {

@@ -258,7 +258,9 @@ struct Result {
   std::int64_t summation_order_grads = 0;  // grads matching the summation-order rule
   std::vector<Pair> top;                  // by rel_diff, largest first
   std::vector<std::pair<SeriesKey, SeriesStats>> series;  // first-seen order
-  std::vector<std::string> names_only_base, names_only_test;
+  std::vector<std::string> names_only_base, names_only_test;  // kinds below excluded
+  // Kinds one run recorded on the steps both runs hold while the other recorded none of them.
+  std::vector<Kind> kinds_only_base, kinds_only_test;
   IssueLog base_issues, test_issues;
   std::int64_t records_compared = 0;
   std::optional<std::int64_t> truncated_at;  // comparison stopped here (a killed rank)
