@@ -634,3 +634,18 @@ TEST(Causes, KindOneRunNeverRecordedIsNoNameToMap) {
   EXPECT_NE(cause_text(diff(dir / "a", dir / "b", two), "kind_not_recorded").find("--kinds grad compares"),
             std::string::npos);
 }
+
+TEST(Merge, MissingRankIsOneErrorNotATilingErrorPerRecordItShards) {
+  auto dir = fresh_dir("missingshards");
+  write_run(dir / "a", zero3_step(1.0));
+  auto b = zero3_step(1.0);
+  b[1].clear();
+  write_run(dir / "b", b, /*world_size=*/2);
+  auto res = diff(dir / "a", dir / "b");
+  EXPECT_EQ(res.test_issues.count_by_type["missing_rank"], 1);
+  EXPECT_EQ(res.test_issues.count_by_type.count("shard_tiling"), 0u);
+  EXPECT_EQ(count(res, Kind::grad, Class::unsupported), 1);
+  EXPECT_NE(cause_text(res, "missing_record").find("the test run holds the logs of 1 of its 2 ranks"),
+            std::string::npos)
+      << cause_text(res, "missing_record");
+}

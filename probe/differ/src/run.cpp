@@ -395,6 +395,7 @@ ComposeResult compose_shards(const std::vector<const TensorStats*>& shards) {
   if (total != global_numel) {
     res.error = "shards cover " + std::to_string(total) + " of " +
                 std::to_string(global_numel) + " elements (gap)";
+    res.gap = true;
     return res;
   }
   TensorStats out;
@@ -629,11 +630,13 @@ Run::Run(const fs::path& path, RunOptions options)
                      "directory to merge every rank)"});
   } else {
     for (int r = 0; r < world_size_; ++r) {
-      if (!seen[static_cast<std::size_t>(r)])
-        issues_.add({Issue::Severity::error, "missing_rank", options_.label, -1,
-                     path_.string() + ": world_size is " + std::to_string(world_size_) + " but " +
-                         (path_ / ("rank" + std::to_string(r)) / "diff.log").string() +
-                         " is missing"});
+      if (seen[static_cast<std::size_t>(r)]) continue;
+      ++missing_ranks_;
+      issues_.add({Issue::Severity::error, "missing_rank", options_.label, -1,
+                   path_.string() + ": world_size is " + std::to_string(world_size_) + " but " +
+                       (path_ / ("rank" + std::to_string(r)) / "diff.log").string() +
+                       " is missing (records that lack its shards are unsupported, not "
+                       "compared)"});
     }
   }
   for (auto& src : ranks_) advance(*src);
@@ -902,12 +905,17 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       if (c.stats) {
         composed.stats = std::move(*c.stats);
       } else {
-        report("shard_tiling", "step " + std::to_string(step) + " " + where() + ": " + c.error +
-                                   " (ranks " + format_ranks(m.ranks) + "); not composed");
+        // A gap where a rank's log is missing is that missing_rank error, not one per record.
+        const bool missing = c.gap && missing_ranks_;
+        if (!missing)
+          report("shard_tiling", "step " + std::to_string(step) + " " + where() + ": " + c.error +
+                                     " (ranks " + format_ranks(m.ranks) + "); not composed");
         composed.stats = TensorStats{};
         composed.stats.dtype = shards[0]->dtype;
         composed.stats.shape = shards[0]->shard.global_shape;
-        composed.stats.unsupported = "shards do not tile: " + c.error;
+        composed.stats.unsupported =
+            missing ? "shards missing: a rank's log is missing (missing_rank)"
+                    : "shards do not tile: " + c.error;
       }
       if (whole && !same_record(whole->rec, composed))
         mismatch(m, g.kind, "step " + std::to_string(step) + " " + where() + ": rank " +

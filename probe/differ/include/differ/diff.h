@@ -155,6 +155,7 @@ class Run {
   std::size_t last_step_groups_ = 0;  // sizes the next step's index
   std::optional<std::int64_t> incomplete_from_;
   bool partial_view_ = false;  // one rank's log of a multi-rank run, named on its own
+  int missing_ranks_ = 0;      // ranks of world_size without a log
 };
 
 // Composes shard records of one tensor (distinct offsets, same global shape) into the whole:
@@ -164,6 +165,7 @@ class Run {
 struct ComposeResult {
   std::optional<TensorStats> stats;
   std::string error;
+  bool gap = false;  // the error is a gap: shards missing, none overlapping
 };
 ComposeResult compose_shards(const std::vector<const TensorStats*>& shards);
 
