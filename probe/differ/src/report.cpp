@@ -134,6 +134,22 @@ std::vector<std::size_t> tensor_series_order(const Result& r) {
   return order;
 }
 
+bool mismatching(const SeriesStats& s) { return s.exact != s.paired || s.base_steps != s.test_steps; }
+
+std::string series_title(const SeriesKey& k) {
+  std::string title = std::string(kind_name(k.kind)) + " " + k.name;
+  if (k.mb) title += " mb=" + std::to_string(*k.mb);
+  return title;
+}
+
+// A series that agrees on every paired step but has values on steps the other run lacks.
+std::string one_sided_text(const SeriesStats& s) {
+  if (s.paired == 0 && s.base_steps == 0) return "no value in the base run";
+  if (s.paired == 0 && s.test_steps == 0) return "no value in the test run";
+  return "agree on all " + std::to_string(s.paired) + " paired steps; steps with a value: base " +
+         std::to_string(s.base_steps) + ", test " + std::to_string(s.test_steps);
+}
+
 }  // namespace
 
 void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
@@ -236,42 +252,60 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
     out << "\n";
   }
 
-  // Paired statistics: every scalar series, and the tensor norm series that mismatch.
-  std::size_t tensor_total = 0, tensor_mismatch = 0;
-  for (const auto& [k, s] : r.series)
-    if (k.kind != Kind::scalar) {
-      ++tensor_total;
-      if (s.exact != s.paired || s.base_steps != s.test_steps) ++tensor_mismatch;
-    }
-  out << paint(kBold, "PAIRED STATISTICS") << " (d = test - base; all scalar series, "
-      << std::min(tensor_mismatch, opt.max_series) << " of " << tensor_mismatch
-      << " mismatching tensor norm series of " << tensor_total << "; every series in --json)\n";
-  std::size_t tensor_shown = 0;
-  // Scalars in first-seen order, then the mismatching tensor series, earliest divergence first.
-  std::vector<std::size_t> shown;
-  for (std::size_t i = 0; i < r.series.size(); ++i)
+  // Paired statistics: every scalar series, and the tensor norm series that mismatch; those
+  // whose values agree wherever both runs have one (steps or records one run lacks) are
+  // grouped, one line per kind and shape of mismatch, instead of a line of zeros each.
+  std::size_t tensor_total = 0;
+  std::vector<std::size_t> shown, single;  // shown: scalars, then tensors (earliest first)
+  for (std::size_t i = 0; i < r.series.size(); ++i) {
     if (r.series[i].first.kind == Kind::scalar) shown.push_back(i);
+    else ++tensor_total;
+  }
+  std::vector<std::pair<std::string, std::vector<std::size_t>>> groups;  // first-seen order
   for (std::size_t i : tensor_series_order(r)) {
     const auto& [k, s] = r.series[i];
-    if (k.kind == Kind::scalar || (s.exact == s.paired && s.base_steps == s.test_steps)) continue;
-    if (tensor_shown++ >= opt.max_series) break;
-    shown.push_back(i);
+    if (k.kind == Kind::scalar || !mismatching(s)) continue;
+    if (s.exact != s.paired) {
+      single.push_back(i);
+      continue;
+    }
+    const std::string what = std::string(kind_name(k.kind)) + " series: " + one_sided_text(s);
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == what; });
+    if (g == groups.end()) g = groups.insert(groups.end(), {what, {}});
+    g->second.push_back(i);
   }
+  const std::size_t single_shown = std::min(single.size(), opt.max_series);
+  shown.insert(shown.end(), single.begin(), single.begin() + static_cast<std::ptrdiff_t>(single_shown));
+  out << paint(kBold, "PAIRED STATISTICS") << " (d = test - base; all scalar series, "
+      << single_shown << " of " << single.size() << " mismatching tensor norm series of "
+      << tensor_total;
+  std::size_t grouped = 0;
+  for (const auto& g : groups) grouped += g.second.size();
+  if (grouped) out << ", " << grouped << " more with values in one run only grouped by kind";
+  out << "; every series in --json)\n";
   for (std::size_t i : shown) {
     const auto& [k, s] = r.series[i];
-    const bool mismatch = s.exact != s.paired || s.base_steps != s.test_steps;
-    std::string title = std::string(kind_name(k.kind)) + " " + k.name;
-    if (k.mb) title += " mb=" + std::to_string(*k.mb);
-    out << "  " << (mismatch ? paint(kRed, title) : paint(kGreen, title)) << "\n";
+    out << "  " << (mismatching(s) ? paint(kRed, series_title(k)) : paint(kGreen, series_title(k)))
+        << "\n";
     out << "    steps base " << s.base_steps << " test " << s.test_steps << " paired " << s.paired
         << " exact " << s.exact << " first-divergent "
         << (s.first_divergent_step ? std::to_string(*s.first_divergent_step) : "-") << "\n";
-    out << "    MAE " << num(s.mae()) << "  RMSE " << num(s.rmse()) << "  max|d| " << num(s.max_abs)
-        << (s.max_abs_step ? " @" + std::to_string(*s.max_abs_step) : "") << "  final d "
-        << num(s.final_diff);
+    if (k.kind == Kind::rng) {  // the norm of RNG state bytes means nothing: hashes only
+      out << "    hash differs at " << s.paired - s.exact << " of " << s.paired << " paired steps\n";
+      continue;
+    }
+    // "-" where there is no difference to average (no paired step, or none finite).
+    const bool diffs = s.finite_pairs > 0;
+    out << "    MAE " << (diffs ? num(s.mae()) : "-") << "  RMSE " << (diffs ? num(s.rmse()) : "-")
+        << "  max|d| "
+        << (s.max_abs_step ? num(s.max_abs) + " @" + std::to_string(*s.max_abs_step) : "-")
+        << "  final d " << (s.final_step ? num(s.final_diff) : "-");
     if (s.nonfinite_mismatch) out << "  NaN/Inf-on-one-side steps " << s.nonfinite_mismatch;
     out << "\n";
   }
+  for (const auto& [what, members] : groups)
+    out << "  " << paint(kRed, std::to_string(members.size()) + " " + what) << " (first: "
+        << series_title(r.series[members[0]].first) << ")\n";
   out << "\n";
   const int code = r.exit_code();
   out << (code == 0 ? paint(kGreen, "RESULT: " + result_text(r)) : paint(kRed, "RESULT: " + result_text(r)))
@@ -413,11 +447,12 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
         {"paired_steps", s.paired},
         {"exact_matches", s.exact},
         {"first_divergent_step", s.first_divergent_step ? nlohmann::json(*s.first_divergent_step) : nlohmann::json(nullptr)},
-        {"mae", num_json(s.mae())},
-        {"rmse", num_json(s.rmse())},
-        {"max_abs_diff", num_json(s.max_abs)},
+        // null where there is no difference to average (no paired step, or none finite)
+        {"mae", s.finite_pairs ? num_json(s.mae()) : nullptr},
+        {"rmse", s.finite_pairs ? num_json(s.rmse()) : nullptr},
+        {"max_abs_diff", s.max_abs_step ? num_json(s.max_abs) : nullptr},
         {"max_abs_diff_step", s.max_abs_step ? nlohmann::json(*s.max_abs_step) : nlohmann::json(nullptr)},
-        {"final_diff", num_json(s.final_diff)},
+        {"final_diff", s.final_step ? num_json(s.final_diff) : nullptr},
         {"nonfinite_mismatch_steps", s.nonfinite_mismatch},
     });
   }

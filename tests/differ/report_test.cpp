@@ -1,0 +1,60 @@
+// The terminal report and the --json document: what each section says about the result.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "differ_test_util.h"
+
+using namespace differ_test;
+using namespace probe::differ;
+
+namespace {
+std::string text_of(const Result& r, std::size_t max_series = 20) {
+  std::ostringstream out;
+  TextOptions opt;
+  opt.max_series = max_series;
+  print_text(r, out, opt);
+  return out.str();
+}
+
+std::string line_starting(const std::string& text, const std::string& prefix) {
+  const auto at = text.find("\n" + prefix);
+  if (at == std::string::npos) return "(no line starting '" + prefix + "')";
+  return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+}
+}  // namespace
+
+TEST(Report, SeriesWithoutPairedStepsShowNoStatisticsInsteadOfZeros) {
+  auto dir = fresh_dir("nopairs");
+  std::vector<Record> a, b;
+  for (int s = 0; s < 2; ++s) {
+    a.push_back(scalar(s, "loss", 1.0));
+    b.push_back(scalar(s, "loss", 1.0));
+    a.push_back(scalar(s, "aux_loss", 0.5));  // the test run does not log it
+    for (int p = 0; p < 3; ++p) {
+      a.push_back(tensor(s, Kind::grad, "w" + std::to_string(p), 1, 1.0));
+      b.push_back(none(s, Kind::grad, "w" + std::to_string(p)));
+    }
+  }
+  write_run(dir / "a", {a});
+  write_run(dir / "b", {b});
+  auto res = diff(dir / "a", dir / "b");
+  const std::string text = text_of(res);
+  EXPECT_NE(text.find("  scalar aux_loss\n    steps base 2 test 0 paired 0 exact 0 first-divergent 0\n"
+                      "    MAE -  RMSE -  max|d| -  final d -\n"),
+            std::string::npos)
+      << text;
+  // The three grad series are one line, not three lines of nothing.
+  EXPECT_NE(text.find("\n  3 grad series: no value in the test run (first: grad w0)\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("  grad w1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("0 of 0 mismatching tensor norm series of 3, 3 more with values in one run "
+                      "only grouped by kind"),
+            std::string::npos)
+      << text;
+  const std::string j = to_json(res, {});
+  EXPECT_NE(j.find("\"mae\": null"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"final_diff\": null"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"mae\": 0.0"), std::string::npos) << j;  // loss: paired, no difference
+}
