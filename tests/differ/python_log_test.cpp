@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "differ_test_util.h"
 
@@ -104,4 +105,17 @@ TEST(PythonLog, EveryPairWithoutACommonHashIsNothingCompared) {
   EXPECT_EQ(count(res, Kind::grad, Class::unsupported), 1);
   EXPECT_EQ(res.verdict(), Result::Verdict::nothing_compared);
   EXPECT_EQ(res.exit_code(), 2);
+}
+
+TEST(PythonLog, HashesPrintAsNumericsLoggerWroteThem) {
+  auto dir = fresh_dir("pyhashtext");
+  write_file(dir / "0" / "diff.log", kPython);
+  std::string other = kPython;
+  other.replace(other.find("457"), 3, "999");
+  write_file(dir / "1" / "diff.log", other);
+  std::ostringstream out;
+  print_text(diff(dir / "0", dir / "1"), out, {});
+  EXPECT_NE(out.str().find("  base: hash=457 norm=123000  (rank 0)\n  test: hash=999 norm=123000  (rank 0)\n"),
+            std::string::npos)
+      << out.str();
 }

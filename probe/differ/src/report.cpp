@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <ostream>
 #include <sstream>
@@ -30,7 +31,15 @@ std::string pad(std::string s, std::size_t width, bool right = false) {
   return right ? std::string(width - s.size(), ' ') + s : s + std::string(width - s.size(), ' ');
 }
 
-std::string side_text(const Side& s) {
+// Where a side's value comes from. Ranks that disagree (replica_mismatch) show one rank's value.
+std::string ranks_text(const Merged& m) {
+  if (m.ranks.empty() || m.ranks[0] < 0) return "";
+  if (!m.replicas_disagree) return "  (rank " + format_ranks(m.ranks) + ")";
+  return "  (rank " + format_ranks(m.value_ranks) + "; ranks " + format_ranks(m.ranks) +
+         " disagree, see RUN ISSUES)";
+}
+
+std::string side_text(const Side& s, Kind kind) {
   if (!s.present) return "(absent)";
   const Record& r = s.m.rec;
   std::string out, extra;
@@ -46,7 +55,10 @@ std::string side_text(const Side& s) {
       if (t.unsupported) {
         out = "unsupported (" + *t.unsupported + ")";
       } else if (s.m.hash_source == HashSource::torch_only) {
-        out = "torch_hash=" + lf::format_hash(t.torch_hash.value_or(0)) + " norm=" + num(t.norm);
+        // As NumericsLogger wrote it: torch.hash_tensor's value in decimal.
+        out = "hash=" + std::to_string(t.torch_hash.value_or(0)) + " norm=" + num(t.norm);
+      } else if (kind == Kind::rng) {
+        out = "hash=" + lf::format_hash(t.hash);  // the figures of state bytes mean nothing
       } else {
         out = "hash=" + lf::format_hash(t.hash) + " norm=" + num(t.norm);
         extra = "min=" + num(t.min) + " max=" + num(t.max) + " mean=" + num(t.mean);
@@ -60,9 +72,19 @@ std::string side_text(const Side& s) {
       break;
     }
   }
-  if (!s.m.ranks.empty() && s.m.ranks[0] >= 0) out += "  (rank " + format_ranks(s.m.ranks) + ")";
+  out += ranks_text(s.m);
   if (!extra.empty()) out += "\n        " + extra;  // keeps lines terminal-wide
   return out;
+}
+
+// The relative norm (or value) difference, or why there is none.
+std::string rel_diff_text(const Pair& p) {
+  auto nan_side = [](const Side& s) {
+    return s.present && s.m.rec.state == Record::State::tensor && std::isnan(s.m.rec.stats.norm);
+  };
+  const bool nb = nan_side(p.base), nt = nan_side(p.test);
+  if (nb || nt) return std::string("n/a (NaN in ") + (nb && nt ? "both" : nb ? "base" : "test") + ")";
+  return num(p.rel_diff);
 }
 
 std::string where(const Pair& p) {
@@ -191,9 +213,10 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
     const Pair& p = *r.first_divergence;
     out << paint(kBold, "FIRST DIVERGENCE") << "  " << paint(kRed, where(p)) << "  ["
         << class_name(p.cls) << "]\n";
-    out << "  base: " << side_text(p.base) << "\n";
-    out << "  test: " << side_text(p.test) << "\n";
-    if (p.rel_diff > 0) out << "  relative norm difference: " << num(p.rel_diff) << "\n";
+    out << "  base: " << side_text(p.base, p.kind) << "\n";
+    out << "  test: " << side_text(p.test, p.kind) << "\n";
+    if (p.rel_diff > 0 && p.kind != Kind::rng)
+      out << "  relative norm difference: " << rel_diff_text(p) << "\n";
     if (!p.note.empty()) out << "  note: " << p.note << "\n";
   } else {
     out << paint(kBold, "FIRST DIVERGENCE") << "  " << paint(kGreen, "none") << "\n";
@@ -248,7 +271,7 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   if (!r.top.empty()) {
     out << paint(kBold, "TOP " + std::to_string(r.top.size()) + " DIFFERENCES") << " (relative norm/value difference)\n";
     for (const auto& p : r.top)
-      out << "  " << pad(num(p.rel_diff), 24) << " " << where(p) << "  [" << class_name(p.cls) << "]\n";
+      out << "  " << pad(rel_diff_text(p), 24) << " " << where(p) << "  [" << class_name(p.cls) << "]\n";
     out << "\n";
   }
 
@@ -324,6 +347,10 @@ nlohmann::json side_json(const Side& s) {
   const Record& r = s.m.rec;
   nlohmann::json j;
   j["ranks"] = s.m.ranks;
+  if (s.m.replicas_disagree) {  // the figures below are those of value_ranks' records
+    j["replicas_disagree"] = true;
+    j["value_ranks"] = s.m.value_ranks;
+  }
   j["raw_name"] = s.m.raw_name;
   switch (r.state) {
     case Record::State::none:

@@ -923,7 +923,11 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
                                 record_brief(whole->rec) + ", the composed shards have " +
                                 record_brief(composed));
       m.rec = std::move(composed);
+      if (m.replicas_disagree)
+        for (const Part* b : reps)
+          if (!b->rec.stats.shard.empty()) m.value_ranks.push_back(b->rank);
     } else {
+      if (m.replicas_disagree) m.value_ranks = {whole->rank};
       m.rec = std::move(const_cast<Part*>(whole)->rec);  // the group is discarded below
     }
     m.rec.name = std::move(g.name);

@@ -80,6 +80,7 @@ struct Merged {
   HashSource hash_source = HashSource::spec_v1;
   std::string key;  // alignment key: kind, microbatch and canonical name
   bool replicas_disagree = false;  // ranks holding the same shard (or whole) logged different values
+  std::vector<int> value_ranks;    // when they disagree: the ranks whose records rec holds
 };
 
 struct Issue {
