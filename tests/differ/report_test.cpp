@@ -115,3 +115,16 @@ TEST(Report, RngRecordsShowTheirHashNotStatisticsOfStateBytes) {
       << text;
   EXPECT_TRUE(res.top.empty());  // no size of a difference to rank by
 }
+
+TEST(Report, SummaryColumnsLineUpForEveryKindName) {
+  auto dir = fresh_dir("summarycols");
+  std::vector<Record> recs = {tensor(0, Kind::output_grad, "y", 1, 1.0, 0), tensor(0, Kind::grad, "w", 1, 1.0)};
+  write_run(dir / "a", {recs});
+  const std::string text = text_of(diff(dir / "a", dir / "a"));
+  const std::string head = line_starting(text, "SUMMARY"), og = line_starting(text, "  output_grad"),
+                    grad = line_starting(text, "  grad");
+  EXPECT_EQ(og.size(), head.size()) << text;
+  EXPECT_EQ(grad.size(), head.size()) << text;
+  // The count sits under its column's name.
+  EXPECT_EQ(og.find("1 "), head.find("equal ") + 4) << text;
+}

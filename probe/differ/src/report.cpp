@@ -187,7 +187,8 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   // Summary per kind.
   static constexpr std::array<std::string_view, kClassCount> kHead = {
       "equal", "within_tol", "different", "only_base", "only_test", "none_1side", "unsupported"};
-  out << paint(kBold, pad("SUMMARY", 12));
+  // The first column fits the longest kind name, output_grad.
+  out << paint(kBold, pad("SUMMARY", 13));
   for (auto h : kHead) out << pad(std::string(h), 12, true);
   out << "\n";
   for (int k = 0; k < kKindCount; ++k) {
@@ -195,7 +196,7 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
     std::int64_t total = 0;
     for (auto c : row) total += c;
     if (total == 0) continue;
-    out << "  " << pad(std::string(kind_name(static_cast<Kind>(k))), 10);
+    out << "  " << pad(std::string(kind_name(static_cast<Kind>(k))), 11);
     for (int c = 0; c < kClassCount; ++c) {
       const auto n = row[static_cast<std::size_t>(c)];
       std::string cell = pad(std::to_string(n), 12, true);
