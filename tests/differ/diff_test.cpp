@@ -625,6 +625,8 @@ TEST(Causes, KindOneRunNeverRecordedIsNoNameToMap) {
   const std::string text = text_of(res);
   EXPECT_EQ(text.find("NAMES IN ONE RUN ONLY"), std::string::npos) << text;
   EXPECT_NE(text.find("KINDS IN ONE RUN ONLY  the test run recorded no mb_grad"), std::string::npos) << text;
+  const std::string j = to_json(res, {});
+  EXPECT_NE(j.find("\"kinds_only_base\": [\n  \"mb_grad\"\n ]"), std::string::npos) << j;
   DiffOptions rest;
   rest.kinds_mask = parse_kinds("-mb_grad");
   EXPECT_EQ(diff(dir / "a", dir / "b", rest).exit_code(), 0);

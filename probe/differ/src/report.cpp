@@ -463,6 +463,10 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   for (const auto& p : r.top) top.push_back(pair_json(p));
   j["names_only_base"] = r.names_only_base;
   j["names_only_test"] = r.names_only_test;
+  for (const auto* kinds : {&r.kinds_only_base, &r.kinds_only_test}) {
+    auto& list = j[kinds == &r.kinds_only_base ? "kinds_only_base" : "kinds_only_test"] = nlohmann::json::array();
+    for (Kind k : *kinds) list.push_back(kind_name(k));
+  }
   auto& series = j["series"] = nlohmann::json::array();
   for (const auto& [k, s] : r.series) {
     series.push_back({
