@@ -109,6 +109,7 @@ TEST(Report, RngRecordsShowTheirHashNotStatisticsOfStateBytes) {
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("relative norm difference"), std::string::npos) << text;
+  EXPECT_EQ(text.find("note: differs in"), std::string::npos) << text;
   EXPECT_NE(text.find("  rng cuda mb=0\n    steps base 3 test 3 paired 3 exact 1 first-divergent 1\n"
                       "    hash differs at 2 of 3 paired steps\n"),
             std::string::npos)
