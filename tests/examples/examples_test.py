@@ -162,6 +162,12 @@ def case_fault_skip_reduce():
     issues = [i for i in r["test"]["issues"] if i["type"] == "replica_mismatch"]
     if not any(param in i["message"] for i in issues):
         fail(f"no replica_mismatch issue names {param}")
+    # zero3 shards have no replicas to disagree: the cause comes from the equal mb_grads.
+    a = train("zero3_skip_base", "zero3", 2)
+    b = train("zero3_skip", "zero3", 2, "--fault", f"skip-reduce={param}")
+    r = diff(a, b, expect=1)
+    first_divergence(r, 0, "grad", param)
+    cause(r, "wrong_reduction", [param, "every mb_grad"])
 
 
 def case_killed_rank():
