@@ -64,6 +64,10 @@ if [ -n "$stdout" ]; then
   echo "FAIL: diff_logs printed a report before failing on its --json file: $stdout" | head -3
   fail=1
 fi
+# Input that cannot be compared leaves no --json file (not an empty one, nor an earlier result).
+echo '{"stale": true}' > "$T/stale.json"
+expect 2 "error" -- --json "$T/stale.json" "$T/single" "$T/does-not-exist"
+[ ! -e "$T/stale.json" ] || { echo "FAIL: a failed comparison left its --json file behind"; fail=1; }
 # A pipeline whose stage 1 (ranks 4-7; layers 6-11) numbers its layers from 0: its
 # names collide with stage 0's (replica mismatches) until a rank-scoped --map renumbers them.
 gen "$T/pprenum" --layout pp --world 8 --stages 2 --pp-renumber

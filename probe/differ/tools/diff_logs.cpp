@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 
@@ -83,9 +84,19 @@ int main(int argc, char** argv) {
     // The --json file is opened before comparing: a path it cannot write is bad usage, found
     // before a report that would end "RESULT: equal" and exit 2 all the same.
     std::ofstream json_file;
+    // Removes the file again unless the result gets written: a run that stops with an error
+    // leaves no empty file, nor an earlier run's result, for a script to misread.
+    struct RemoveUnlessWritten {
+      std::string path;
+      bool written = false;
+      ~RemoveUnlessWritten() {
+        if (!path.empty() && !written) std::remove(path.c_str());
+      }
+    } json_guard;
     if (!json_path.empty() && json_path != "-") {
       json_file.open(json_path);
       if (!json_file) throw d::InputError("cannot write --json file '" + json_path + "'");
+      json_guard.path = json_path;
     }
     d::Run base(base_path, {lenient, !no_strip, rules(maps_base), "base"});
     d::Run test(test_path, {lenient, !no_strip, rules(maps_test), "test"});
@@ -102,6 +113,7 @@ int main(int argc, char** argv) {
         json_file << doc;
         json_file.close();
         if (!json_file) throw d::InputError("cannot write --json file '" + json_path + "'");
+        json_guard.written = true;
       }
     }
     return result.exit_code();
