@@ -149,8 +149,9 @@ TEST(Causes, RngOnlyDivergenceIsBlamedOnRngState) {
   EXPECT_TRUE(has_cause(res, "rng"));
 }
 
-TEST(Causes, GradDifferingAtSummationOrderSizeWithEqualMbGradsIsReductionOrder) {
-  auto dir = fresh_dir("sumorder");
+// Runs a and b under `dir`: equal mb_grads of w, and w's grad differing at summation-order size.
+// Returns b's records.
+static std::vector<Record> write_summation_order_runs(const std::filesystem::path& dir) {
   std::vector<Record> a, b;
   for (int mb = 0; mb < 2; ++mb) {
     a.push_back(tensor(0, Kind::mb_grad, "w", 10 + mb, 1.0, mb));
@@ -160,6 +161,12 @@ TEST(Causes, GradDifferingAtSummationOrderSizeWithEqualMbGradsIsReductionOrder) 
   b.push_back(tensor(0, Kind::grad, "w", 2, 2.0 * (1 + 3e-7)));
   write_run(dir / "a", {a});
   write_run(dir / "b", {b});
+  return b;
+}
+
+TEST(Causes, GradDifferingAtSummationOrderSizeWithEqualMbGradsIsReductionOrder) {
+  auto dir = fresh_dir("sumorder");
+  write_summation_order_runs(dir);
   auto res = diff(dir / "a", dir / "b");
   ASSERT_TRUE(res.first_divergence);
   EXPECT_EQ(res.first_divergence->kind, Kind::grad);
@@ -528,15 +535,7 @@ TEST(Causes, GradFarBeyondSummationOrderWithEqualMbGradsIsAWrongReduction) {
 
 TEST(Causes, SummationOrderWithMbGradsLeftOutByKindsSaysTheyWereNotCompared) {
   auto dir = fresh_dir("sumorder_kinds");
-  std::vector<Record> a, b;
-  for (int mb = 0; mb < 2; ++mb) {
-    a.push_back(tensor(0, Kind::mb_grad, "w", 10 + mb, 1.0, mb));
-    b.push_back(tensor(0, Kind::mb_grad, "w", 10 + mb, 1.0, mb));
-  }
-  a.push_back(tensor(0, Kind::grad, "w", 1, 2.0));
-  b.push_back(tensor(0, Kind::grad, "w", 2, 2.0 * (1 + 3e-7)));
-  write_run(dir / "a", {a});
-  write_run(dir / "b", {b});
+  auto b = write_summation_order_runs(dir);
   DiffOptions grads_only;
   grads_only.kinds_mask = parse_kinds("grad");
   auto res = diff(dir / "a", dir / "b", grads_only);
