@@ -22,6 +22,11 @@ bool has_cause(const Result& r, const std::string& rule) {
     if (c.rule == rule) return true;
   return false;
 }
+std::string cause_text(const Result& r, const std::string& rule) {
+  for (const auto& c : r.causes)
+    if (c.rule == rule) return c.message;
+  return "(no [" + rule + "] cause)";
+}
 }  // namespace
 
 TEST(Merge, ShardsOnFourRanksComposeToTheSingleProcessTensor) {
@@ -162,6 +167,28 @@ static std::vector<Record> write_summation_order_runs(const std::filesystem::pat
   write_run(dir / "a", {a});
   write_run(dir / "b", {b});
   return b;
+}
+
+// Another seed: the RNG state and the data differ from the first microbatch on.
+TEST(Causes, InputsThatDifferWhereTheRunDivergesAreDifferentData) {
+  auto dir = fresh_dir("data");
+  std::vector<Record> a, b;
+  for (int mb = 0; mb < 2; ++mb) {
+    a.push_back(tensor(0, Kind::rng, "cpu", 50 + mb, 1.0, mb));
+    b.push_back(tensor(0, Kind::rng, "cpu", 80 + mb, 1.0, mb));
+    a.push_back(tensor(0, Kind::input, "x", 60 + mb, 1.0, mb));
+    b.push_back(tensor(0, Kind::input, "x", 90 + mb, 1.2, mb));
+  }
+  write_run(dir / "a", {a});
+  write_run(dir / "b", {b});
+  auto res = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(res.first_divergence);
+  EXPECT_EQ(res.first_divergence->kind, Kind::rng);
+  EXPECT_NE(cause_text(res, "data").find("input x mb=0 differs at step 0: the runs were fed different data"),
+            std::string::npos)
+      << cause_text(res, "data");
+  EXPECT_NE(cause_text(res, "data").find("a different seed would explain both"), std::string::npos);
+  EXPECT_FALSE(has_cause(res, "rng"));  // the rng rule needs equal inputs
 }
 
 TEST(Causes, GradDifferingAtSummationOrderSizeWithEqualMbGradsIsReductionOrder) {
@@ -481,12 +508,6 @@ TEST(Merge, RankWithNoRecordsIsNamed) {
 }
 
 namespace {
-std::string cause_text(const Result& r, const std::string& rule) {
-  for (const auto& c : r.causes)
-    if (c.rule == rule) return c.message;
-  return "(no [" + rule + "] cause)";
-}
-
 // A 2-rank ZeRO-3 step: w's mb_grad per microbatch (global ids), and w's grad as two row shards.
 std::vector<std::vector<Record>> zero3_step(double grad_norm_per_shard, double mb_norm = 1.0) {
   std::vector<std::vector<Record>> ranks(2);

@@ -367,6 +367,7 @@ struct Differ {
     bool rng_differs = false, inputs_differ = false;
     std::int64_t inputs_compared = 0;
     const Pair* first_rng = nullptr;
+    const Pair* first_input = nullptr;  // the first input both runs hold that differs
     for (const auto& p : pairs) {
       // A fingerprint absent from one run says nothing about the RNG state (names differ).
       if (p.kind == Kind::rng && p.cls == Class::different) {
@@ -376,8 +377,20 @@ struct Differ {
       if (p.kind == Kind::input) {
         inputs_compared += p.base.present && p.test.present;
         if (is_divergence(p.cls)) inputs_differ = true;
+        if (p.cls == Class::different && !first_input) first_input = &p;
       }
     }
+    // The run diverges where data enters it: other data (and, with it, usually another seed).
+    if (first_input && (first.kind == Kind::rng || first.kind == Kind::input))
+      r.causes.push_back(
+          {"data", "input " + first_input->name +
+                       (first_input->mb ? " mb=" + std::to_string(*first_input->mb) : "") +
+                       " differs at step " + std::to_string(step) +
+                       ": the runs were fed different data (data seed, sampler or shuffling, or "
+                       "how the dataset is split over data-parallel ranks)" +
+                       (rng_differs ? "; the RNG fingerprints differ too: a different seed "
+                                      "would explain both"
+                                    : "")});
     if (rng_differs && !inputs_differ)
       r.causes.push_back(
           {"rng", std::string(inputs_compared > 0 ? "inputs are equal but the" : "the") +
