@@ -30,7 +30,8 @@ if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(not (torch.__version__.s
   "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
-SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+# The nvidia-* wheels' headers sit beside torch's own package (as gpu_check.sh finds them).
+SITE="$("$VENV/bin/python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null)"
 WHEEL_INCLUDE="$(ls -d "$SITE"/nvidia/cu*/include 2>/dev/null | head -1 || true)"
 EXTRA_CXX="" EXTRA_CUDA=""
 if [ -n "$WHEEL_INCLUDE" ] && [ ! -f "$CUDA_ROOT/include/cusparse.h" ]; then

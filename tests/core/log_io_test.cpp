@@ -330,11 +330,16 @@ TEST(LogIo, StepEndDisagreeingWithItsRecordsIsAnErrorNamingFileAndLine) {
   EXPECT_FALSE(reader.truncated());
 }
 
+// Step 0 as a garbage line, then one record, then a step end claiming `end_records` records.
+static void write_step_with_garbage_line(const std::filesystem::path& path, int end_records) {
+  write_file(path, header_line(2) + "this is not a record\n" + lf::format_record(scalar(0, 1.0)) +
+                       "\n#end step=0 records=" + std::to_string(end_records) + "\n");
+}
+
 TEST(LogIo, GarbageLineErrorNamesFileAndLineAndReadingContinues) {
   auto path = fresh_dir("garbage") / "diff.log";
   // A garbled line is no record: the step end counts the one record, and agrees.
-  write_file(path, header_line(2) + "this is not a record\n" + lf::format_record(scalar(0, 1.0)) +
-                       "\n#end step=0 records=1\n");
+  write_step_with_garbage_line(path, 1);
   probe::LogReader reader(path);
   try {
     reader.next();
@@ -352,8 +357,7 @@ TEST(LogIo, GarbageLineErrorNamesFileAndLineAndReadingContinues) {
 TEST(LogIo, RecordGarbledIntoALineThatDoesNotParseLeavesTheStepEndShort) {
   auto path = fresh_dir("garbled") / "diff.log";
   // The writer wrote two records; one reads back as garbage: that record is lost.
-  write_file(path, header_line(2) + "this is not a record\n" + lf::format_record(scalar(0, 1.0)) +
-                       "\n#end step=0 records=2\n");
+  write_step_with_garbage_line(path, 2);
   probe::LogReader reader(path);
   EXPECT_THROW(reader.next(), lf::ParseError);
   EXPECT_TRUE(reader.next());
