@@ -176,20 +176,20 @@ at::Tensor TransformerImpl::forward(const at::Tensor& x, const DropoutRng& rng) 
   return has_output() ? output(norm(h)) : h;
 }
 
-void init_weights(Transformer& model, std::uint64_t seed) {
+void init_parameter(const std::string& name, at::Tensor& p, std::uint64_t seed) {
   at::NoGradGuard no_grad;
-  for (auto& item : model->named_parameters()) {
-    const auto& name = item.key();
-    auto& p = item.value();
-    if (name.ends_with("norm.weight")) {
-      p.fill_(1.0);
-      continue;
-    }
-    std::uint64_t name_hash = 0xcbf29ce484222325ull;  // FNV-1a: stable across platforms
-    for (unsigned char c : name) name_hash = (name_hash ^ c) * 0x100000001b3ull;
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, {name_hash}));
-    p.normal_(0.0, 0.02, gen);
+  if (name.ends_with("norm.weight")) {
+    p.fill_(1.0);
+    return;
   }
+  std::uint64_t name_hash = 0xcbf29ce484222325ull;  // FNV-1a: stable across platforms
+  for (unsigned char c : name) name_hash = (name_hash ^ c) * 0x100000001b3ull;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, {name_hash}));
+  p.normal_(0.0, 0.02, gen);
+}
+
+void init_weights(Transformer& model, std::uint64_t seed) {
+  for (auto& item : model->named_parameters()) init_parameter(item.key(), item.value(), seed);
 }
 
 }  // namespace moe

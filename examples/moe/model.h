@@ -135,5 +135,7 @@ TORCH_MODULE(Transformer);
 // Initialises every parameter from (seed, its name): the same values whichever layers this
 // Transformer holds and however it is later sharded.
 void init_weights(Transformer& model, std::uint64_t seed);
+// One parameter as init_weights draws it: N(0, 0.02) from (seed, its name); norm weights 1.
+void init_parameter(const std::string& name, at::Tensor& parameter, std::uint64_t seed);
 
 }  // namespace moe

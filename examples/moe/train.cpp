@@ -17,11 +17,17 @@
 // a generator per (step, microbatch, layer), the loss of every microbatch divided by the global
 // microbatch count, one intra-op thread. Accumulated gradients then differ only by the order
 // in which microbatch contributions were summed.
+//
+// The optimizer (--optimizer sgd|adamw, LibTorch's) updates what each rank owns: whole
+// parameters, or under zero3 its shards, so its state is sharded like them. The probe records
+// the parameters at each step's start and the optimizer state after each update.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <CLI/CLI.hpp>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -54,7 +60,9 @@ struct Config {
   std::int64_t microbatches = 8;  // global, per step
   std::int64_t microbatch_size = 2;
   std::int64_t seq_len = 32;
-  double lr = 0.1, momentum = 0.9;
+  std::string optimizer = "sgd";
+  double lr = 0.1, momentum = 0.9;  // lr: 0.1 for sgd, 1e-3 for adamw unless --lr is given
+  double weight_decay = 0.01;       // adamw
   std::string device = "cpu";
   bool backend_at_one_rank = false;  // NCCL/Gloo groups even with one rank (one-GPU checks)
   std::string out;  // probe run dir ("" = next free out/<N>)
@@ -69,9 +77,10 @@ struct Config {
 
 // --fault: each reproduces a classic divergence that diff_logs must name.
 struct Fault {
-  enum class Kind { none, grads_none, rng_per_rank, nan, skip_reduce } kind = Kind::none;
+  enum class Kind { none, grads_none, rng_per_rank, nan, skip_reduce, init, lr } kind = Kind::none;
   std::int64_t step = -1;
   std::string param;
+  double factor = 1;  // lr
 
   static Fault parse(const std::string& text) {
     Fault f;
@@ -90,12 +99,31 @@ struct Fault {
     } else if (text.starts_with("skip-reduce=")) {
       f.kind = Kind::skip_reduce;
       f.param = value("skip-reduce=");
+    } else if (text.starts_with("init=") && text.size() > 5) {
+      f.kind = Kind::init;
+      f.param = value("init=");
+    } else if (text.starts_with("lr=") && parse_lr(value("lr="), f)) {
+      f.kind = Kind::lr;
     } else {
       throw std::invalid_argument("--fault '" + text +
-                                  "': expected none, grads-none, rng-per-rank, nan=<step>:<param> or "
-                                  "skip-reduce=<param>");
+                                  "': expected none, grads-none, rng-per-rank, nan=<step>:<param>, "
+                                  "skip-reduce=<param>, init=<param> or lr=<step>:<factor>");
     }
     return f;
+  }
+
+  // "<step>:<factor>", both whole: no trailing characters.
+  static bool parse_lr(const std::string& v, Fault& f) {
+    const auto colon = v.find(':');
+    if (colon == std::string::npos) return false;
+    try {
+      std::size_t used_step = 0, used_factor = 0;
+      f.step = std::stoll(v.substr(0, colon), &used_step);
+      f.factor = std::stod(v.substr(colon + 1), &used_factor);
+      return used_step == colon && used_factor == v.size() - colon - 1 && f.step >= 0;
+    } catch (const std::exception&) {
+      return false;
+    }
   }
 };
 
@@ -115,6 +143,12 @@ void check_fault(const Fault& fault, const Config& c, const ProcessGroups& group
     why = "with one data-parallel rank there is no gradient reduction to skip";
   if (fault.kind == Fault::Kind::rng_per_rank && groups.world_size == 1)
     why = "with one rank, rank 0's dropout draws are every rank's";
+  if (fault.kind == Fault::Kind::init && fault.param.ends_with("norm.weight"))
+    why = "norm weights start at 1 whatever the seed";
+  if (fault.kind == Fault::Kind::lr && fault.step >= c.steps)
+    why = "step " + std::to_string(fault.step) + " is past the run's last step " + std::to_string(c.steps - 1);
+  if (fault.kind == Fault::Kind::lr && fault.factor == 1)
+    why = "a factor of 1 leaves the learning rate as it is";
   if (!why.empty() && groups.rank == 0)
     std::fprintf(stderr, "moe_train: warning: --fault %s has no effect here: %s\n", c.fault.c_str(), why.c_str());
 }
@@ -145,7 +179,6 @@ struct Param {
   at::Tensor owned;    // what this rank keeps and updates: `compute` itself, or its zero3 shard
   probe::Shard shard;  // where `owned` sits in the whole parameter (zero3); empty otherwise
   std::vector<std::int64_t> full_shape;
-  at::Tensor momentum;
 };
 
 std::uint64_t fingerprint(const at::Tensor& t) {
@@ -178,6 +211,7 @@ class Trainer {
     const auto L = c_.model.n_layers;
     model_ = Transformer(c_.model, g_.stage * L / g_.stages, (g_.stage + 1) * L / g_.stages);
     moe::init_weights(model_, c_.rng_seed);
+    if (fault_.kind == Fault::Kind::init) initialize_from_another_seed(fault_.param);
     // Module constructors drew from the default generator, differently per stage; reset it so
     // its fingerprint (the probe's `rng cpu` record) is the same on every rank and setup.
     at::manual_seed(c_.rng_seed);
@@ -191,10 +225,11 @@ class Trainer {
       p.full_shape = p.compute.sizes().vec();
       if (zero3_) shard(p);
       else p.owned = p.compute;
-      p.momentum = at::zeros_like(p.owned);
       params_.push_back(std::move(p));
     }
+    make_optimizer();
     watch_parameters();
+    probe_.watch_optimizer(*optimizer_);
   }
 
   void train() {
@@ -242,14 +277,14 @@ class Trainer {
     if (fault_.kind == Fault::Kind::grads_none) {
       // The bug this project was started for: gradients logged after the optimizer step had
       // already cleared them, so every logged gradient is `none`.
-      optimizer_step();
+      optimizer_step(step);
       zero_grad();
       probe_.scalar("loss", loss);
       probe_.end_step();
     } else {
       probe_.scalar("loss", loss);
-      probe_.end_step();  // logs every watched parameter's accumulated gradient
-      optimizer_step();
+      optimizer_step(step);
+      probe_.end_step();  // logs every accumulated gradient and the optimizer state after the update
       zero_grad();
     }
     return loss;
@@ -350,16 +385,36 @@ class Trainer {
         p.compute.grad().view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
   }
 
-  // SGD with momentum, written as separate element-wise ops (no fused multiply-add) so a shard
-  // is updated bit for bit like the same rows of the whole tensor.
-  void optimizer_step() {
-    at::NoGradGuard no_grad;
-    for (auto& p : params_) {
-      auto grad = p.owned.grad();
-      if (!grad.defined()) continue;
-      p.momentum.mul_(c_.momentum).add_(grad);
-      p.owned.sub_(p.momentum * c_.lr);
-    }
+  // The optimizer over what this rank owns: element-wise updates, so a zero3 shard is updated
+  // bit for bit like the same rows of the whole parameter (every row count here is a multiple
+  // of the vector width, so no element falls in a loop's scalar tail in one layout only).
+  void make_optimizer() {
+    std::vector<at::Tensor> owned;
+    for (const auto& p : params_) owned.push_back(p.owned);
+    if (c_.optimizer == "sgd")
+      optimizer_ = std::make_unique<torch::optim::SGD>(owned, torch::optim::SGDOptions(c_.lr).momentum(c_.momentum));
+    else if (c_.optimizer == "adamw")
+      optimizer_ = std::make_unique<torch::optim::AdamW>(
+          owned, torch::optim::AdamWOptions(c_.lr).weight_decay(c_.weight_decay));
+    else
+      throw std::invalid_argument("--optimizer '" + c_.optimizer + "': expected sgd or adamw");
+  }
+
+  // --fault lr=<step>:<factor> scales the learning rate of that step's update alone.
+  void optimizer_step(std::int64_t step) {
+    const bool scaled = fault_.kind == Fault::Kind::lr && fault_.step == step;
+    auto set_lr = [&](double factor) {
+      for (auto& group : optimizer_->param_groups()) group.options().set_lr(c_.lr * factor);
+    };
+    if (scaled) set_lr(fault_.factor);
+    optimizer_->step();
+    if (scaled) set_lr(1);
+  }
+
+  // --fault init=<param>: that parameter (if this stage holds it) drawn from another seed.
+  void initialize_from_another_seed(const std::string& name) {
+    for (auto& item : model_->named_parameters())
+      if (item.key() == name) moe::init_parameter(name, item.value(), c_.rng_seed + 1);
   }
 
   void zero_grad() {
@@ -434,6 +489,7 @@ class Trainer {
   at::Device device_{at::kCPU};
   Transformer model_{nullptr};
   std::vector<Param> params_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::int64_t backward_microbatch_ = 0;
 };
 
@@ -461,14 +517,18 @@ int main(int argc, char** argv) {
   app.add_option("--microbatches", c.microbatches, "global microbatches per step")->capture_default_str();
   app.add_option("--microbatch-size", c.microbatch_size, "sequences per microbatch")->capture_default_str();
   app.add_option("--seq-len", c.seq_len, "tokens per sequence")->capture_default_str();
-  app.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--optimizer", c.optimizer, "sgd (momentum 0.9) or adamw (LibTorch's)")->capture_default_str();
+  app.add_option("--lr", c.lr, "learning rate (default 0.1 for sgd, 1e-3 for adamw)");
+  app.add_option("--weight-decay", c.weight_decay, "adamw's weight decay")->capture_default_str();
   app.add_option("--device", c.device, "cpu (Gloo) or cuda (NCCL, CUDA builds)")->capture_default_str();
   app.add_flag("--backend-at-one-rank", c.backend_at_one_rank,
                "build the process groups through Gloo/NCCL even with one rank (runs NCCL on one GPU)");
   app.add_option("--out", c.out, "the probe's run directory (default: the next free out/<N>)");
   app.add_option("--probe", c.probe, "probe on or off")->capture_default_str();
   app.add_option("--probe-kinds", c.probe_kinds, "kinds to record: all, a list, or -kind to drop one")->capture_default_str();
-  app.add_option("--fault", c.fault, "none, grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>")->capture_default_str();
+  app.add_option("--fault", c.fault,
+                 "none, grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>, init=<param>, "
+                 "lr=<step>:<factor>")->capture_default_str();
   app.add_option("--params-out", c.params_out, "write a fingerprint of the final parameters to DIR/rank<R>.txt");
   app.add_option("--die-after-step", c.die_after_step, "SIGKILL --die-rank in the step after this one, once its collectives are done and before it logs the step (tests)")->capture_default_str();
   app.add_option("--die-rank", c.die_rank, "the rank --die-after-step kills")->capture_default_str();
@@ -484,6 +544,7 @@ int main(int argc, char** argv) {
   app.add_option("--shared-hidden", m.shared_hidden_dim)->capture_default_str();
   app.add_option("--dropout", m.dropout)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (!app.count("--lr") && c.optimizer == "adamw") c.lr = 1e-3;
 
   try {
     // One intra-op thread: CPU reductions then sum in one fixed order on every rank, and
@@ -509,7 +570,8 @@ int main(int argc, char** argv) {
     defaults.world_size = groups.world_size;
     std::ostringstream setup;
     setup << c.setup << " x" << groups.world_size << " (" << groups.stages << " stages x " << groups.dp_size
-          << " dp, " << groups.backend_name << "), seed " << c.rng_seed << ", fault " << c.fault;
+          << " dp, " << groups.backend_name << "), " << c.optimizer << " lr " << c.lr << ", seed "
+          << c.rng_seed << ", fault " << c.fault;
     defaults.setup = setup.str();
     // PROBE_* variables override the defaults; a flag given on the command line overrides them.
     probe::ProbeOptions options = probe::ProbeOptions::from_env(defaults);

@@ -64,9 +64,13 @@ TORCH_MODULE(Net);
 std::vector<torch::Tensor> train(probe::Probe* p, int steps) {
   torch::manual_seed(7);
   Net net;
-  torch::optim::SGD opt(net->parameters(), 0.1);
-  if (p) p->watch(*net);
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  if (p) {
+    p->watch(*net);
+    p->watch_optimizer(opt);
+  }
   for (int step = 0; step < steps; ++step) {
+    if (p) p->begin_step(step);
     opt.zero_grad();
     for (int mb = 0; mb < 2; ++mb) {
       auto x = torch::randn({4, 8});
@@ -107,6 +111,8 @@ TEST(Probe, RecordsEveryKindOfAMicrobatchedStep) {
   EXPECT_EQ(count["mb_grad"], 2 * 4);  // 4 parameters x 2 microbatches
   EXPECT_EQ(count["grad"], 4);
   EXPECT_EQ(count["scalar"], 2);
+  EXPECT_EQ(count["param"], 4);        // each parameter's value at begin_step
+  EXPECT_EQ(count["optim"], 4);        // SGD's momentum_buffer per parameter (no step count)
   for (const auto& r : records) {
     EXPECT_EQ(r.step, 0);
     if (r.kind == probe::Kind::mb_grad || r.kind == probe::Kind::input) {
@@ -116,8 +122,10 @@ TEST(Probe, RecordsEveryKindOfAMicrobatchedStep) {
       EXPECT_FALSE(r.microbatch);
     }
   }
-  EXPECT_EQ(records.front().kind, probe::Kind::rng);
-  EXPECT_EQ(records.front().name, "cpu");
+  EXPECT_EQ(records.front().kind, probe::Kind::param);  // begin_step, before the forward
+  EXPECT_EQ(records.front().name, "fc1.weight");
+  EXPECT_EQ(records.back().kind, probe::Kind::optim);   // end_step, after the update
+  EXPECT_EQ(records.back().name, "fc2.bias.momentum_buffer");
 }
 
 TEST(Probe, MicrobatchGradientsAddUpToTheAccumulatedGradient) {

@@ -7,6 +7,7 @@
 
 #include "differ/diff.h"
 #include "probe/log_format.h"
+#include "weight_causes.h"
 
 namespace probe::differ {
 namespace lf = probe::log_format;
@@ -220,7 +221,10 @@ void classify(Pair& p, const Comparator& cmp) {
     return;
   }
   p.rel_diff = rel_diff(s.norm, t.norm);
-  const bool python = a.hash_source == HashSource::torch_only || b.hash_source == HashSource::torch_only;
+  const bool python = a.hash_source != HashSource::spec_v1 || b.hash_source != HashSource::spec_v1;
+  // A weights.log record has no norm: its hash is all there is to compare.
+  const bool hash_alone =
+      a.hash_source == HashSource::torch_hash_alone || b.hash_source == HashSource::torch_hash_alone;
   if (s.shape != t.shape && !python) {
     p.cls = Class::different;
     p.note = "shapes differ";
@@ -240,7 +244,19 @@ void classify(Pair& p, const Comparator& cmp) {
     p.cls = Class::equal;
     return;
   }
-  const std::string disagree = disagreeing_figures(s, t, python, cmp);
+  const std::string disagree = hash_alone ? std::string() : disagreeing_figures(s, t, python, cmp);
+  if (hash_alone) p.rel_diff = 0;  // no norm on one side: no size of a difference
+  if (hash_alone && hashes_equal == false) {
+    p.cls = Class::different;
+    p.note = "differs in the hash (a NumericsLogger weights.log holds no other figure)";
+    return;
+  }
+  if (hash_alone && !hashes_equal) {
+    p.cls = Class::unsupported;
+    p.note = "no common hash: a NumericsLogger weights.log holds torch.hash_tensor values only "
+             "(switch on the probe's torch-compatible hash to compare with it)";
+    return;
+  }
   if (!hashes_equal) {
     // No common hash (a Python log against a probe log without torch_hash): the figures can
     // still show a difference, never bitwise equality.
@@ -321,6 +337,8 @@ struct Differ {
   // often not the first divergence (a reduction order differs at step 0, a NaN comes later).
   std::optional<Cause> first_nonfinite;
   std::int64_t first_nonfinite_step = 0;
+  // The last step compared before the first divergence: [optimizer] reads its gradients.
+  std::optional<StepDigest> previous_step;
 
   void find_nonfinite(std::int64_t step, const std::vector<Pair>& pairs) {
     if (first_nonfinite) return;
@@ -420,6 +438,10 @@ struct Differ {
     if (!unreduced && both_tensors(first) && first.kind == Kind::grad &&
         first.cls == Class::different)
       grad_cause(first, pairs);
+    // Divergence that starts in the weights or the optimizer, not in what a step computes.
+    const bool first_step_of_both = r.base.first_step == step && r.test.first_step == step;
+    if (auto c = init_cause(step, first_step_of_both, pairs, first)) r.causes.push_back(std::move(*c));
+    if (auto c = optimizer_cause(step, previous_step, pairs, first)) r.causes.push_back(std::move(*c));
   }
 
   double sum_order_bound(const Pair& g) const {
@@ -567,8 +589,8 @@ struct Differ {
       if (base && test)
         kind_seen[static_cast<std::size_t>(p.kind)] |= (p.base.present ? 1 : 0) | (p.test.present ? 2 : 0);
       std::optional<double> vb, vt;
-      if (p.base.present) vb = series_value(p.base.m.rec);
-      if (p.test.present) vt = series_value(p.test.m.rec);
+      if (p.base.present && p.base.m.hash_source != HashSource::torch_hash_alone) vb = series_value(p.base.m.rec);
+      if (p.test.present && p.test.m.hash_source != HashSource::torch_hash_alone) vt = series_value(p.test.m.rec);
       if (vb) ++st.base_steps;
       if (vt) ++st.test_steps;
       if (vb && vt) {
@@ -589,6 +611,7 @@ struct Differ {
       first_step_one_sided = !base || !test;
       likely_causes(step, pairs, *first);
     }
+    if (!r.first_divergence) previous_step = digest_step(step, pairs);
   }
 };
 

@@ -6,6 +6,8 @@
 #include <limits>
 #include <ostream>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include "differ/diff.h"
 #include "probe/log_format.h"
@@ -54,6 +56,8 @@ std::string side_text(const Side& s, Kind kind) {
       const auto& t = r.stats;
       if (t.unsupported) {
         out = "unsupported (" + *t.unsupported + ")";
+      } else if (s.m.hash_source == HashSource::torch_hash_alone) {
+        out = "hash=" + std::to_string(t.torch_hash.value_or(0));  // weights.log: no norm
       } else if (s.m.hash_source == HashSource::torch_only) {
         // As NumericsLogger wrote it: torch.hash_tensor's value in decimal.
         out = "hash=" + std::to_string(t.torch_hash.value_or(0)) + " norm=" + num(t.norm);
@@ -88,7 +92,8 @@ std::string rel_diff_text(const Pair& p) {
 }
 
 std::string where(const Pair& p) {
-  static constexpr std::array<std::string_view, 3> kPhase = {"forward", "backward", "step end"};
+  static constexpr std::array<std::string_view, 4> kPhase = {"step begin", "forward", "backward",
+                                                             "step end"};
   std::string s = "step " + std::to_string(p.step) + "  " +
                   std::string(kPhase[static_cast<std::size_t>(phase_of(p.kind))]);
   if (p.mb) s += "  mb " + std::to_string(*p.mb);
@@ -142,6 +147,21 @@ std::string result_text(const Result& r) {
   return "equal" + not_compared;
 }
 
+// Kinds in the order a step records them (parameters first, optimizer state last): SUMMARY's rows.
+std::vector<Kind> kinds_in_step_order() {
+  std::vector<Kind> kinds;
+  for (int k = 0; k < kKindCount; ++k) kinds.push_back(static_cast<Kind>(k));
+  std::stable_sort(kinds.begin(), kinds.end(), [](Kind a, Kind b) { return phase_of(a) < phase_of(b); });
+  return kinds;
+}
+
+std::string evidence_text(const Evidence& e) {
+  return e.key + "=" + std::visit([](const auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>) return v;
+    else return std::to_string(v);
+  }, e.value);
+}
+
 // Order of the mismatching tensor series on the terminal: earliest divergence first (the
 // culprit, not its knock-on effects), then first-seen (execution) order.
 std::vector<std::size_t> tensor_series_order(const Result& r) {
@@ -191,12 +211,12 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   out << paint(kBold, pad("SUMMARY", 13));
   for (auto h : kHead) out << pad(std::string(h), 12, true);
   out << "\n";
-  for (int k = 0; k < kKindCount; ++k) {
-    const auto& row = r.counts[static_cast<std::size_t>(k)];
+  for (Kind kind : kinds_in_step_order()) {
+    const auto& row = r.counts[static_cast<std::size_t>(kind)];
     std::int64_t total = 0;
     for (auto c : row) total += c;
     if (total == 0) continue;
-    out << "  " << pad(std::string(kind_name(static_cast<Kind>(k))), 11);
+    out << "  " << pad(std::string(kind_name(kind)), 11);
     for (int c = 0; c < kClassCount; ++c) {
       const auto n = row[static_cast<std::size_t>(c)];
       std::string cell = pad(std::to_string(n), 12, true);
@@ -224,7 +244,13 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   }
   if (!r.causes.empty()) {
     out << paint(kBold, "LIKELY CAUSE") << "\n";
-    for (const auto& c : r.causes) out << "  [" << c.rule << "] " << c.message << "\n";
+    for (const auto& c : r.causes) {
+      out << "  [" << c.rule << "] " << c.message << "\n";
+      if (c.evidence.empty()) continue;
+      out << "    evidence:";
+      for (const auto& e : c.evidence) out << " " << evidence_text(e);
+      out << "\n";
+    }
   }
   if (r.summation_order_grads > 0)
     out << "  " << r.summation_order_grads
@@ -457,7 +483,11 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   }
   j["first_divergence"] = r.first_divergence ? pair_json(*r.first_divergence) : nlohmann::json(nullptr);
   auto& causes = j["likely_causes"] = nlohmann::json::array();
-  for (const auto& c : r.causes) causes.push_back({{"rule", c.rule}, {"message", c.message}});
+  for (const auto& c : r.causes) {
+    nlohmann::json evidence = nlohmann::json::object();
+    for (const auto& e : c.evidence) std::visit([&](const auto& v) { evidence[e.key] = v; }, e.value);
+    causes.push_back({{"rule", c.rule}, {"message", c.message}, {"evidence", evidence}});
+  }
   j["summation_order_grads"] = r.summation_order_grads;
   auto& top = j["top"] = nlohmann::json::array();
   for (const auto& p : r.top) top.push_back(pair_json(p));

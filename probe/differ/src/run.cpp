@@ -558,9 +558,12 @@ Run::Run(const fs::path& path, RunOptions options)
     }
     if (ec) throw InputError("cannot list '" + path.string() + "': " + ec.message());
     if (files.empty() && fs::is_regular_file(path / "diff.log")) files.emplace_back(-1, path / "diff.log");
+    // A NumericsLogger directory that logged weights only.
+    if (files.empty() && fs::is_regular_file(path / "weights.log")) files.emplace_back(-1, path / "weights.log");
     if (files.empty())
       throw InputError("'" + path.string() +
-                       "' holds no logs (expected rank<R>/diff.log files or a diff.log)");
+                       "' holds no logs (expected rank<R>/diff.log files, a diff.log or a "
+                       "NumericsLogger weights.log)");
     std::sort(files.begin(), files.end());
   } else {
     files.emplace_back(-1, path);
@@ -573,10 +576,22 @@ Run::Run(const fs::path& path, RunOptions options)
     std::getline(probe_in, first);
     if (first.empty() && probe_in.eof())
       throw InputError(files[0].second.string() + ":1: empty file (no numprobe header)");
-    if (!first.empty() && first[0] == '[') {
+    if (!first.empty() && (first[0] == '[' || is_python_weights_line(first))) {
       python_ = true;
       auto src = std::make_unique<RankSource>();
-      src->python = load_python_log(files[0].second, options_.lenient, issues_, options_.label);
+      const fs::path& file = files[0].second;
+      src->python = first[0] == '['
+                        ? load_python_log(file, options_.lenient, issues_, options_.label)
+                        : load_python_weights(file, options_.lenient, issues_, options_.label);
+      // NumericsLogger writes weights.log beside its diff.log: its blocks are `param` records.
+      const fs::path weights = file.parent_path() / "weights.log";
+      if (first[0] == '[' && file.filename() != "weights.log" && fs::is_regular_file(weights)) {
+        auto params = load_python_weights(weights, options_.lenient, issues_, options_.label);
+        src->python.insert(src->python.end(), std::make_move_iterator(params.begin()),
+                           std::make_move_iterator(params.end()));
+        std::stable_sort(src->python.begin(), src->python.end(),
+                         [](const Record& a, const Record& b) { return a.step < b.step; });
+      }
       ranks_.push_back(std::move(src));
       advance(*ranks_.back());
       return;
@@ -852,7 +867,10 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   for (auto& g : groups) {
     Merged m;
     m.raw_name = g.raw_name;
-    m.hash_source = python_ ? HashSource::torch_only : HashSource::spec_v1;
+    // NumericsLogger's param records come from weights.log: a hash without a norm.
+    m.hash_source = !python_ ? HashSource::spec_v1
+                    : g.kind == Kind::param ? HashSource::torch_hash_alone
+                                            : HashSource::torch_only;
     for (const auto& p : g.parts) m.ranks.push_back(p.rank);
     std::sort(m.ranks.begin(), m.ranks.end());
     m.ranks.erase(std::unique(m.ranks.begin(), m.ranks.end()), m.ranks.end());

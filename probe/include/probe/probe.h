@@ -1,7 +1,8 @@
 // probe::Probe: hooks on a LibTorch model that record, per step, a hash and health statistics
-// of every microbatch's forward input/output, output gradient, per-microbatch parameter
-// gradient, accumulated parameter gradient, named taps and scalars, plus an RNG fingerprint,
-// into <run_dir>/rank<R>/diff.log (docs/log-format.md).
+// of every parameter's value, every microbatch's forward input/output, output gradient,
+// per-microbatch parameter gradient, accumulated parameter gradient, the optimizer's state,
+// named taps and scalars, plus an RNG fingerprint, into <run_dir>/rank<R>/diff.log
+// (docs/log-format.md).
 //
 // The observer does not perturb: it consumes no randomness, its hooks return nothing, and it
 // never syncs the host per tensor (device figures are copied back once, at end_step()).
@@ -24,6 +25,9 @@
 
 namespace torch::nn {
 class Module;
+}
+namespace torch::optim {
+class Optimizer;
 }
 
 namespace probe {
@@ -94,12 +98,27 @@ class Probe {
              const std::vector<std::pair<std::string, Shard>>& shards = {});
   void watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard = {});
 
+  // Records, at every end_step(), the optimizer's state of each watched parameter it holds
+  // (kind `optim`): its state tensors as `<param>.<state>` (Adam/AdamW exp_avg, exp_avg_sq,
+  // max_exp_avg_sq; SGD momentum_buffer; RMSprop square_avg, momentum_buffer, grad_avg;
+  // Adagrad sum), each with the parameter's Shard when it has the parameter's shape (a ZeRO
+  // optimizer over shards keeps sharded state), and its update count as the scalar
+  // `<param>.step`. Call optimizer.step() before end_step(). The optimizer must outlive the
+  // probe's use of it; watching it again is harmless. Another optimizer class needs a reader
+  // (probe::register_optimizer_state, probe/optimizer_state.h): without one this throws
+  // std::invalid_argument naming the class. A no-op when the probe is disabled.
+  void watch_optimizer(const torch::optim::Optimizer& optimizer);
+
   // Steps: begin_step(n) names the step; without it steps count 0, 1, ... per end_step(). Steps
   // are >= 0 and only go forward within one log (std::invalid_argument otherwise).
+  // begin_step() also records every watched parameter's value (kind `param`): the weights this
+  // step's forward reads, so step 0's are the initialization. Call it before the step's first
+  // forward (and, under ZeRO, with the shards the probe watches up to date).
   void begin_step(std::int64_t step);
-  // Records every watched parameter's .grad() (or `none`), resolves device figures with one
-  // copy per device, and returns once the step's lines reached the OS. Call it after the step's
-  // backward passes returned: hooks of a backward still running would land in the next step.
+  // Records every watched parameter's .grad() (or `none`) and the watched optimizers' state,
+  // resolves device figures with one copy per device, and returns once the step's lines reached
+  // the OS. Call it after the step's backward passes returned (hooks of a backward still running
+  // would land in the next step) and after optimizer.step() when an optimizer is watched.
   void end_step();
   std::int64_t step() const;
 
@@ -170,6 +189,8 @@ class Probe {
     (append_tensors(tensors, args), ...);
     return tensors;
   }
+
+  void set_step(std::int64_t step);  // begin_step's checks and bookkeeping, without recording
 
   std::shared_ptr<Impl> impl_;  // shared: hooks hold it weakly, autograd may outlive the probe
 };

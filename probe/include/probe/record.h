@@ -10,7 +10,9 @@
 
 namespace probe {
 
-// Listed in execution order within a step: forward, then backward, then step end.
+// The kinds a log can hold. Their order within a step is their Phase's (phase_of): a step's
+// parameters, then forward, backward and step end. Values are never renumbered: new kinds go
+// at the end.
 enum class Kind : std::uint8_t {
   rng,          // RNG-state fingerprint taken before a microbatch's forward
   input,        // a microbatch's forward input
@@ -20,8 +22,10 @@ enum class Kind : std::uint8_t {
   mb_grad,      // one microbatch's gradient contribution to a parameter
   grad,         // a parameter's accumulated .grad() at end_step
   scalar,       // a named value per step (loss, grad_norm, lr)
+  param,        // a parameter's value at begin_step: the weights this step's forward reads
+  optim,        // an optimizer state tensor (<param>.<state>) or step count after the update
 };
-inline constexpr int kKindCount = 8;
+inline constexpr int kKindCount = 10;
 
 std::string_view kind_name(Kind kind);
 std::optional<Kind> parse_kind(std::string_view name);
@@ -32,7 +36,8 @@ std::optional<Kind> parse_kind(std::string_view name);
 std::uint32_t parse_kind_mask(std::string_view text);
 inline constexpr std::uint32_t kAllKinds = (1u << kKindCount) - 1;
 
-enum class Phase : std::uint8_t { forward, backward, step_end };
+// step_begin: what a step starts from (its parameters), before its first forward.
+enum class Phase : std::uint8_t { step_begin, forward, backward, step_end };
 Phase phase_of(Kind kind);
 
 struct Record {

@@ -13,7 +13,14 @@ namespace probe::log_format {
 namespace {
 
 constexpr std::array<std::string_view, kKindCount> kKindNames = {
-    "rng", "input", "output", "tap", "output_grad", "mb_grad", "grad", "scalar"};
+    "rng", "input", "output", "tap", "output_grad", "mb_grad", "grad", "scalar", "param", "optim"};
+
+// "rng,input,...": every kind's name, for error messages.
+std::string kind_list() {
+  std::string out;
+  for (auto name : kKindNames) (out += out.empty() ? "" : ",") += name;
+  return out;
+}
 
 [[noreturn]] void fail(const std::string& message) { throw ParseError(message); }
 
@@ -114,7 +121,7 @@ std::uint32_t parse_kind_mask(std::string_view text) {
       const auto kind = parse_kind(item);
       if (!kind)
         throw std::invalid_argument("unknown record kind '" + std::string(item) +
-                                    "' (kinds: rng,input,output,tap,output_grad,mb_grad,grad,scalar)");
+                                    "' (kinds: " + log_format::kind_list() + ")");
       const std::uint32_t bit = 1u << static_cast<unsigned>(*kind);
       mask = remove ? mask & ~bit : mask | bit;
     }
@@ -127,6 +134,8 @@ std::uint32_t parse_kind_mask(std::string_view text) {
 
 Phase phase_of(Kind kind) {
   switch (kind) {
+    case Kind::param:
+      return Phase::step_begin;
     case Kind::rng:
     case Kind::input:
     case Kind::output:
@@ -137,6 +146,7 @@ Phase phase_of(Kind kind) {
       return Phase::backward;
     case Kind::grad:
     case Kind::scalar:
+    case Kind::optim:
       return Phase::step_end;
   }
   return Phase::step_end;

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "optimizer_lookup.h"
 #include "probe/log_io.h"
 
 namespace probe {
@@ -109,6 +110,11 @@ struct WatchedParameter {
   std::optional<unsigned> hook;
 };
 
+struct WatchedOptimizer {
+  const torch::optim::Optimizer* optimizer;
+  OptimizerStateReader reader;
+};
+
 struct PendingRecord {
   Record record;
   std::optional<std::size_t> entry;  // its figures (or scalar value) in the step's StatsBatch
@@ -154,6 +160,7 @@ struct Probe::Impl {
 
   std::mutex mutex;  // autograd may run hooks on its device threads
   std::vector<WatchedParameter> parameters;
+  std::vector<WatchedOptimizer> optimizers;
   std::vector<PendingRecord> records;
   StatsBatch batch;  // the figures of the step's records; kept across steps for its device buffer
   std::int64_t step = 0;
@@ -222,14 +229,52 @@ struct Probe::Impl {
   }
 
   // A scalar record: `value`, or a one-element `tensor` whose value is read back at end_step.
-  void add_scalar(const std::string& name, double value, const at::Tensor& tensor) {
+  void add_scalar(const std::string& name, double value, const at::Tensor& tensor,
+                  Kind kind = Kind::scalar) {
     PendingRecord r;
-    r.record.kind = Kind::scalar;
+    r.record.kind = kind;
     r.record.name = name;
     r.record.state = Record::State::scalar;
     r.record.value = value;
     if (tensor.defined()) r.entry = batch.add_scalar(tensor);  // the batch reads a detached copy
     push(std::move(r));
+  }
+
+  // Every watched parameter's value: what this step starts from. One read per parameter, at
+  // the time of the call (a device read is queued on the current stream, before any update).
+  void record_parameters() {
+    if (!wants(Kind::param)) return;
+    for (const auto& p : snapshot_parameters()) add(Kind::param, p.name, std::nullopt, p.parameter, p.shard);
+  }
+
+  // Each watched optimizer's state of each watched parameter, in parameter order (the state
+  // map's own order differs between runs): `<param>.<state>` tensors, then `<param>.step`.
+  void record_optimizer_state() {
+    if (!wants(Kind::optim)) return;
+    std::vector<WatchedOptimizer> watched;
+    {
+      std::lock_guard lock(mutex);
+      watched = optimizers;
+    }
+    for (const auto& p : snapshot_parameters()) {
+      for (const auto& o : watched) {
+        const auto state = detail::optimizer_state_of(*o.optimizer, o.reader, p.parameter);
+        if (!state) continue;
+        for (const auto& [state_name, t] : state->tensors) {
+          if (!t.defined()) continue;  // a state this configuration does not use
+          // State shaped like a sharded parameter is sharded like it (ZeRO).
+          const bool like_parameter = !p.shard.empty() && t.sizes().equals(p.parameter.sizes());
+          add(Kind::optim, p.name + "." + state_name, std::nullopt, t, like_parameter ? p.shard : Shard{});
+        }
+        if (state->step) add_scalar(p.name + ".step", static_cast<double>(*state->step), {}, Kind::optim);
+      }
+    }
+  }
+
+  // The watched parameters, copied under the lock (hooks read the list on other threads).
+  std::vector<WatchedParameter> snapshot_parameters() {
+    std::lock_guard lock(mutex);
+    return parameters;
   }
 
   void rng_fingerprint(std::int64_t microbatch, const std::vector<at::Tensor>& inputs) {
@@ -354,7 +399,21 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
   });
 }
 
+void Probe::watch_optimizer(const torch::optim::Optimizer& optimizer) {
+  if (!enabled()) return;
+  OptimizerStateReader reader = optimizer_state_reader(optimizer);  // throws for an unknown class
+  std::lock_guard lock(impl_->mutex);
+  for (auto& o : impl_->optimizers)
+    if (o.optimizer == &optimizer) return;
+  impl_->optimizers.push_back(WatchedOptimizer{&optimizer, std::move(reader)});
+}
+
 void Probe::begin_step(std::int64_t step) {
+  set_step(step);
+  if (enabled()) impl_->record_parameters();
+}
+
+void Probe::set_step(std::int64_t step) {
   std::lock_guard lock(impl_->mutex);
   if (step < 0) throw std::invalid_argument("numprobe: begin_step(" + std::to_string(step) + "): steps are >= 0");
   if (impl_->last_ended_step && step <= *impl_->last_ended_step)
@@ -375,7 +434,9 @@ void Probe::end_step() {
     return;
   }
   if (impl.wants(Kind::grad))
-    for (const auto& p : impl.parameters) impl.add(Kind::grad, p.name, std::nullopt, p.parameter.grad(), p.shard);
+    for (const auto& p : impl.snapshot_parameters())
+      impl.add(Kind::grad, p.name, std::nullopt, p.parameter.grad(), p.shard);
+  impl.record_optimizer_state();
 
   std::vector<PendingRecord> records;
   std::int64_t step = 0;

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "probe/log_io.h"
@@ -69,8 +70,9 @@ std::string expand_replacement(const std::smatch& m, const std::string& replacem
 std::string strip_wrapper_prefixes(const std::string& name);
 
 // Where a merged record's hash came from: hash spec v1 (the probe) or torch.hash_tensor
-// (autoparallel's NumericsLogger, held in stats.torch_hash).
-enum class HashSource : std::uint8_t { spec_v1, torch_only };
+// (autoparallel's NumericsLogger, held in stats.torch_hash); torch_hash_alone: a NumericsLogger
+// weights.log record, a hash with no norm.
+enum class HashSource : std::uint8_t { spec_v1, torch_only, torch_hash_alone };
 
 // One logical record of a run at one step, after its ranks were merged.
 struct Merged {
@@ -227,10 +229,18 @@ struct Pair {
   std::string key;  // internal: the series/alignment key
 };
 
+// One figure a cause rests on: a count or step (number), or a name (text).
+struct Evidence {
+  std::string key;
+  std::variant<std::int64_t, std::string> value;
+};
+
 struct Cause {
   std::string rule;  // rng, summation_order, wrong_reduction, none_gradient, unreduced_gradient,
-                     // nonfinite, step_range, kind_not_recorded, names_differ, missing_record
+                     // nonfinite, step_range, kind_not_recorded, names_differ, missing_record,
+                     // init, optimizer
   std::string message;
+  std::vector<Evidence> evidence = {};  // what the rule saw (printed under it, and in --json)
 };
 
 struct DiffOptions {
@@ -316,5 +326,20 @@ struct PythonLine {
   double norm = 0;
 };
 std::optional<PythonLine> parse_python_line(std::string_view line);
+
+// NumericsLogger weights.log lines: "name='<param>' hash=H" (log_model_weights, one block per
+// call). Returns nullopt for lines that do not start with "name="; throws
+// log_format::ParseError for one whose fields cannot be read.
+struct PythonWeightLine {
+  std::string name;
+  std::uint64_t hash = 0;  // torch.hash_tensor value; FNV-1a of hash_text when not one integer
+  std::string hash_text;
+};
+std::optional<PythonWeightLine> parse_python_weight_line(std::string_view line);
+bool is_python_weights_line(std::string_view line);
+// The whole file as `param` records, the k-th block step k. Bad lines: InputError naming
+// file:line, or (lenient) a skipped_line issue.
+std::vector<Record> load_python_weights(const std::filesystem::path& path, bool lenient,
+                                        IssueLog& issues, const std::string& label);
 
 }  // namespace probe::differ

@@ -1,0 +1,35 @@
+// Likely causes that read parameter (`param`) and optimizer (`optim`) records: a divergence
+// that starts in the weights rather than in what a step computes from them. One function per
+// cause; each returns its cause with the evidence it rests on, or nothing when it does not apply.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "differ/diff.h"
+
+namespace probe::differ {
+
+// What a compared step without divergence leaves for the next step's rules to read.
+struct StepDigest {
+  std::int64_t step = 0;
+  std::int64_t grads_compared = 0;   // grad pairs present in both runs
+  std::int64_t grads_within_tol = 0; // of those, not bitwise equal but within --rtol/--atol
+  std::int64_t optim_compared = 0;   // optim pairs present in both runs
+};
+StepDigest digest_step(std::int64_t step, const std::vector<Pair>& pairs);
+
+// [init]: the first divergence is a parameter at the first step both runs recorded, before
+// any update: initialization, seed or checkpoint loading differ. `first_step` says whether
+// `step` is that step.
+std::optional<Cause> init_cause(std::int64_t step, bool first_step, const std::vector<Pair>& pairs,
+                                const Pair& first);
+
+// [optimizer]: gradients agree but the update differs. Either the first divergence is a
+// parameter at step s+1 while step s (`previous`, the step compared before) had agreeing
+// gradients, or it is an optimizer state tensor of step s while step s's gradients agree.
+std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<StepDigest>& previous,
+                                     const std::vector<Pair>& pairs, const Pair& first);
+
+}  // namespace probe::differ
