@@ -2,7 +2,8 @@
 """Integration tests of examples/moe: moe_train under torchrun, then diff_logs.
 
     examples_test.py CASE        (CASE: pairs, fault-grads-none, fault-rng-per-rank, fault-nan,
-                                  fault-skip-reduce, killed-rank, probe-off)
+                                  fault-skip-reduce, fault-init, fault-lr, weights-zero3-pp-ddp,
+                                  killed-rank, probe-off)
 
 Environment (set by ctest): MOE_TRAIN, DIFF_LOGS, TORCHRUN, WORK (a scratch directory).
 Each case prints what it ran and why it failed; the exit status is the verdict.
@@ -19,8 +20,8 @@ DIFF_LOGS = os.environ["DIFF_LOGS"]
 TORCHRUN = os.environ["TORCHRUN"]
 WORK = os.environ["WORK"]
 STEPS = "2"
-# Every kind recorded per microbatch must match bitwise across setups.
-MICROBATCH_KINDS = ["rng", "input", "output", "tap", "output_grad", "mb_grad"]
+# Every kind recorded per microbatch must match bitwise across setups, and the weights of step 0.
+MICROBATCH_KINDS = ["param", "rng", "input", "output", "tap", "output_grad", "mb_grad"]
 
 
 def fail(msg):
@@ -168,6 +169,52 @@ def case_fault_skip_reduce():
     r = diff(a, b, expect=1)
     first_divergence(r, 0, "grad", param)
     cause(r, "wrong_reduction", [param, "every mb_grad"])
+
+
+def case_fault_init():
+    param = "layers.1.attention.wo.weight"
+    a = train("zero3_init_base", "zero3", 2)
+    b = train("zero3_init", "zero3", 2, "--fault", f"init={param}")
+    r = diff(a, b, expect=1)
+    first_divergence(r, 0, "param", param)
+    c = cause(r, "init", ["param " + param, "step 0", "1 of "])
+    if c["evidence"]["first_param"] != param or c["evidence"]["params_differing"] != 1:
+        fail(f"[init] evidence: {c['evidence']}")
+    if any(x["rule"] == "optimizer" for x in r["likely_causes"]):
+        fail("[optimizer] must not fire for an initialization difference")
+    if "evidence: step=0 first_param=" + param not in r["text"]:
+        fail("the text report does not show the [init] evidence")
+
+
+def case_fault_lr():
+    for optimizer in ("sgd", "adamw"):
+        a = train(f"zero3_lr_base_{optimizer}", "zero3", 2, "--optimizer", optimizer)
+        b = train(f"pp2_ddp2_lr_{optimizer}", "pp-ddp", 4, "--stages", "2", "--optimizer", optimizer,
+                  "--fault", "lr=0:0.5")
+        r = diff(a, b, expect=1)
+        fd = first_divergence(r, 1, "param")
+        c = cause(r, "optimizer", ["grads of step 0 agree bitwise", "param " + fd["name"] + " differs at step 1",
+                                   "optimizer state after that update is bitwise equal"])
+        ev = c["evidence"]
+        if ev["update_step"] != 0 or ev["first_param"] != fd["name"] or ev["optim_compared"] == 0:
+            fail(f"[optimizer] evidence: {ev}")
+        if any(x["rule"] == "init" for x in r["likely_causes"]):
+            fail("[init] must not fire for an update difference")
+        print(f"OK lr fault with {optimizer}: [optimizer] names step 0 and {fd['name']}", flush=True)
+
+
+def case_weights_zero3_pp_ddp():
+    """The demo's layouts with either optimizer: every param and optim record bitwise equal."""
+    for optimizer in ("sgd", "adamw"):
+        a = train(f"zero3_4_{optimizer}", "zero3", 4, "--optimizer", optimizer, steps=3)
+        b = train(f"pp2_ddp4_{optimizer}", "pp-ddp", 8, "--stages", "2", "--optimizer", optimizer, steps=3)
+        r = diff(a, b, expect=0)
+        for kind in ("param", "optim"):
+            row = r["summary"][kind]
+            if row["equal"] == 0 or any(n for cls, n in row.items() if cls != "equal"):
+                fail(f"{optimizer}: {kind} records are not all bitwise equal: {row}")
+        print(f"OK zero3 x4 vs pp-ddp x8 with {optimizer}: {r['summary']['param']['equal']} param and "
+              f"{r['summary']['optim']['equal']} optim records bitwise equal", flush=True)
 
 
 def case_killed_rank():

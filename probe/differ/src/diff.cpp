@@ -719,7 +719,7 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   r.base = info_of(base);
   r.test = info_of(test);
   r.filtered = options.kinds_mask || options.step_min || options.step_max || options.name_filter;
-  Differ d{options, r, {}, {}, {}, {}, false, {}, {}, 0};
+  Differ d{options, r, {}, {}, {}, {}, false, {}, {}, 0, {}};
   std::vector<Merged> a, b;
   std::int64_t sa = 0, sb = 0;
   for (;;) {
