@@ -35,9 +35,10 @@ int main(int argc, char** argv) {
   Mlp model;
   probe.watch(*model);  // mb_grad hooks on every parameter, grad records at end_step
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-2));
+  probe.watch_optimizer(optimizer);  // exp_avg, exp_avg_sq and step of every parameter
 
   for (int step = 0; step < steps; ++step) {
-    probe.begin_step(step);
+    probe.begin_step(step);  // param records: the weights this step's forward reads
     optimizer.zero_grad();
     torch::Tensor step_loss = torch::zeros({});
     for (int mb = 0; mb < microbatches; ++mb) {
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
     }
     probe.scalar("loss", step_loss);
     optimizer.step();
-    probe.end_step();  // grad records, one flush: the step is now on disk
+    probe.end_step();  // grad and optim records, one flush: the step is now on disk
     std::cout << "step " << step << " loss " << step_loss.item<double>() << "\n";
   }
   if (probe.enabled()) std::cout << "probe log: " << probe.log_path().string() << "\n";
