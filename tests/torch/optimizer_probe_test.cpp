@@ -158,7 +158,7 @@ TEST(OptimRecords, HashesAreThoseOfTheStateAfterTheUpdate) {
   }
   auto log = read_log(dir);
   const auto& state =
-      static_cast<const torch::optim::AdamWParamState&>(*opt.state().at(lin->weight.unsafeGetTensorImpl()));
+      static_cast<const torch::optim::AdamWParamState&>(*opt.state().find(lin->weight.unsafeGetTensorImpl())->second);
   EXPECT_EQ(log[{0, "optim", "weight.exp_avg"}].stats.hash, hash_of(state.exp_avg()));
   EXPECT_EQ(log[{0, "optim", "weight.exp_avg_sq"}].stats.hash, hash_of(state.exp_avg_sq()));
 }
