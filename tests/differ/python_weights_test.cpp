@@ -91,7 +91,7 @@ TEST(PythonWeights, ABadLineNamesFileAndLine) {
   auto dir = fresh_dir("py_weights_bad");
   write_file(dir / "a" / "weights.log", "name='w' hash=11\nname='b'\n");
   try {
-    Run run(dir / "a", {false, true, {}, "base"});
+    probe::differ::Run run(dir / "a", {false, true, {}, "base"});
     FAIL() << "a bad line must be an error";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("weights.log:2"), std::string::npos) << e.what();

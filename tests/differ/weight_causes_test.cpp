@@ -199,8 +199,10 @@ TEST(WeightCauses, GradsWithinToleranceAreSaidToAgreeWithinTolerance) {
   auto dir = fresh_dir("optimizer_tol");
   auto a0 = step_records(0, 1, 2, 10, 20), b0 = a0;
   b0[3].stats.hash = 99;  // grad w: another hash, the same figures: within tolerance
+  auto b1 = step_records(1, 8, 4, 11, 21);
+  b1[0].stats.norm = 2.0;  // param w of step 1: beyond the tolerance
   write_run(dir / "a", {run_of({a0, step_records(1, 3, 4, 11, 21)})});
-  write_run(dir / "b", {run_of({b0, step_records(1, 8, 4, 11, 21)})});
+  write_run(dir / "b", {run_of({b0, b1})});
   DiffOptions opt;
   opt.cmp.rtol = 1e-6;
   auto res = diff(dir / "a", dir / "b", opt);
