@@ -280,13 +280,23 @@ void write_html(const Result& r, const DiffOptions& opt, const PairGrid& grid, s
   // --dump-dom shows them, and so does the page.
   out << "<script>\n"
          "window.numprobeErrors = [];\n"
-         "window.addEventListener('error', function (e) {\n"
-         "  var msg = (e.message || String(e.error || e)) + (e.lineno ? ' (line ' + e.lineno + ')' : '');\n"
+         "function numprobeError(msg) {\n"
          "  window.numprobeErrors.push(msg);\n"
          "  document.body.setAttribute('data-script-errors', String(window.numprobeErrors.length));\n"
          "  var box = document.getElementById('script-errors');\n"
          "  box.hidden = false; box.textContent += 'Script error: ' + msg + '\\n';\n"
-         "});\n</script>\n";
+         "}\n"
+         "window.addEventListener('error', function (e) {\n"
+         "  numprobeError((e.message || String(e.error || e)) + (e.lineno ? ' (line ' + e.lineno + ')' : ''));\n"
+         "});\n"
+         "window.addEventListener('unhandledrejection', function (e) { numprobeError('unhandled rejection: ' + e.reason); });\n"
+         "(function () {\n"
+         "  var original = console.error;\n"
+         "  console.error = function () {\n"
+         "    numprobeError('console.error: ' + Array.prototype.join.call(arguments, ' '));\n"
+         "    return original.apply(console, arguments);\n"
+         "  };\n"
+         "})();\n</script>\n";
   out << "<script>\n" << html_assets::d3 << "\n</script>\n";
   out << "<script>\n" << html_assets::chartjs << "\n</script>\n";
   out << "<script>\n" << html_assets::report_js << "\n</script>\n</body>\n</html>\n";
