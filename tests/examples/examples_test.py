@@ -141,10 +141,10 @@ def case_html_report():
     if not chromium:
         print("SKIP: chromium not found (scripts/setup.sh installs Debian's chromium)", flush=True)
         sys.exit(html_check.SKIP)
-    demo = ("--rng-seed", "42", "--steps", "3")
-    a = train("html_zero3_4", "zero3", 4, *demo)
-    b = train("html_pp2_ddp4", "pp-ddp", 8, "--stages", "2", *demo)
-    c = train("html_pp2_ddp4_grads_none", "pp-ddp", 8, "--stages", "2", *demo, "--fault", "grads-none")
+    seed = ("--rng-seed", "42")  # as scripts/demo.sh runs them
+    a = train("html_zero3_4", "zero3", 4, *seed, steps=3)
+    b = train("html_pp2_ddp4", "pp-ddp", 8, "--stages", "2", *seed, steps=3)
+    c = train("html_pp2_ddp4_grads_none", "pp-ddp", 8, "--stages", "2", *seed, "--fault", "grads-none", steps=3)
     browser = html_check.Browser(chromium)
     try:
         for name, run, expect, fd_name in [("demo1", b, 0, None), ("demo2", c, 1, "tok_embeddings.weight")]:

@@ -374,7 +374,7 @@
     function layout() {
       var zoom = +zoomSel.value;
       var avail = Math.max(200, s.clientWidth - labelW - 24);
-      cw = Math.max(1, Math.min(48, Math.floor(avail / ncols))) * zoom;
+      cw = Math.max(1, Math.min(160, Math.floor(avail / ncols))) * zoom;
       ch = Math.max(1, Math.min(14, Math.floor(720 / Math.max(1, shown.length)))) * zoom;
       var fullW = ncols * cw, fullH = shown.length * ch;
       var vw = Math.min(fullW, avail), vh = Math.min(fullH, 760);
