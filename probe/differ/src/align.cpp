@@ -154,7 +154,7 @@ std::vector<Pair> Aligner::pair_up(std::int64_t step, std::vector<Merged>* base,
 
 // Paired statistics: one path, the comparator's verdict (a bitwise-equal hash counts as
 // agreement even where composed norms differ in the last bit).
-void Aligner::add_to_series(const Pair& p, bool both_runs) {
+std::size_t Aligner::add_to_series(const Pair& p, bool both_runs) {
   const std::size_t si = series(p);
   SeriesStats& st = result_.series[si].second;
   const std::uint8_t sides = (p.base.present ? 1 : 0) | (p.test.present ? 2 : 0);
@@ -172,6 +172,7 @@ void Aligner::add_to_series(const Pair& p, bool both_runs) {
   } else if (is_divergence(p.cls) && !st.first_divergent_step) {
     st.first_divergent_step = p.step;  // a value on one side only (absent, or `none`)
   }
+  return si;
 }
 
 void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test) {
@@ -186,7 +187,8 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
       classify(p, options_.cmp);
     ++result_.counts[static_cast<std::size_t>(p.kind)][static_cast<std::size_t>(p.cls)];
     ++result_.records_compared;
-    add_to_series(p, base && test);
+    const std::size_t si = add_to_series(p, base && test);
+    if (options_.on_pair) options_.on_pair(p, si);
     if (is_divergence(p.cls) && !first) first = &p;
     // The norm of RNG state bytes is no size of a difference.
     if ((p.cls == Class::different || p.cls == Class::within_tol) && p.kind != Kind::rng) offer_top(p);

@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "differ/diff.h"
+#include "differ/report_html.h"
 
 namespace {
 
@@ -17,7 +19,7 @@ namespace d = probe::differ;
 // Everything the command line sets. The comparison's and the report's defaults live in
 // DiffOptions and TextOptions, once.
 struct Cli {
-  std::string base_path, test_path, json_path, kinds, steps, name_re;
+  std::string base_path, test_path, json_path, html_path, kinds, steps, name_re;
   std::vector<std::string> maps, maps_base, maps_test;
   bool lenient = false, no_strip = false, color_always = false, color_never = false;
   d::DiffOptions diff;
@@ -60,6 +62,7 @@ void add_options(CLI::App& app, Cli& c) {
       ->check(kNonNegative)->capture_default_str();
   app.add_flag("--lenient", c.lenient, "skip and count garbage lines, out-of-order and duplicate records instead of failing");
   app.add_option("--json", c.json_path, "write the whole result as JSON to this file ('-' for stdout)");
+  app.add_option("--html", c.html_path, "also write a self-contained HTML report (heat map, curves, tables) to this file");
   app.add_flag("--color", c.color_always, "colour even when stdout is not a terminal");
   app.add_flag("--no-color", c.color_never, "never colour");
 }
@@ -80,31 +83,33 @@ d::RunOptions run_options(const Cli& c, const std::vector<std::string>& own, con
   return {c.lenient, !c.no_strip, rules, label};
 }
 
-// The --json file, opened before comparing: a path it cannot write is bad usage, found before
-// a report that would end "RESULT: equal" and exit 2 all the same. Removed again unless the
-// result gets written: a run that stops with an error leaves no empty file, nor an earlier
-// run's result, for a script to misread.
-class JsonFile {
+// A report file (--json, --html), opened before comparing: a path it cannot write is bad usage,
+// found before a report that would end "RESULT: equal" and exit 2 all the same. Removed again
+// unless the result gets written: a run that stops with an error leaves no empty file, nor an
+// earlier run's result, for a script to misread.
+class ReportFile {
  public:
-  explicit JsonFile(const std::string& path) {
+  ReportFile(const std::string& path, const char* flag, std::ios::openmode mode = std::ios::out)
+      : flag_(flag) {
     if (path.empty() || path == "-") return;
-    out_.open(path);
-    if (!out_) throw d::InputError("cannot write --json file '" + path + "'");
+    out_.open(path, mode);
+    if (!out_) throw d::InputError(std::string("cannot write ") + flag_ + " file '" + path + "'");
     path_ = path;
   }
-  ~JsonFile() {
+  ~ReportFile() {
     if (!path_.empty() && !written_) std::remove(path_.c_str());
   }
-  JsonFile(const JsonFile&) = delete;
-  JsonFile& operator=(const JsonFile&) = delete;
-  void write(const std::string& doc) {
-    out_ << doc;
+  ReportFile(const ReportFile&) = delete;
+  ReportFile& operator=(const ReportFile&) = delete;
+  std::ostream& stream() { return out_; }
+  void close() {
     out_.close();
-    if (!out_) throw d::InputError("cannot write --json file '" + path_ + "'");
+    if (!out_) throw d::InputError(std::string("cannot write ") + flag_ + " file '" + path_ + "'");
     written_ = true;
   }
 
  private:
+  const char* flag_;
   std::string path_;
   std::ofstream out_;
   bool written_ = false;
@@ -112,14 +117,30 @@ class JsonFile {
 
 int compare(Cli& c) {
   parse_filters(c);
-  JsonFile json_file(c.json_path);
+  ReportFile json_file(c.json_path, "--json");
+  std::optional<ReportFile> html_file;
+  // --html gathers every pair's figures while comparing (the heat map and the curves).
+  d::PairGrid grid;
+  if (!c.html_path.empty()) {
+    if (!d::html_report_available()) throw d::InputError("--html: " + d::html_report_unavailable_reason());
+    html_file.emplace(c.html_path, "--html", std::ios::out | std::ios::binary);
+    c.diff.on_pair = [&grid](const d::Pair& p, std::size_t series) { grid.add(p, series); };
+  }
   d::Run base(c.base_path, run_options(c, c.maps_base, "base"));
   d::Run test(c.test_path, run_options(c, c.maps_test, "test"));
   const d::Result result = d::diff_runs(base, test, c.diff);
   c.text.color = !c.color_never && (c.color_always || ::isatty(STDOUT_FILENO));
   if (c.json_path != "-") d::print_text(result, std::cout, c.text);
-  if (c.json_path == "-") std::cout << d::to_json(result, c.diff);
-  else if (!c.json_path.empty()) json_file.write(d::to_json(result, c.diff));
+  if (c.json_path == "-") {
+    std::cout << d::to_json(result, c.diff);
+  } else if (!c.json_path.empty()) {
+    json_file.stream() << d::to_json(result, c.diff);
+    json_file.close();
+  }
+  if (html_file) {
+    d::write_html(result, c.diff, grid, html_file->stream());
+    html_file->close();
+  }
   return result.exit_code();
 }
 

@@ -28,7 +28,7 @@ class Aligner {
   std::vector<Pair> pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test);
   bool passes(Kind kind, const std::string& name);
   std::size_t series(const Pair& p);
-  void add_to_series(const Pair& p, bool both_runs);
+  std::size_t add_to_series(const Pair& p, bool both_runs);  // the series' index
   void offer_top(const Pair& p);
   void note_first_nonfinite(std::int64_t step, const std::vector<Pair>& pairs);
   void note_one_sided_kinds();
