@@ -64,7 +64,8 @@ BRANCH_OPS = {"BRA", "BRX", "JMP", "JMX", "EXIT", "RET", "CALL", "KILL", "BPT"}
 INSTRUCTION = re.compile(
     r"^\s*/\*(?P<addr>[0-9a-f]+)\*/\s+(?P<pred>@!?U?P[T0-9]+\s+)?(?P<op>[A-Z][A-Z0-9_]*)(?P<mods>(\.[A-Z0-9_]+)*)(?P<rest>[^;]*);")
 FUNCTION = re.compile(r"^\.text\.(?P<name>\S+):\s*$")
-LABEL = re.compile(r"^(?P<label>\.L_x_\d+|\.L_\w+):\s*$")
+LABEL = re.compile(r"^(?P<label>\.L_\w+):\s*$")
+TARGET = re.compile(r"`\((\.L_\w+)\)")  # an instruction's label operand: `(.L_x_12)
 
 
 @dataclasses.dataclass
@@ -99,8 +100,11 @@ class ReportError(Exception):
 
 
 def parse_listing(text: str) -> list[Function]:
-    """nvdisasm output -> functions made of basic blocks. A block starts at a label or after a
-    branch-type instruction; NOPs (alignment padding) are dropped."""
+    """nvdisasm output -> functions made of basic blocks. A block starts at a label that an
+    instruction refers to (a branch target, or the reconvergence point a BSSY names) or after a
+    branch-type instruction. Labels nothing refers to (nvdisasm also marks spill regions with
+    them) do not split a block. NOPs (alignment padding) are dropped."""
+    targets = set(TARGET.findall(text))
     functions: list[Function] = []
     current: Function | None = None
     block: Block | None = None
@@ -113,8 +117,9 @@ def parse_listing(text: str) -> list[Function]:
         if current is None:
             continue
         if m := LABEL.match(line):
-            block = Block(m["label"])
-            current.blocks.append(block)
+            if m["label"] in targets:
+                block = Block(m["label"])
+                current.blocks.append(block)
             continue
         m = INSTRUCTION.match(line)
         if not m or m["op"] == "NOP":
@@ -206,6 +211,8 @@ class Region:
     elements: int  # per iteration
     classes: Counter
 
+    local: int = 0  # LDL/STL: register spills
+
     @property
     def per_element(self) -> float:
         return self.instructions / self.elements
@@ -226,7 +233,8 @@ def regions_of(listing: str, family: str, shape: TileShape, pattern: re.Pattern,
         block = main_region(f, shape.groups_per_thread)
         elements = shape.groups_per_thread * (shape.group_bytes // size)
         out.append(Region(family, dtype, size, len(block.instructions), elements,
-                          Counter(classify(i) for i in block.instructions)))
+                          Counter(classify(i) for i in block.instructions),
+                          sum(i.op in ("LDL", "STL") for i in block.instructions)))
     return out
 
 
@@ -276,6 +284,10 @@ def table(kernels: list[Region], baseline: dict[int, Region], shape: TileShape,
         if n == 0:
             rendered.append("|" + "|".join("-" * (w + 1) + (":" if i >= 2 else "-")
                                            for i, w in enumerate(widths)) + "|")
+    spills = [f"{r.dtype} {r.local}" for r in sorted(kernels, key=lambda r: order[r.dtype]) if r.local]
+    if spills:
+        rendered.append("register spills in the main region (local loads+stores per iteration): "
+                        + ", ".join(spills))
     return "\n".join(rendered)
 
 
