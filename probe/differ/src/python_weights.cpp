@@ -5,7 +5,8 @@
 #include <fstream>
 #include <unordered_map>
 
-#include "differ/diff.h"
+#include "differ/detail/python_weights.h"
+#include "differ/run.h"
 #include "probe/log_format.h"
 
 namespace probe::differ {

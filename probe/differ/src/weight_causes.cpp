@@ -1,5 +1,5 @@
 // The [init] and [optimizer] causes (weight_causes.h).
-#include "weight_causes.h"
+#include "differ/detail/weight_causes.h"
 
 #include <string>
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "differ/diff.h"
+#include "differ/result.h"
 
 namespace probe::differ {
 
