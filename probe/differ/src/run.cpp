@@ -1,9 +1,13 @@
 // Reading one run: rank discovery, step-by-step k-way merge of its ranks, replica check and
 // shard composition, and autoparallel NumericsLogger lines.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <tuple>
@@ -446,7 +450,44 @@ struct Run::RankSource {
   std::optional<Record> ahead;
   std::int64_t last_step = -1;
   bool reported_early_end = false;
+  bool pooled = false;  // the log is closed between steps (more ranks than files to hold open)
+  void release() {
+    if (pooled && reader) reader->release();
+  }
 };
+
+std::uint64_t raise_open_file_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 0;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  return lim.rlim_cur == RLIM_INFINITY ? std::numeric_limits<std::uint64_t>::max()
+                                       : static_cast<std::uint64_t>(lim.rlim_cur);
+}
+
+int default_max_open_files() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY)
+    return std::numeric_limits<int>::max();
+  // Descriptors in use now (stdio, a --json file, ...), counted where the system lists them.
+  std::int64_t in_use = 16;
+  std::error_code ec;
+  fs::directory_iterator fds("/proc/self/fd", ec);
+  if (!ec) {
+    in_use = 0;
+    for (auto it = fds; it != fs::directory_iterator(); it.increment(ec)) {
+      if (ec) break;
+      ++in_use;
+    }
+  }
+  constexpr std::int64_t kReserve = 32;  // the other run's transient opens, the --json file
+  const std::int64_t free = static_cast<std::int64_t>(std::min<rlim_t>(lim.rlim_cur, 1 << 30)) -
+                            in_use - kReserve;
+  return static_cast<int>(std::max<std::int64_t>(free / 2, 2));
+}
 
 namespace {
 
@@ -474,6 +515,12 @@ std::string key_text(Kind kind, const std::string& name, std::optional<std::int6
   return s;
 }
 
+// After a failed std::ifstream::open: the path and why (errno, which open(2) set).
+std::string open_error(const fs::path& p) {
+  const int err = errno;
+  return "cannot open log file '" + p.string() + "': " + (err ? std::strerror(err) : "unknown reason");
+}
+
 bool is_numprobe_log(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::string first(lf::kHeaderTag.size(), '\0');
@@ -481,10 +528,26 @@ bool is_numprobe_log(const fs::path& p) {
   return in.gcount() == static_cast<std::streamsize>(first.size()) && first == lf::kHeaderTag;
 }
 
-std::vector<Record> load_python_log(const fs::path& p, bool lenient, IssueLog& issues,
-                                    const std::string& label) {
+// "mb<N> <what>" (how NumericsLogger's callers name what they log of microbatch N): N and what.
+std::optional<std::pair<std::int64_t, std::string_view>> microbatch_prefix(std::string_view prefix) {
+  if (prefix.substr(0, 2) != "mb") return std::nullopt;
+  const char* digits = prefix.data() + 2;
+  const char* end = prefix.data() + prefix.size();
+  std::int64_t mb = -1;
+  auto [p, ec] = std::from_chars(digits, end, mb);
+  if (ec != std::errc() || p == digits || mb < 0 || p == end || *p != ' ') return std::nullopt;
+  std::string_view what = trim(std::string_view(p + 1, static_cast<std::size_t>(end - p - 1)));
+  if (what.empty()) return std::nullopt;
+  return std::make_pair(mb, what);
+}
+
+std::vector<Record> load_python_log(const fs::path& p, const RunOptions& options,
+                                    IssueLog& issues) {
+  const bool lenient = options.lenient;
+  const std::string& label = options.label;
+  errno = 0;
   std::ifstream in(p, std::ios::binary);
-  if (!in) throw InputError("cannot open log file '" + p.string() + "'");
+  if (!in) throw InputError(open_error(p));
   std::vector<Record> out;
   std::unordered_map<std::string, std::int64_t> occurrences;
   std::string line;
@@ -520,6 +583,13 @@ std::vector<Record> load_python_log(const fs::path& p, bool lenient, IssueLog& i
     } else if (prefix == "full batch input") {
       r.kind = Kind::input;
       r.name = prefix;
+    } else if (auto mb = microbatch_prefix(prefix)) {
+      // "[mb3 fwd out]" is the model's forward output of microbatch 3: the record the probe
+      // names after ProbeOptions::model_name; anything else of a microbatch is a tap of it.
+      r.microbatch = mb->first;
+      const bool output = mb->second == "fwd out";
+      r.kind = output ? Kind::output : Kind::tap;
+      r.name = output ? options.model_name : std::string(mb->second);
     } else {
       r.kind = Kind::tap;
       r.name = prefix;
@@ -567,8 +637,9 @@ Run::Run(const fs::path& path, RunOptions options)
   }
 
   if (files.size() == 1 && !is_numprobe_log(files[0].second)) {
+    errno = 0;
     std::ifstream probe_in(files[0].second);
-    if (!probe_in) throw InputError("cannot open log file '" + files[0].second.string() + "'");
+    if (!probe_in) throw InputError(open_error(files[0].second));
     std::string first;
     std::getline(probe_in, first);
     if (first.empty() && probe_in.eof())
@@ -576,13 +647,19 @@ Run::Run(const fs::path& path, RunOptions options)
     if (!first.empty() && first[0] == '[') {
       python_ = true;
       auto src = std::make_unique<RankSource>();
-      src->python = load_python_log(files[0].second, options_.lenient, issues_, options_.label);
+      src->python = load_python_log(files[0].second, options_, issues_);
       ranks_.push_back(std::move(src));
       advance(*ranks_.back());
       return;
     }
   }
 
+  // More ranks than files to hold open: the first max_open - 1 stay open, the others are opened
+  // for each step and closed again, one at a time (that one descriptor is the last of the budget).
+  const int max_open = options_.max_open_files > 0 ? options_.max_open_files : default_max_open_files();
+  const std::size_t keep_open = files.size() <= static_cast<std::size_t>(max_open)
+                                    ? files.size()
+                                    : static_cast<std::size_t>(std::max(max_open - 1, 0));
   bool first = true;
   std::vector<bool> seen;
   for (auto& [dir_rank, file] : files) {
@@ -594,8 +671,14 @@ Run::Run(const fs::path& path, RunOptions options)
     } catch (const std::runtime_error& e) {
       throw InputError(e.what());
     }
+    if (ranks_.size() >= keep_open) {
+      src->pooled = true;
+      ++pooled_ranks_;
+      src->release();
+    }
     const auto& h = src->reader->header();
     if (first) {
+      header_file_ = file;
       world_size_ = h.world_size;
       format_version_ = h.format_version;
       hash_spec_version_ = h.hash_spec_version;
@@ -605,17 +688,17 @@ Run::Run(const fs::path& path, RunOptions options)
       first = false;
     } else {
       if (h.world_size != world_size_)
-        throw InputError(file.string() + ": header says world_size=" + std::to_string(h.world_size) +
+        throw InputError(file.string() + ":1: header says world_size=" + std::to_string(h.world_size) +
                          " but " + files[0].second.string() + " says " + std::to_string(world_size_));
       if (h.hash_spec_version != hash_spec_version_)
-        throw InputError(file.string() + ": hash spec version " + std::to_string(h.hash_spec_version) +
+        throw InputError(file.string() + ":1: hash spec version " + std::to_string(h.hash_spec_version) +
                          " differs from the run's other ranks (" + std::to_string(hash_spec_version_) + ")");
     }
     if (dir_rank >= 0 && dir_rank != h.rank)
-      throw InputError(file.string() + ": header says rank=" + std::to_string(h.rank) +
+      throw InputError(file.string() + ":1: header says rank=" + std::to_string(h.rank) +
                        " but the directory says rank" + std::to_string(dir_rank));
     if (seen[static_cast<std::size_t>(h.rank)])
-      throw InputError(file.string() + ": rank " + std::to_string(h.rank) + " appears twice in the run");
+      throw InputError(file.string() + ":1: rank " + std::to_string(h.rank) + " appears twice in the run");
     seen[static_cast<std::size_t>(h.rank)] = true;
     src->rank = h.rank;
     ranks_.push_back(std::move(src));
@@ -639,7 +722,10 @@ Run::Run(const fs::path& path, RunOptions options)
                        "compared)"});
     }
   }
-  for (auto& src : ranks_) advance(*src);
+  for (auto& src : ranks_) {
+    advance(*src);
+    src->release();
+  }
 }
 
 Run::~Run() = default;
@@ -705,6 +791,8 @@ void Run::advance(RankSource& src) {
     } catch (const lf::ParseError& e) {
       if (!options_.lenient) throw InputError(e.what());
       issues_.add({Issue::Severity::warning, "skipped_line", options_.label, -1, e.what()});
+    } catch (const std::runtime_error& e) {  // a pooled log that cannot be reopened
+      throw InputError(e.what());
     }
   }
 }
@@ -799,14 +887,15 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
         g.mb = r.microbatch;
         g.raw_name = r.name;
         g.order = order;
-        g.parts.reserve(ranks_.size());
         groups.push_back(std::move(g));
       }
       Group& g = groups[it->second];
       g.order = std::min(g.order, order);
+      // Ranks are read one after the other, so this rank's parts are the group's last ones:
+      // looking at those alone keeps a key replicated on thousands of ranks linear.
       bool duplicate = false;
-      for (const auto& p : g.parts) {
-        if (p.rank == src->rank && p.rec.stats.shard == r.stats.shard) {
+      for (auto p = g.parts.rbegin(); p != g.parts.rend() && p->rank == src->rank; ++p) {
+        if (p->rec.stats.shard == r.stats.shard) {
           duplicate = true;
           break;
         }
@@ -824,6 +913,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
       }
       advance(*src);
     }
+    src->release();  // its next step's first record is read: close it until then
   }
 
   std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {

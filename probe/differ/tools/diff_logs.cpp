@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
       "files) and report where they stop agreeing.\nExit status: 0 equal (or within "
       "tolerance), 1 differences found, a run with errors or a truncated run, 2 nothing "
       "compared, bad input or usage."};
-  std::string base_path, test_path, json_path, kinds, steps, name_re;
+  std::string base_path, test_path, json_path, kinds, steps, name_re, model_name = "model";
   std::vector<std::string> maps, maps_base, maps_test;
   double rtol = 0, atol = 0, sum_rtol = 1e-5, sum_rtol_lowp = 1e-2;
   std::size_t top = 10, max_series = 20;
@@ -50,10 +50,17 @@ int main(int argc, char** argv) {
   app.add_option("--max-series", max_series, "tensor norm series shown on the terminal (default 20)");
   app.add_option("--sum-order-rtol", sum_rtol, "relative norm difference bound of the summation-order rule, fp32/fp64 grads (default 1e-5)")->check(non_negative);
   app.add_option("--sum-order-rtol-lowp", sum_rtol_lowp, "the same bound for bf16/fp16/fp8 grads (default 1e-2)")->check(non_negative);
+  app.add_option("--model-name", model_name,
+                 "the name the probe run gives the model's forward output (ProbeOptions::model_name; "
+                 "default model): a NumericsLogger log's [mb<N> fwd out] is the output record of "
+                 "that name, microbatch N");
   app.add_flag("--lenient", lenient, "skip and count garbage lines, out-of-order and duplicate records instead of failing");
   app.add_option("--json", json_path, "write the whole result as JSON to this file ('-' for stdout)");
   app.add_flag("--color", color_always, "colour even when stdout is not a terminal");
   app.add_flag("--no-color", color_never, "never colour");
+  // Every rank's log is open at once where the limit allows: thousands of ranks need more
+  // than the usual soft limit of 1024 (beyond the hard limit, Run opens logs step by step).
+  d::raise_open_file_limit();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -98,8 +105,8 @@ int main(int argc, char** argv) {
       if (!json_file) throw d::InputError("cannot write --json file '" + json_path + "'");
       json_guard.path = json_path;
     }
-    d::Run base(base_path, {lenient, !no_strip, rules(maps_base), "base"});
-    d::Run test(test_path, {lenient, !no_strip, rules(maps_test), "test"});
+    d::Run base(base_path, {lenient, !no_strip, rules(maps_base), "base", model_name});
+    d::Run test(test_path, {lenient, !no_strip, rules(maps_test), "test", model_name});
     d::Result result = d::diff_runs(base, test, opt);
     d::TextOptions text;
     text.color = !color_never && (color_always || ::isatty(STDOUT_FILENO));

@@ -109,7 +109,20 @@ struct RunOptions {
   bool strip_wrappers = true;
   std::vector<std::string> map_rules;
   std::string label = "run";  // "base" / "test", used in issues
+  // The name a probe run gives a model's forward output (ProbeOptions::model_name): a
+  // NumericsLogger "[mb<N> fwd out]" line becomes the output record of that name, microbatch N.
+  std::string model_name = "model";
+  // Rank logs held open at once. Beyond it, the other ranks' files are opened for each step
+  // and closed again (a run of more ranks than the process may have files open). 0: half of
+  // the descriptors the open-file limit leaves free (two runs are read side by side).
+  int max_open_files = 0;
 };
+
+// Raises the soft open-file limit (RLIMIT_NOFILE) to the hard limit, as far as the system
+// allows; returns the soft limit in force afterwards (0 when it cannot be read).
+std::uint64_t raise_open_file_limit();
+// The rank logs one Run may hold open when RunOptions::max_open_files is 0.
+int default_max_open_files();
 
 // One run: a directory of rank<R>/diff.log files, a directory holding one diff.log, or one
 // log file (numprobe format, or autoparallel NumericsLogger lines). Reads step by step:
@@ -125,6 +138,8 @@ class Run {
   bool next_step(std::int64_t& step, std::vector<Merged>& records);
 
   const std::filesystem::path& path() const { return path_; }
+  // The log whose header stands for the run's (its first rank's); empty for a Python log.
+  const std::filesystem::path& header_file() const { return header_file_; }
   int world_size() const { return world_size_; }
   int ranks_found() const { return static_cast<int>(ranks_.size()); }
   int format_version() const { return format_version_; }
@@ -137,12 +152,14 @@ class Run {
   // Set once a rank's log turned out truncated (a killed writer): the first step that may be
   // incomplete. Steps from it on are not compared.
   std::optional<std::int64_t> incomplete_from() const { return incomplete_from_; }
+  // Ranks whose log is opened for each step and closed again (RunOptions::max_open_files).
+  int pooled_ranks() const { return pooled_ranks_; }
 
   struct RankSource;
 
  private:
   void advance(RankSource& src);
-  std::filesystem::path path_;
+  std::filesystem::path path_, header_file_;
   RunOptions options_;
   NameMapper mapper_;
   std::vector<std::unique_ptr<RankSource>> ranks_;
@@ -157,6 +174,7 @@ class Run {
   std::optional<std::int64_t> incomplete_from_;
   bool partial_view_ = false;  // one rank's log of a multi-rank run, named on its own
   int missing_ranks_ = 0;      // ranks of world_size without a log
+  int pooled_ranks_ = 0;       // ranks whose log is opened per step (see max_open_files)
 };
 
 // Composes shard records of one tensor (distinct offsets, same global shape) into the whole:
