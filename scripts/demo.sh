@@ -2,7 +2,8 @@
 # The README's demo, on CPU from a fresh machine: installs and builds what is missing, then
 # compares a 4-rank zero3 run with an 8-rank (2 pipeline stages x 4 data-parallel) run of the
 # example MoE -- first as they are, then with the pipeline run logging its gradients at the
-# wrong moment (--fault grads-none, the bug numprobe was started for) -- and shows both reports.
+# wrong moment (--fault grads-none, the bug numprobe was started for) -- and shows both reports,
+# each also written as a self-contained HTML page (out/demo1/report.html, out/demo2/report.html).
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 configure_and_build
@@ -14,11 +15,15 @@ banner() { printf '\n\033[1m==== %s\033[0m\n' "$*"; }
 
 banner "1/2  zero3 x4  vs  pp x ddp (2 stages x 4) x8: both reduce over 4 data-parallel ranks, expect bitwise equality"
 set +e
-OUT=out/demo1 scripts/compare.sh "zero3 4" "pp-ddp 8 --stages 2" --rng-seed 42 --steps "$STEPS"
+OUT=out/demo1 DIFF_FLAGS="--html out/demo1/report.html" scripts/compare.sh "zero3 4" "pp-ddp 8 --stages 2" --rng-seed 42 --steps "$STEPS"
 first=$?
 banner "2/2  the same, with the pipeline run logging its gradients after the optimizer cleared them"
-OUT=out/demo2 scripts/compare.sh "zero3 4" "pp-ddp 8 --stages 2" --rng-seed 42 --steps "$STEPS" \
+OUT=out/demo2 DIFF_FLAGS="--html out/demo2/report.html" scripts/compare.sh "zero3 4" "pp-ddp 8 --stages 2" --rng-seed 42 --steps "$STEPS" \
   --b --fault grads-none
 second=$?
 set -e
 banner "diff_logs exit status: $first (equal) and $second (differences: the grads are none)"
+echo "HTML reports (one self-contained file each: open in a browser, or copy it off a remote machine):"
+for report in out/demo1/report.html out/demo2/report.html; do
+  if [ -f "$report" ]; then echo "  $NUMPROBE_ROOT/$report"; fi
+done

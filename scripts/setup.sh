@@ -9,7 +9,9 @@ VENV="${NUMPROBE_VENV:-$NUMPROBE_ROOT/.venv}"
 TORCH_VERSION="${NUMPROBE_TORCH_VERSION:-2.13.0}"
 APT_PACKAGES=(build-essential cmake ninja-build ccache python3-venv libxxhash-dev libspdlog-dev
   libgtest-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev time
-  libgloo-dev)  # gloo headers for c10d's ProcessGroupGloo.hpp (the torch wheel lacks them)
+  libgloo-dev  # gloo headers for c10d's ProcessGroupGloo.hpp (the torch wheel lacks them)
+  libjs-chart.js node-d3  # plotting libraries diff_logs --html embeds at build time
+  chromium fonts-dejavu-core)  # headless browser (and a font) the --html tests render with
 
 log() { printf '\033[1m[numprobe setup]\033[0m %s\n' "$*" >&2; }
 

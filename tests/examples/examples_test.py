@@ -2,7 +2,7 @@
 """Integration tests of examples/moe: moe_train under torchrun, then diff_logs.
 
     examples_test.py CASE        (CASE: pairs, fault-grads-none, fault-rng-per-rank, fault-nan,
-                                  fault-skip-reduce, killed-rank, probe-off)
+                                  fault-skip-reduce, killed-rank, probe-off, html-report)
 
 Environment (set by ctest): MOE_TRAIN, DIFF_LOGS, TORCHRUN, WORK (a scratch directory).
 Each case prints what it ran and why it failed; the exit status is the verdict.
@@ -131,6 +131,43 @@ def case_fault_grads_none():
     if fd["class"] != "none_one_side":
         fail(f"first divergence class {fd['class']}, expected none_one_side")
     cause(r, "none_gradient", ["none in the test run", "all "])
+
+
+def case_html_report():
+    """The demo's two comparisons (scripts/demo.sh) as --html reports, rendered in Chromium."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "differ"))
+    import html_check
+    chromium = html_check.find_chromium()
+    if not chromium:
+        print("SKIP: chromium not found (scripts/setup.sh installs Debian's chromium)", flush=True)
+        sys.exit(html_check.SKIP)
+    seed = ("--rng-seed", "42")  # as scripts/demo.sh runs them
+    a = train("html_zero3_4", "zero3", 4, *seed, steps=3)
+    b = train("html_pp2_ddp4", "pp-ddp", 8, "--stages", "2", *seed, steps=3)
+    c = train("html_pp2_ddp4_grads_none", "pp-ddp", 8, "--stages", "2", *seed, "--fault", "grads-none", steps=3)
+    browser = html_check.Browser(chromium)
+    try:
+        for name, run, expect, fd_name in [("demo1", b, 0, None), ("demo2", c, 1, "tok_embeddings.weight")]:
+            html = os.path.join(WORK, name + ".html")
+            r = diff(a, run, "--html", html, expect=expect)
+            dom, log = browser.dump_dom(html)
+            problems = html_check.render_problems(dom, log)
+            drawn = html_check.attr(dom, "heatmap-canvas", "data-cells-drawn")
+            if drawn != str(r["records_compared"]):
+                problems.append(f"heat map drew {drawn} cells, expected {r['records_compared']}")
+            if fd_name is None and html_check.attr(dom, "no-divergence", "class") is None:
+                problems.append("the equal runs' page does not say there is no divergence")
+            if fd_name is not None and html_check.attr(dom, "fd-headline", "data-name") != fd_name:
+                problems.append(f"first divergence panel names {html_check.attr(dom, 'fd-headline', 'data-name')}")
+            png = os.path.join(WORK, name + ".png")
+            browser.screenshot(html, png, 1280, 1600)
+            problems += html_check.screenshot_problems(png, 1280, 1600)
+            if problems:
+                fail(f"{html}: " + "; ".join(problems))
+            print(f"OK {html}: {drawn} cells, render {html_check.attr(dom, 'body', 'data-render-ms')} ms, "
+                  f"screenshot {png}", flush=True)
+    finally:
+        browser.close()
 
 
 def case_fault_rng_per_rank():

@@ -577,6 +577,7 @@ struct Differ {
       } else if (is_divergence(p.cls) && !st.first_divergent_step) {
         st.first_divergent_step = step;  // a value on one side only (absent, or `none`)
       }
+      if (o.on_pair) o.on_pair(p, si);
       if (is_divergence(p.cls) && !first) first = &p;
       // The norm of RNG state bytes is no size of a difference.
       if ((p.cls == Class::different || p.cls == Class::within_tol) && p.kind != Kind::rng) offer_top(p);

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "differ/diff.h"
+#include "differ/report_html.h"
 
 int main(int argc, char** argv) {
   namespace d = probe::differ;
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
       "files) and report where they stop agreeing.\nExit status: 0 equal (or within "
       "tolerance), 1 differences found, a run with errors or a truncated run, 2 nothing "
       "compared, bad input or usage."};
-  std::string base_path, test_path, json_path, kinds, steps, name_re, model_name = "model";
+  std::string base_path, test_path, json_path, html_path, kinds, steps, name_re, model_name = "model";
   std::vector<std::string> maps, maps_base, maps_test;
   double rtol = 0, atol = 0, sum_rtol = 1e-5, sum_rtol_lowp = 1e-2;
   std::size_t top = 10, max_series = 20;
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
                  "that name, microbatch N");
   app.add_flag("--lenient", lenient, "skip and count garbage lines, out-of-order and duplicate records instead of failing");
   app.add_option("--json", json_path, "write the whole result as JSON to this file ('-' for stdout)");
+  app.add_option("--html", html_path, "also write a self-contained HTML report (heat map, curves, tables) to this file");
   app.add_flag("--color", color_always, "colour even when stdout is not a terminal");
   app.add_flag("--no-color", color_never, "never colour");
   // Every rank's log is open at once where the limit allows: thousands of ranks need more
@@ -90,7 +92,7 @@ int main(int argc, char** argv) {
     };
     // The --json file is opened before comparing: a path it cannot write is bad usage, found
     // before a report that would end "RESULT: equal" and exit 2 all the same.
-    std::ofstream json_file;
+    std::ofstream json_file, html_file;
     // Removes the file again unless the result gets written: a run that stops with an error
     // leaves no empty file, nor an earlier run's result, for a script to misread.
     struct RemoveUnlessWritten {
@@ -99,11 +101,20 @@ int main(int argc, char** argv) {
       ~RemoveUnlessWritten() {
         if (!path.empty() && !written) std::remove(path.c_str());
       }
-    } json_guard;
+    } json_guard, html_guard;
     if (!json_path.empty() && json_path != "-") {
       json_file.open(json_path);
       if (!json_file) throw d::InputError("cannot write --json file '" + json_path + "'");
       json_guard.path = json_path;
+    }
+    // --html gathers every pair's figures while comparing (the heat map and the curves).
+    d::PairGrid grid;
+    if (!html_path.empty()) {
+      if (!d::html_report_available()) throw d::InputError("--html: " + d::html_report_unavailable_reason());
+      html_file.open(html_path, std::ios::binary);
+      if (!html_file) throw d::InputError("cannot write --html file '" + html_path + "'");
+      html_guard.path = html_path;
+      opt.on_pair = [&grid](const d::Pair& p, std::size_t series) { grid.add(p, series); };
     }
     d::Run base(base_path, {lenient, !no_strip, rules(maps_base), "base", model_name});
     d::Run test(test_path, {lenient, !no_strip, rules(maps_test), "test", model_name});
@@ -122,6 +133,12 @@ int main(int argc, char** argv) {
         if (!json_file) throw d::InputError("cannot write --json file '" + json_path + "'");
         json_guard.written = true;
       }
+    }
+    if (!html_path.empty()) {
+      d::write_html(result, opt, grid, html_file);
+      html_file.close();
+      if (!html_file) throw d::InputError("cannot write --html file '" + html_path + "'");
+      html_guard.written = true;
     }
     return result.exit_code();
   } catch (const d::InputError& e) {

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -260,6 +261,10 @@ struct DiffOptions {
   std::size_t top = 10;
   double sum_order_rtol = 1e-5;       // fp32/fp64 grads
   double sum_order_rtol_lowp = 1e-2;  // bf16/fp16 grads
+  // Called with every compared pair once it is classified, in execution order, with the index
+  // of its series in Result::series: for reports that draw every pair (--html's heat map),
+  // while the Result keeps aggregates only.
+  std::function<void(const Pair&, std::size_t series)> on_pair;
 };
 
 struct RunInfo {

@@ -1,0 +1,753 @@
+// diff_logs --html: draws the report from the JSON embedded in the page (#numprobe-data):
+// { report: the --json document, grid: the heat map, curves: full-precision series }.
+// Chart.js draws the summary bars and the curves (log axes, tooltips); D3 gives the heat map's
+// log colour scale, its legend axis and number formats; the heat map itself is painted into
+// an ImageData (one pixel per cell) and scaled onto a canvas that shows the visible part only,
+// so 1,000 x 1,000 cells draw as fast as 10 x 10. docs/diff-logs.md describes the page.
+(function () {
+  'use strict';
+
+  var DATA = JSON.parse(document.getElementById('numprobe-data').textContent);
+  var parsedAt = performance.now();
+  var R = DATA.report;
+  var KINDS = ['rng', 'input', 'output', 'tap', 'output_grad', 'mb_grad', 'grad', 'scalar'];
+  var PHASE = {rng: 'forward', input: 'forward', output: 'forward', tap: 'forward',
+               output_grad: 'backward', mb_grad: 'backward', grad: 'step end', scalar: 'step end'};
+  var CLASSES = ['equal', 'within_tol', 'different', 'only_base', 'only_test', 'none_one_side',
+                 'unsupported'];
+  // Cell codes: the class index, 7 = NaN/Inf on a side, 255 = no record at that step.
+  var NONFINITE = 7, ABSENT = 255;
+  var CLASS_COLOR = {
+    equal: '#2ca02c', within_tol: '#98df8a', different: '#d62728', only_base: '#ff7f0e',
+    only_test: '#ffbb78', none_one_side: '#7b4ea3', unsupported: '#a0a0a0'
+  };
+  var CELL_COLOR = {  // the heat map's fixed colours; 'different'/'within_tol' use the scale
+    equal: '#2ca02c', none_one_side: '#7b4ea3', only_base: '#1f77b4', only_test: '#17becf',
+    nonfinite: '#000000', unsupported: '#b0b0b0', absent: '#f4f4f4'
+  };
+
+  // ---- small helpers ---------------------------------------------------------------------
+  function el(tag, attrs, children) {
+    var e = document.createElement(tag);
+    if (attrs) Object.keys(attrs).forEach(function (k) {
+      if (k === 'text') e.textContent = attrs[k];
+      else if (k === 'class') e.className = attrs[k];
+      else e.setAttribute(k, attrs[k]);
+    });
+    (children || []).forEach(function (c) {
+      if (c !== null && c !== undefined) e.appendChild(typeof c === 'string' ? document.createTextNode(c) : c);
+    });
+    return e;
+  }
+  function section(id, title) {
+    var s = el('section', {id: id}, [el('h2', {text: title})]);
+    document.getElementById('app').appendChild(s);
+    return s;
+  }
+  // Numbers as the text report writes them: full precision (shortest round-trip), '-' for
+  // none; the JSON carries NaN/Inf as strings.
+  function fmt(v) {
+    if (v === null || v === undefined) return '-';
+    if (typeof v === 'string') return v;
+    return String(v);
+  }
+  var short = d3.format('.4~g');
+  function fmtShort(v) {
+    if (v === null || v === undefined) return '-';
+    if (typeof v === 'string') return v;
+    if (!isFinite(v)) return String(v);
+    return short(v);
+  }
+  function seriesTitle(s) {
+    return s.kind + ' ' + s.name + (s.mb !== null && s.mb !== undefined ? ' mb=' + s.mb : '');
+  }
+  function where(p) {
+    return 'step ' + p.step + '  ' + PHASE[p.kind] + (p.mb !== null ? '  mb ' + p.mb : '') + '  ' +
+           p.kind + ' ' + p.name;
+  }
+  function decode(b64, Type) {
+    var bin = atob(b64), bytes = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; ++i) bytes[i] = bin.charCodeAt(i);
+    return new Type(bytes.buffer);
+  }
+  function fail(err) {  // an error in one panel: shown, counted, the other panels still draw
+    window.dispatchEvent(new ErrorEvent('error', {message: String(err && err.stack || err), error: err}));
+  }
+  function guarded(fn) {
+    try { fn(); } catch (e) { fail(e); }
+  }
+
+  // ---- 1. header ---------------------------------------------------------------------------
+  function runLine(label, i) {
+    var what = i.python ? 'NumericsLogger log' :
+      i.ranks_found + '/' + i.world_size + ' ranks' + (i.setup ? ', ' + i.setup : '');
+    var steps = i.steps + (i.first_step !== null ? ' [' + i.first_step + '..' + i.last_step + ']' : '');
+    return el('tr', null, [el('th', {text: label}), el('td', {class: 'path', text: i.path}),
+      el('td', {text: what}), el('td', {text: 'steps ' + steps}),
+      el('td', {text: i.records + ' records'}), el('td', {text: i.torch ? 'torch ' + i.torch : ''})]);
+  }
+  function drawHeader() {
+    var h = el('header', {id: 'header'});
+    document.getElementById('app').appendChild(h);
+    h.appendChild(el('h1', {text: 'numprobe: where two runs stop agreeing'}));
+    h.appendChild(el('table', {class: 'runs'}, [runLine('base', R.base), runLine('test', R.test)]));
+    var ok = R.exit_code === 0;
+    var result = el('p', {id: 'result', class: ok ? 'ok' : 'bad', 'data-result': R.result,
+                          'data-exit-code': String(R.exit_code)},
+      ['RESULT: ' + R.result.replace(/_/g, ' ') + ' (exit ' + R.exit_code + ')']);
+    h.appendChild(result);
+    var o = R.options, opts = [];
+    opts.push('paired steps ' + R.paired_steps + ', records compared ' + R.records_compared);
+    opts.push(o.rtol || o.atol ? 'tolerance rtol=' + o.rtol + ' atol=' + o.atol : 'bitwise comparison');
+    if (o.kinds) opts.push('--kinds ' + o.kinds.join(','));
+    if (o.steps[0] !== null || o.steps[1] !== null)
+      opts.push('--steps ' + (o.steps[0] === null ? '' : o.steps[0]) + ':' + (o.steps[1] === null ? '' : o.steps[1]));
+    if (o.name) opts.push('--name ' + o.name);
+    h.appendChild(el('p', {class: 'options', text: opts.join(' · ')}));
+    if (R.truncated_at !== null)
+      h.appendChild(el('p', {class: 'warn', text: "a rank's log ends early (killed?): steps from " +
+                             R.truncated_at + ' on are read but not compared'}));
+    [['base', R.base], ['test', R.test]].forEach(function (bt) {
+      var run = bt[1], types = Object.keys(run.issue_counts);
+      if (!types.length) return;
+      var box = el('div', {class: 'issues', 'data-run': bt[0]}, [
+        el('h3', {text: 'Run issues (' + bt[0] + '): ' +
+                  types.map(function (t) { return t + '=' + run.issue_counts[t]; }).join('  ')})]);
+      run.hints.forEach(function (hint) { box.appendChild(el('p', {class: 'hint', text: hint})); });
+      var ul = el('ul');
+      run.issues.forEach(function (i) {
+        ul.appendChild(el('li', {class: i.severity}, [
+          el('b', {text: i.severity + ' ' + i.type}), (i.step !== null ? ' (step ' + i.step + ')' : '') + ': ' + i.message]));
+      });
+      box.appendChild(ul);
+      h.appendChild(box);
+    });
+    [['kinds_only_base', 'test'], ['kinds_only_test', 'base']].forEach(function (kl) {
+      if (R[kl[0]].length)
+        h.appendChild(el('p', {class: 'warn', text: 'kinds in one run only: the ' + kl[1] +
+                               ' run recorded no ' + R[kl[0]].join(', ') + ' (PROBE_KINDS?)'}));
+    });
+  }
+
+  // ---- 2. summary ----------------------------------------------------------------------------
+  function drawSummary() {
+    var s = section('summary', 'Summary: pairs per kind and class');
+    var kinds = KINDS.filter(function (k) {
+      var row = R.summary[k];
+      return CLASSES.some(function (c) { return row[c] > 0; });
+    });
+    if (!kinds.length) { s.appendChild(el('p', {text: 'No pair compared.'})); return; }
+    var box = el('div', {class: 'chart-box', style: 'height:' + (60 + 34 * kinds.length) + 'px'});
+    var canvas = el('canvas', {id: 'summary-chart', role: 'img',
+                               'aria-label': 'stacked bars: pairs per kind and class'});
+    box.appendChild(canvas);
+    s.appendChild(box);
+    new Chart(canvas, {
+      type: 'bar',
+      data: {
+        labels: kinds,
+        datasets: CLASSES.map(function (c) {
+          return {label: c, backgroundColor: CLASS_COLOR[c],
+                  data: kinds.map(function (k) { return R.summary[k][c]; })};
+        })
+      },
+      options: {
+        indexAxis: 'y', animation: false, maintainAspectRatio: false,
+        scales: {x: {stacked: true, title: {display: true, text: 'pairs'}}, y: {stacked: true}},
+        plugins: {legend: {position: 'bottom'}}
+      }
+    });
+    // The counts as the text report gives them.
+    var head = el('tr', null, [el('th', {text: 'kind'})].concat(CLASSES.map(function (c) {
+      return el('th', {text: c});
+    })));
+    var rows = kinds.map(function (k) {
+      return el('tr', null, [el('td', {text: k})].concat(CLASSES.map(function (c) {
+        var n = R.summary[k][c];
+        var cls = n === 0 ? 'zero' : c === 'equal' ? 'ok' : (c === 'within_tol' || c === 'unsupported') ? '' : 'bad';
+        return el('td', {class: 'num ' + cls, text: String(n)});
+      })));
+    });
+    s.appendChild(el('table', {class: 'counts'}, [el('thead', null, [head]), el('tbody', null, rows)]));
+  }
+
+  // ---- 3. first divergence -------------------------------------------------------------------
+  function sideRows(p) {
+    var fields = [['state', 'state'], ['hash', 'hash'], ['torch_hash', 'torch_hash'], ['norm', 'norm'],
+                  ['min', 'min'], ['max', 'max'], ['mean', 'mean'], ['value', 'value'],
+                  ['nan', 'nan'], ['inf', 'inf'], ['dtype', 'dtype'], ['shape', 'shape'],
+                  ['ranks', 'ranks'], ['unsupported', 'unsupported']];
+    var rows = [el('tr', null, [el('th'), el('th', {text: 'base'}), el('th', {text: 'test'})])];
+    fields.forEach(function (f) {
+      function val(side) {
+        if (side === null) return '(absent)';
+        var v = side[f[0]];
+        if (v === undefined) return '';
+        if (Array.isArray(v)) return f[0] === 'shape' ? '[' + v.join(',') + ']' : v.join(',');
+        return fmt(v);
+      }
+      var b = val(p.base), t = val(p.test);
+      if (b === '' && t === '') return;
+      rows.push(el('tr', {class: b !== t ? 'differs' : ''}, [el('th', {text: f[1]}),
+        el('td', {class: 'num', text: b}), el('td', {class: 'num', text: t})]));
+    });
+    return el('table', {class: 'sides'}, rows);
+  }
+  function divergenceBlock(title, p, id) {
+    var box = el('div', {class: 'divergence', id: id, 'data-step': String(p.step), 'data-kind': p.kind,
+                         'data-name': p.name, 'data-class': p['class']});
+    box.appendChild(el('h3', null, [title + '  ', el('span', {class: 'where', text: where(p)}),
+                                    '  [' + p['class'] + ']']));
+    box.appendChild(sideRows(p));
+    if (p.rel_diff && p.kind !== 'rng')
+      box.appendChild(el('p', {text: 'relative norm difference: ' + fmt(p.rel_diff)}));
+    if (p.note) box.appendChild(el('p', {class: 'note', text: 'note: ' + p.note}));
+    return box;
+  }
+  // Fields a later differ may add, shown when present: first_unexplained_divergence (a pair,
+  // the headline then), noise (an object of figures), root_cause_op (an object or text).
+  function objectTable(obj) {
+    var rows = Object.keys(obj).map(function (k) {
+      var v = obj[k];
+      return el('tr', null, [el('th', {text: k}),
+        el('td', {text: typeof v === 'object' && v !== null ? JSON.stringify(v) : fmt(v)})]);
+    });
+    return el('table', {class: 'kv'}, rows);
+  }
+  function drawFirstDivergence() {
+    var s = section('first-divergence', 'First divergence');
+    var unexplained = R.first_unexplained_divergence;
+    var main = el('div', {class: 'fd-main'});
+    var side = el('div', {class: 'fd-side'});
+    s.appendChild(el('div', {class: 'fd-layout'}, [main, side]));
+    if (!R.first_divergence) {
+      main.appendChild(el('p', {class: 'ok', id: 'no-divergence', text: 'none: every compared pair agrees'}));
+    } else if (unexplained) {
+      main.appendChild(divergenceBlock('First unexplained divergence', unexplained, 'fd-headline'));
+      main.appendChild(divergenceBlock('First divergence (within noise)', R.first_divergence, 'fd-first'));
+    } else {
+      main.appendChild(divergenceBlock('First divergence', R.first_divergence, 'fd-headline'));
+    }
+    if (unexplained === null && R.first_divergence)
+      main.appendChild(el('p', {class: 'ok', text: 'every divergence is explained as noise'}));
+    if (R.likely_causes.length) {
+      main.appendChild(el('h3', {text: 'Likely cause'}));
+      var ul = el('ul', {class: 'causes'});
+      R.likely_causes.forEach(function (c) {
+        ul.appendChild(el('li', {'data-rule': c.rule}, [el('span', {class: 'rule', text: '[' + c.rule + ']'}), ' ' + c.message]));
+      });
+      main.appendChild(ul);
+    }
+    if (R.summation_order_grads > 0)
+      main.appendChild(el('p', {text: R.summation_order_grads +
+        ' grad record(s) differ only at summation-order size with bitwise-equal mb_grads'}));
+    if (R.root_cause_op !== undefined && R.root_cause_op !== null) {
+      main.appendChild(el('h3', {text: 'Root-cause op'}));
+      main.appendChild(typeof R.root_cause_op === 'object' ? objectTable(R.root_cause_op)
+                                                             : el('p', {text: String(R.root_cause_op)}));
+    }
+    if (R.noise !== undefined && R.noise !== null) {
+      side.appendChild(el('h3', {text: 'Noise summary'}));
+      side.appendChild(typeof R.noise === 'object' ? objectTable(R.noise) : el('p', {text: String(R.noise)}));
+    }
+    if (R.first_divergence) {
+      var btn = el('button', {type: 'button', text: 'show it in the heat map'});
+      btn.addEventListener('click', function () { heatmapApi && heatmapApi.reveal(); });
+      main.appendChild(btn);
+    }
+  }
+
+  // ---- 4. heat map -----------------------------------------------------------------------------
+  var heatmapApi = null;
+  function hexRgb(hex) {
+    var c = d3.rgb(hex);
+    return [c.r, c.g, c.b];
+  }
+  function drawHeatmap() {
+    var G = DATA.grid, nrows = G.rows.length, ncols = G.columns;
+    var s = section('heatmap', 'Heat map: relative difference of each series at each step');
+    if (!nrows || !ncols) { s.appendChild(el('p', {text: 'No pair compared.'})); return; }
+    var code = decode(G.code, Uint8Array), rel = decode(G.rel, Float32Array);
+    var base = decode(G.base, Float32Array), test = decode(G.test, Float32Array);
+    var series = G.rows.map(function (i) { return R.series[i]; });
+
+    // Colour: the relative difference on a log scale from 1e-16 (float64's epsilon) to 1, the
+    // same in every report (fp32 summation order, ~1e-7, sits mid-scale), widened only where
+    // a difference falls outside it.
+    var lo = 1e-16, hi = 1;
+    for (var i = 0; i < rel.length; ++i) {
+      var c = code[i];
+      if ((c === 1 || c === 2) && rel[i] > 0 && isFinite(rel[i])) { lo = Math.min(lo, rel[i]); hi = Math.max(hi, rel[i]); }
+    }
+    var color = d3.scaleSequentialLog(d3.interpolateYlOrRd).domain([lo, hi]).clamp(true);
+    var zeroDiff = hexRgb('#fdf0b0');  // a hash differs while the norm is equal (rel 0)
+    var fixed = {};
+    Object.keys(CELL_COLOR).forEach(function (k) { fixed[k] = hexRgb(CELL_COLOR[k]); });
+    function cellRgb(k) {
+      var c = code[k];
+      if (c === ABSENT) return fixed.absent;
+      if (c === NONFINITE) return fixed.nonfinite;
+      if (c === 0) return fixed.equal;
+      if (c === 3) return fixed.only_base;
+      if (c === 4) return fixed.only_test;
+      if (c === 5) return fixed.none_one_side;
+      if (c === 6) return fixed.unsupported;
+      if (!(rel[k] > 0)) return zeroDiff;
+      return lut[Math.max(0, Math.min(255, Math.round((Math.log10(isFinite(rel[k]) ? rel[k] : hi) - logLo) * lutStep)))];
+    }
+    // The scale as a 256-entry table: a million cells need no colour interpolation each.
+    var logLo = Math.log10(lo), lutStep = 255 / (Math.log10(hi) - logLo), lut = [];
+    for (var q = 0; q < 256; ++q) lut.push(hexRgb(color(Math.pow(10, logLo + q / lutStep))));
+
+    // Controls and legend.
+    var kindsPresent = [];
+    series.forEach(function (x) { if (kindsPresent.indexOf(x.kind) < 0) kindsPresent.push(x.kind); });
+    var kindSel = el('select', {id: 'heatmap-kind'}, [el('option', {value: '', text: 'all kinds'})].concat(
+      kindsPresent.map(function (k) { return el('option', {value: k, text: k}); })));
+    var onlyDiv = el('input', {type: 'checkbox', id: 'heatmap-divergent'});
+    var zoomSel = el('select', {id: 'heatmap-zoom'}, [1, 2, 4, 8].map(function (z) {
+      return el('option', {value: String(z), text: 'zoom x' + z});
+    }));
+    var jump = el('button', {type: 'button', text: 'first divergence'});
+    s.appendChild(el('div', {class: 'controls'}, [kindSel, el('label', null, [onlyDiv, ' mismatching series only']),
+                                                   zoomSel, G.first_divergence ? jump : null]));
+    s.appendChild(drawLegend(color, lo, hi));
+    if (G.steps_per_column > 1)
+      s.appendChild(el('p', {class: 'note', text: 'Each column spans ' + G.steps_per_column +
+        ' steps and shows its most severe pair (NaN/Inf, none, one run only, different, within tolerance).'}));
+
+    var labelW = 260, axisH = 34;
+    var wrap = el('div', {class: 'hm-wrap'});
+    var labels = el('canvas', {class: 'hm-labels'});
+    var axis = el('canvas', {class: 'hm-axis'});
+    var scroller = el('div', {class: 'hm-scroll'});
+    var spacer = el('div', {class: 'hm-spacer'});
+    var view = el('canvas', {id: 'heatmap-canvas', class: 'hm-view', 'data-rows': String(nrows),
+                             'data-columns': String(ncols)});
+    scroller.appendChild(view);
+    scroller.appendChild(spacer);
+    var tip = el('div', {class: 'hm-tip', hidden: ''});
+    wrap.appendChild(el('div', {class: 'hm-corner'}));
+    wrap.appendChild(axis);
+    wrap.appendChild(labels);
+    wrap.appendChild(scroller);
+    s.appendChild(wrap);
+    s.appendChild(tip);
+    s.appendChild(el('p', {class: 'note', text: 'Rows: parameters in model order (grad, then its mb_grads), forward ' +
+      'records by kind, name and microbatch, output_grad, scalars. Hover a cell for its figures; click it to plot the series below.'}));
+
+    var shown = [];     // visible row -> index into series / code rows
+    var image = null;   // offscreen canvas: one pixel per (visible row, column)
+    var cw = 1, ch = 1;
+    var fdRow = G.first_divergence ? G.first_divergence.row : -1;
+    var fdCol = G.first_divergence ? G.first_divergence.column : -1;
+
+    function mismatching(x) { return x.exact_matches !== x.paired_steps || x.base_steps !== x.test_steps; }
+    function build() {
+      var kind = kindSel.value, only = onlyDiv.checked;
+      shown = [];
+      for (var r = 0; r < nrows; ++r) {
+        var x = series[r];
+        if ((!kind || x.kind === kind) && (!only || mismatching(x))) shown.push(r);
+      }
+      image = document.createElement('canvas');
+      image.width = ncols;
+      image.height = Math.max(1, shown.length);
+      var ctx = image.getContext('2d');
+      var img = ctx.createImageData(ncols, Math.max(1, shown.length)), px = img.data, drawn = 0, divergent = 0;
+      for (var y = 0; y < shown.length; ++y) {
+        var row = shown[y] * ncols;
+        for (var x2 = 0; x2 < ncols; ++x2) {
+          var k = row + x2, rgb = cellRgb(k), o = (y * ncols + x2) * 4;
+          px[o] = rgb[0]; px[o + 1] = rgb[1]; px[o + 2] = rgb[2]; px[o + 3] = 255;
+          if (code[k] !== ABSENT) ++drawn;
+          if (code[k] >= 2 && code[k] <= 5 || code[k] === NONFINITE) ++divergent;
+        }
+      }
+      ctx.putImageData(img, 0, 0);
+      // Countable markers for tests and tools: a canvas has no DOM cells.
+      view.setAttribute('data-rows-shown', String(shown.length));
+      view.setAttribute('data-cells-drawn', String(drawn));
+      view.setAttribute('data-cells-divergent', String(divergent));
+      layout();
+    }
+    function layout() {
+      var zoom = +zoomSel.value;
+      var avail = Math.max(200, s.clientWidth - labelW - 24);
+      cw = Math.max(1, Math.min(160, Math.floor(avail / ncols))) * zoom;
+      ch = Math.max(1, Math.min(14, Math.floor(720 / Math.max(1, shown.length)))) * zoom;
+      var fullW = ncols * cw, fullH = shown.length * ch;
+      var vw = Math.min(fullW, avail), vh = Math.min(fullH, 760);
+      spacer.style.width = fullW + 'px';
+      spacer.style.height = fullH + 'px';
+      scroller.style.width = vw + (fullH > vh ? 16 : 0) + 'px';
+      scroller.style.height = vh + (fullW > vw ? 16 : 0) + 'px';
+      view.width = vw; view.height = vh;
+      view.style.width = vw + 'px'; view.style.height = vh + 'px';
+      labels.width = labelW; labels.height = vh;
+      axis.width = vw; axis.height = axisH;
+      paint();
+    }
+    function paint() {
+      var sx = scroller.scrollLeft, sy = scroller.scrollTop;
+      var vctx = view.getContext('2d');
+      vctx.imageSmoothingEnabled = false;
+      vctx.clearRect(0, 0, view.width, view.height);
+      var c0 = Math.floor(sx / cw), r0 = Math.floor(sy / ch);
+      var nc = Math.min(ncols - c0, Math.ceil(view.width / cw) + 1);
+      var nr = Math.min(shown.length - r0, Math.ceil(view.height / ch) + 1);
+      if (nc > 0 && nr > 0)
+        vctx.drawImage(image, c0, r0, nc, nr, c0 * cw - sx, r0 * ch - sy, nc * cw, nr * ch);
+      // The first divergence: a ring round its cell, and crosshairs when cells are small.
+      var y = shown.indexOf(fdRow);
+      if (y >= 0 && fdCol >= 0) {
+        var x0 = fdCol * cw - sx, y0 = y * ch - sy;
+        vctx.save();
+        vctx.strokeStyle = '#000'; vctx.lineWidth = 2;
+        if (cw < 6 || ch < 6) {
+          vctx.setLineDash([4, 3]); vctx.lineWidth = 1;
+          vctx.beginPath();
+          vctx.moveTo(x0 + cw / 2, 0); vctx.lineTo(x0 + cw / 2, view.height);
+          vctx.moveTo(0, y0 + ch / 2); vctx.lineTo(view.width, y0 + ch / 2);
+          vctx.stroke();
+          vctx.setLineDash([]); vctx.lineWidth = 2;
+        }
+        vctx.strokeRect(x0 - 3, y0 - 3, cw + 6, ch + 6);
+        vctx.strokeStyle = '#fff'; vctx.lineWidth = 1;
+        vctx.strokeRect(x0 - 1, y0 - 1, cw + 2, ch + 2);
+        vctx.restore();
+      }
+      paintLabels(sy, r0, nr);
+      paintAxis(sx, c0, nc);
+    }
+    function paintLabels(sy, r0, nr) {
+      var ctx = labels.getContext('2d');
+      ctx.clearRect(0, 0, labels.width, labels.height);
+      ctx.font = Math.min(12, Math.max(9, ch - 2)) + 'px sans-serif';
+      ctx.textBaseline = 'middle';
+      var kindColor = d3.scaleOrdinal(d3.schemeTableau10).domain(KINDS);
+      var every = ch >= 9 ? 1 : Math.ceil(12 / ch);  // a label every `every` rows when rows are thin
+      for (var y = r0; y < r0 + nr; ++y) {
+        var x = series[shown[y]], top = y * ch - sy;
+        ctx.fillStyle = kindColor(x.kind);
+        ctx.fillRect(labelW - 6, top, 6, ch);
+        if (y % every) continue;
+        ctx.fillStyle = shown[y] === fdRow ? '#d62728' : '#222';
+        var text = seriesTitle(x);
+        while (text.length > 4 && ctx.measureText(text).width > labelW - 12) text = '…' + text.slice(2);
+        ctx.fillText(text, 2, top + ch / 2);
+      }
+    }
+    function paintAxis(sx, c0, nc) {
+      var ctx = axis.getContext('2d');
+      ctx.clearRect(0, 0, axis.width, axis.height);
+      ctx.font = '11px sans-serif';
+      ctx.fillStyle = '#222';
+      ctx.textBaseline = 'bottom';
+      var every = Math.max(1, Math.ceil(60 / cw));
+      for (var x = c0; x < c0 + nc; ++x) {
+        if (x % every) continue;
+        var left = x * cw - sx;
+        ctx.fillRect(left, axisH - 5, 1, 5);
+        ctx.fillText(String(G.first_step[x]), left + 2, axisH - 6);
+      }
+      ctx.fillText('step', 2, 12);
+    }
+    function cellAt(ev) {
+      var rect = view.getBoundingClientRect();
+      var x = Math.floor((ev.clientX - rect.left + scroller.scrollLeft) / cw);
+      var y = Math.floor((ev.clientY - rect.top + scroller.scrollTop) / ch);
+      if (x < 0 || x >= ncols || y < 0 || y >= shown.length) return null;
+      return {row: shown[y], col: x};
+    }
+    function describe(row, col) {
+      var k = row * ncols + col, c = code[k], x = series[row];
+      var steps = G.first_step[col] === G.last_step[col] ? 'step ' + G.first_step[col]
+        : 'steps ' + G.first_step[col] + '..' + G.last_step[col];
+      var cls = c === ABSENT ? 'no record' : c === NONFINITE ? 'NaN/Inf on a side' : CLASSES[c];
+      var lines = [seriesTitle(x), steps + ': ' + cls];
+      if (c !== ABSENT) {
+        var what = x.kind === 'scalar' ? 'value' : 'norm';
+        lines.push('base ' + what + ' ' + (isNaN(base[k]) && c !== NONFINITE ? '-' : short(base[k])) +
+                   ',  test ' + what + ' ' + (isNaN(test[k]) && c !== NONFINITE ? '-' : short(test[k])));
+        if (c !== 0) lines.push('relative difference ' + (rel[k] === Infinity ? 'inf' : d3.format('.3~e')(rel[k])));
+      }
+      if (row === fdRow && col === fdCol) lines.push('FIRST DIVERGENCE');
+      return lines;
+    }
+    view.addEventListener('mousemove', function (ev) {
+      var cell = cellAt(ev);
+      if (!cell) { tip.hidden = true; return; }
+      tip.textContent = describe(cell.row, cell.col).join('\n');
+      tip.hidden = false;
+      var box = s.getBoundingClientRect();
+      tip.style.left = (ev.clientX - box.left + 14) + 'px';
+      tip.style.top = (ev.clientY - box.top + 14) + 'px';
+    });
+    view.addEventListener('mouseleave', function () { tip.hidden = true; });
+    view.addEventListener('click', function (ev) {
+      var cell = cellAt(ev);
+      if (cell) plotGridSeries(cell.row);
+    });
+    scroller.addEventListener('scroll', function () { window.requestAnimationFrame(paint); });
+    kindSel.addEventListener('change', build);
+    onlyDiv.addEventListener('change', build);
+    zoomSel.addEventListener('change', layout);
+    window.addEventListener('resize', layout);
+    function reveal() {
+      if (shown.indexOf(fdRow) < 0) { kindSel.value = ''; onlyDiv.checked = false; build(); }
+      var y = shown.indexOf(fdRow);
+      scroller.scrollLeft = Math.max(0, fdCol * cw - view.width / 2);
+      scroller.scrollTop = Math.max(0, y * ch - view.height / 2);
+      s.scrollIntoView();
+      paint();
+    }
+    jump.addEventListener('click', reveal);
+    build();
+    if (fdRow >= 0) {  // start with the first divergence in view
+      var y = shown.indexOf(fdRow);
+      scroller.scrollTop = Math.max(0, y * ch - view.height / 2);
+      scroller.scrollLeft = Math.max(0, fdCol * cw - view.width / 2);
+      paint();
+    }
+    heatmapApi = {reveal: reveal};
+
+    // The series behind a row, from the grid (float32: 7 significant digits).
+    function plotGridSeries(row) {
+      var steps = [], b = [], t = [];
+      for (var x = 0; x < ncols; ++x) {
+        var k = row * ncols + x;
+        if (code[k] === ABSENT) continue;
+        steps.push(G.first_step[x]);
+        b.push(isNaN(base[k]) ? null : base[k]);
+        t.push(isNaN(test[k]) ? null : test[k]);
+      }
+      var box = document.getElementById('selected-curve');
+      box.textContent = '';
+      box.appendChild(curveCard(series[row], {steps: steps, base: b, test: t},
+                                'from the heat map (float32, 7 significant digits)'));
+      box.scrollIntoView();
+    }
+  }
+  function drawLegend(color, lo, hi) {
+    var w = 320, h = 44;
+    var svg = d3.create('svg').attr('width', w + 50).attr('height', h).attr('class', 'legend-scale');
+    var id = 'legend-gradient';
+    var grad = svg.append('defs').append('linearGradient').attr('id', id);
+    d3.range(0, 1.0001, 0.1).forEach(function (t) {
+      grad.append('stop').attr('offset', t).attr('stop-color', color(Math.pow(10, Math.log10(lo) + t * (Math.log10(hi) - Math.log10(lo)))));
+    });
+    svg.append('rect').attr('x', 20).attr('y', 4).attr('width', w).attr('height', 14).attr('fill', 'url(#' + id + ')');
+    var x = d3.scaleLog().domain([lo, hi]).range([20, 20 + w]);
+    svg.append('g').attr('transform', 'translate(0,18)').call(d3.axisBottom(x).tickValues(
+      d3.range(Math.ceil(Math.log10(lo)), Math.floor(Math.log10(hi)) + 1, 4).map(function (e) { return Math.pow(10, e); }))
+      .tickFormat(d3.format('.0e')));
+    var swatches = [['bitwise equal', CELL_COLOR.equal], ['hash differs, norm equal', '#fdf0b0'],
+                    ['none on one side', CELL_COLOR.none_one_side], ['base only', CELL_COLOR.only_base],
+                    ['test only', CELL_COLOR.only_test], ['NaN/Inf', CELL_COLOR.nonfinite],
+                    ['unsupported', CELL_COLOR.unsupported], ['no record', CELL_COLOR.absent]];
+    var legend = el('div', {class: 'legend'}, [
+      el('span', {class: 'legend-title', text: 'relative norm difference (log):'}), svg.node()]);
+    swatches.forEach(function (sw) {
+      legend.appendChild(el('span', {class: 'swatch'}, [el('i', {style: 'background:' + sw[1]}), sw[0]]));
+    });
+    return legend;
+  }
+
+  // ---- 5. curves ---------------------------------------------------------------------------
+  function figures(st) {
+    var rng = st.kind === 'rng';
+    var items = [['paired steps', st.paired_steps], ['exact matches', st.exact_matches],
+                 ['first divergent step', st.first_divergent_step]];
+    if (!rng)
+      items = items.concat([['MAE', fmtShort(st.mae)], ['RMSE', fmtShort(st.rmse)],
+        ['max |d|', st.max_abs_diff === null ? '-' : fmtShort(st.max_abs_diff) + ' @ step ' + st.max_abs_diff_step],
+        ['final d', fmtShort(st.final_diff)]]);
+    if (st.nonfinite_mismatch_steps) items.push(['NaN/Inf on one side', st.nonfinite_mismatch_steps + ' steps']);
+    if (st.base_steps !== st.test_steps) items.push(['steps with a value', 'base ' + st.base_steps + ', test ' + st.test_steps]);
+    return el('dl', {class: 'figures'}, [].concat.apply([], items.map(function (it) {
+      return [el('dt', {text: it[0]}), el('dd', {text: it[1] === null ? '-' : String(it[1])})];
+    })));
+  }
+  function asNumber(v) {
+    if (v === null) return null;
+    if (typeof v === 'string') return v === 'nan' ? NaN : v === 'inf' ? Infinity : v === '-inf' ? -Infinity : +v;
+    return v;
+  }
+  var chartCount = 0;
+  function curveCard(st, c, source) {
+    var card = el('div', {class: 'curve', 'data-series': seriesTitle(st)});
+    card.appendChild(el('h3', {class: st.first_divergent_step !== null ? 'bad' : 'ok', text: seriesTitle(st)}));
+    if (source) card.appendChild(el('p', {class: 'note', text: source}));
+    var body = el('div', {class: 'curve-body'});
+    card.appendChild(body);
+    body.appendChild(figures(st));
+    var what = st.kind === 'scalar' ? 'value' : 'norm';
+    var b = c.base.map(asNumber), t = c.test.map(asNumber);
+    var vals = [], diffs = [], zeros = 0;
+    for (var i = 0; i < c.steps.length; ++i) {
+      var x = c.steps[i];
+      vals.push({x: x, b: b[i], t: t[i]});
+      if (b[i] === null || t[i] === null) continue;
+      var d = t[i] - b[i];
+      if (d === 0 || (isNaN(b[i]) && isNaN(t[i]))) { ++zeros; continue; }
+      diffs.push({x: x, y: isFinite(d) ? Math.abs(d) : null});
+    }
+    var many = c.steps.length > 200;
+    function chart(canvas, datasets, yScale, yTitle) {
+      ++chartCount;
+      return new Chart(canvas, {
+        type: 'line',
+        data: {datasets: datasets},
+        options: {
+          animation: false, parsing: false, normalized: true, maintainAspectRatio: false,
+          spanGaps: false,
+          elements: {point: {radius: many ? 0 : 2}, line: {borderWidth: 1.5}},
+          interaction: {mode: 'nearest', intersect: false, axis: 'x'},
+          scales: {x: {type: 'linear', title: {display: true, text: 'step'}, ticks: {precision: 0}},
+                   y: Object.assign({title: {display: true, text: yTitle}}, yScale)},
+          plugins: {legend: {position: 'bottom'}, decimation: {enabled: many, algorithm: 'min-max'},
+                    tooltip: {callbacks: {label: function (ctx) {
+                      return ctx.dataset.label + ': ' + String(ctx.raw.y);
+                    }}}}
+        }
+      });
+    }
+    var c1 = el('canvas'), c2 = el('canvas');
+    body.appendChild(el('div', {class: 'chart-box small'}, [c1]));
+    body.appendChild(el('div', {class: 'chart-box small'}, [c2]));
+    chart(c1, [
+      {label: 'base ' + what, borderColor: '#1f77b4', backgroundColor: '#1f77b4',
+       data: vals.map(function (p) { return {x: p.x, y: p.b === null || !isFinite(p.b) ? null : p.b}; })},
+      {label: 'test ' + what, borderColor: '#d62728', backgroundColor: '#d62728', borderDash: [5, 3],
+       data: vals.map(function (p) { return {x: p.x, y: p.t === null || !isFinite(p.t) ? null : p.t}; })}
+    ], {type: 'linear'}, what);
+    if (diffs.length) {
+      chart(c2, [{label: '|d| = |test - base|', borderColor: '#7b4ea3', backgroundColor: '#7b4ea3', data: diffs}],
+            {type: 'logarithmic'}, '|d| (log)');
+    } else {
+      c2.parentNode.replaceWith(el('p', {class: 'note', text: 'd = 0 at every paired step: nothing for a log axis.'}));
+    }
+    if (zeros && diffs.length)
+      card.appendChild(el('p', {class: 'note', text: zeros + ' step(s) with d = 0 (left out of the log axis).'}));
+    return card;
+  }
+  function drawCurves() {
+    var s = section('curves', 'Curves: paired statistics (d = test - base)');
+    s.appendChild(el('div', {id: 'selected-curve'}));
+    if (!DATA.curves.length) s.appendChild(el('p', {text: 'No series to plot.'}));
+    var grid = el('div', {class: 'curves'});
+    s.appendChild(grid);
+    DATA.curves.forEach(function (c) {
+      guarded(function () { grid.appendChild(curveCard(R.series[c.series], c, null)); });
+    });
+    s.setAttribute('data-curves', String(DATA.curves.length));
+  }
+
+  // ---- 6. tables -----------------------------------------------------------------------------
+  // A table whose column headers sort it (numbers numerically; '-' last).
+  function sortableTable(id, columns, rows) {
+    var thead = el('tr');
+    var tbody = el('tbody');
+    var table = el('table', {id: id, class: 'sortable', 'data-rows': String(rows.length)},
+                   [el('thead', null, [thead]), tbody]);
+    var order = {col: -1, dir: 1};
+    function fill() {
+      tbody.textContent = '';
+      rows.forEach(function (r) {
+        tbody.appendChild(el('tr', null, r.map(function (v, i) {
+          return el('td', {class: columns[i].num ? 'num' : '', text: v === null || v === undefined ? '-' : String(v)});
+        })));
+      });
+    }
+    function key(v) {
+      if (v === null || v === undefined || v === '-') return null;
+      var n = asNumber(v);
+      return typeof n === 'number' && !isNaN(n) ? n : String(v);
+    }
+    columns.forEach(function (c, i) {
+      var th = el('th', {text: c.title, title: 'sort', tabindex: '0'});
+      th.addEventListener('click', function () {
+        order.dir = order.col === i ? -order.dir : (c.num ? -1 : 1);
+        order.col = i;
+        rows.sort(function (a, b) {
+          var x = key(a[i]), y = key(b[i]);
+          if (x === y) return 0;
+          if (x === null) return 1;
+          if (y === null) return -1;
+          return (x < y ? -1 : 1) * order.dir;
+        });
+        Array.prototype.forEach.call(thead.children, function (h, j) {
+          h.setAttribute('aria-sort', j === i ? (order.dir > 0 ? 'ascending' : 'descending') : 'none');
+        });
+        fill();
+      });
+      thead.appendChild(th);
+    });
+    fill();
+    return table;
+  }
+  function norm(side) { return side === null ? null : side.norm !== undefined ? side.norm : side.value; }
+  function drawTables() {
+    var s = section('tables', 'Tables');
+    s.appendChild(el('h3', {text: 'Top ' + R.top.length + ' differences (relative norm/value difference)'}));
+    s.appendChild(sortableTable('top-table', [
+      {title: 'relative difference', num: true}, {title: 'step', num: true}, {title: 'phase'},
+      {title: 'kind'}, {title: 'name'}, {title: 'mb', num: true}, {title: 'class'},
+      {title: 'base', num: true}, {title: 'test', num: true}, {title: 'note'}],
+      R.top.map(function (p) {
+        return [p.rel_diff, p.step, PHASE[p.kind], p.kind, p.name, p.mb, p['class'],
+                fmt(norm(p.base)), fmt(norm(p.test)), p.note || ''];
+      })));
+    var mism = R.series.filter(function (x) {
+      return x.exact_matches !== x.paired_steps || x.base_steps !== x.test_steps;
+    });
+    s.appendChild(el('h3', {text: 'Mismatching series (' + mism.length + ' of ' + R.series.length + ')'}));
+    s.appendChild(sortableTable('series-table', [
+      {title: 'kind'}, {title: 'name'}, {title: 'mb', num: true}, {title: 'paired', num: true},
+      {title: 'exact', num: true}, {title: 'first divergent step', num: true}, {title: 'MAE', num: true},
+      {title: 'RMSE', num: true}, {title: 'max |d|', num: true}, {title: 'at step', num: true},
+      {title: 'final d', num: true}],
+      mism.map(function (x) {
+        return [x.kind, x.name, x.mb, x.paired_steps, x.exact_matches, x.first_divergent_step,
+                x.mae, x.rmse, x.max_abs_diff, x.max_abs_diff_step, x.final_diff];
+      })));
+    var only = [];
+    R.names_only_base.forEach(function (n) { only.push(['base', n.split(' ')[0], n.slice(n.indexOf(' ') + 1)]); });
+    R.names_only_test.forEach(function (n) { only.push(['test', n.split(' ')[0], n.slice(n.indexOf(' ') + 1)]); });
+    s.appendChild(el('h3', {text: 'Names in one run only (' + only.length + '; --map REGEX=REPLACEMENT aligns renamed ones)'}));
+    s.appendChild(sortableTable('only-table', [{title: 'run'}, {title: 'kind'}, {title: 'name'}], only));
+  }
+
+  // ---- footer ----------------------------------------------------------------------------------
+  function drawFooter() {
+    var f = el('footer', {id: 'footer'});
+    document.getElementById('app').appendChild(f);
+    f.appendChild(el('p', {text: 'Written by numprobe diff_logs --html (' + R.schema + '). Drawn with Chart.js ' +
+      Chart.version + ' (MIT) and D3 ' + d3.version + ' (BSD-3-Clause), embedded in this file; nothing is fetched.'}));
+    [['license-chartjs', 'Chart.js licence (Debian copyright file)'],
+     ['license-d3', 'D3 licence (Debian copyright file)']].forEach(function (l) {
+      f.appendChild(el('details', null, [el('summary', {text: l[1]}),
+        el('pre', {text: document.getElementById(l[0]).textContent})]));
+    });
+  }
+
+  function draw() {
+    var timings = [];
+    function timed(fn) {
+      var t = performance.now();
+      guarded(fn);
+      timings.push(fn.name + '=' + Math.round(performance.now() - t));
+    }
+    timings.push('parse=' + Math.round(parsedAt));
+    drawHeader();
+    [drawSummary, drawFirstDivergence, drawHeatmap, drawCurves, drawTables, drawFooter].forEach(timed);
+    document.body.setAttribute('data-timings-ms', timings.join(' '));
+    document.body.setAttribute('data-charts', String(chartCount));
+    // Milliseconds from navigation start to a drawn page (docs/perf.md records them).
+    document.body.setAttribute('data-render-ms', String(Math.round(performance.now())));
+    document.body.setAttribute('data-render', 'done');
+  }
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', function () { guarded(draw); });
+  else guarded(draw);
+})();
