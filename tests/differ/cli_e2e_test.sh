@@ -74,17 +74,17 @@ fi
 if "$DIFF" --no-color "$T/nowhere" "$T/nowhere" --html "$T/probe.html" 2>&1 | grep -q "built without the plotting"; then
   echo "SKIP --html checks: diff_logs built without the plotting libraries"
 else
-  expect 1 "" -- --json "$T/both.json" --html "$T/both.html" "$T/single" "$T/sumorder"
+  expect 1 "^RESULT: differences found \(exit 1\)$" -- --json "$T/both.json" --html "$T/both.html" "$T/single" "$T/sumorder"
   grep -q 'id="numprobe-data"' "$T/both.html" && [ -s "$T/both.json" ] ||
     { echo "FAIL: --json with --html did not write both files"; fail=1; }
   expect 2 "^diff_logs: error: cannot write --html file '$T/nowhere/x.html'$" -- --html "$T/nowhere/x.html" "$T/single" "$T/zero3"
   echo stale > "$T/stale.html"
-  expect 2 "error" -- --html "$T/stale.html" "$T/single" "$T/does-not-exist"
+  expect 2 "^diff_logs: error: .*does-not-exist. does not exist" -- --html "$T/stale.html" "$T/single" "$T/does-not-exist"
   [ ! -e "$T/stale.html" ] || { echo "FAIL: a failed comparison left its --html file behind"; fail=1; }
 fi
 # Input that cannot be compared leaves no --json file (not an empty one, nor an earlier result).
 echo '{"stale": true}' > "$T/stale.json"
-expect 2 "error" -- --json "$T/stale.json" "$T/single" "$T/does-not-exist"
+expect 2 "^diff_logs: error: .*does-not-exist. does not exist" -- --json "$T/stale.json" "$T/single" "$T/does-not-exist"
 [ ! -e "$T/stale.json" ] || { echo "FAIL: a failed comparison left its --json file behind"; fail=1; }
 # A pipeline whose stage 1 (ranks 4-7; layers 6-11) numbers its layers from 0: its
 # names collide with stage 0's (replica mismatches) until a rank-scoped --map renumbers them.
