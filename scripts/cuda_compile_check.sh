@@ -2,8 +2,9 @@
 # CI's CUDA compile check (no GPU needed): configures build-cuda/ against a CUDA 13 build of
 # torch (pip torch==2.14.1, installed once into a cached venv) with -DPROBE_CUDA=ON, and builds
 # the CUDA targets: libnumprobe with the fused kernel, the GPU tests, the GPU benchmark and
-# moe_train with ProcessGroupNCCL.
-# Nothing is run. Idempotent; the venv (~5.4 GB) lives in $NUMPROBE_CUDA_VENV.
+# moe_train with ProcessGroupNCCL, then reports the kernels' instructions per element from
+# their SASS (scripts/sass_report.sh --check; NUMPROBE_SASS_REPORT=0 skips it).
+# Nothing is run on a GPU. Idempotent; the venv (~5.4 GB) lives in $NUMPROBE_CUDA_VENV.
 #
 # The machine's CUDA toolkit (/usr/local/cuda, nvcc 13.0) has no cuBLAS/cuSPARSE headers, which
 # ATen/cuda headers include: they come from the torch wheel's nvidia-* dependencies, added
@@ -51,3 +52,9 @@ log "building the CUDA targets (compile and link only)"
 start=$(date +%s)
 cmake --build "$BUILD" --parallel "$(nproc)" --target numprobe_probe cuda_tests stats_cuda_bench moe_train
 log "done in $(( $(date +%s) - start )) s"
+# The kernels' static instruction-issue bound from their SASS: fails when the listing cannot be
+# parsed or a dtype's instructions per element exceed tests/cuda/sass_thresholds.txt.
+if [ "${NUMPROBE_SASS_REPORT:-1}" != "0" ]; then
+  log "SASS report (scripts/sass_report.sh --check)"
+  CUDA_BUILD_DIR="$BUILD" CUDA_ROOT="$CUDA_ROOT" "$ROOT/scripts/sass_report.sh" --check --no-build
+fi

@@ -462,3 +462,62 @@ TEST(LogIo, MissingHeaderIsAnError) {
   EXPECT_THROW(probe::LogReader reader(path), lf::ParseError);
   EXPECT_THROW(probe::LogReader reader(path.parent_path() / "absent.log"), std::runtime_error);
 }
+
+TEST(LogIo, OpenErrorSaysWhy) {
+  const auto path = fresh_dir("openerror") / "rank3" / "diff.log";
+  try {
+    probe::LogReader reader(path);
+    FAIL() << "opened a file that does not exist";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "numprobe: cannot open log file '" + path.string() + "': No such file or directory");
+  }
+}
+
+// A reader released after every record (what diff_logs does with ranks beyond its open-file
+// budget) reads what one that holds its file reads, cut last lines and step ends included.
+TEST(LogIo, ReleasedReaderReadsOnWhereItStopped) {
+  for (const bool cut : {false, true}) {
+    SCOPED_TRACE(cut);
+    auto path = fresh_dir("release") / "diff.log";
+    std::string text = header_line(2);
+    for (int step = 0; step < 3; ++step) {
+      auto aux = scalar(step, step + 0.5);
+      aux.name = "aux";
+      text += lf::format_record(scalar(step, step + 0.25)) + "\n" + lf::format_record(aux) +
+              "\n#end step=" + std::to_string(step) + " records=2\n";
+    }
+    if (cut) text += "step=3 kind=scalar na";
+    write_file(path, text);
+    probe::LogReader held(path), released(path);
+    released.release();
+    EXPECT_FALSE(released.holds_file());
+    for (;;) {
+      auto a = held.next(), b = released.next();
+      ASSERT_EQ(a.has_value(), b.has_value());
+      released.release();
+      if (!a) break;
+      EXPECT_EQ(lf::format_record(*a), lf::format_record(*b));
+      EXPECT_EQ(held.line_number(), released.line_number());
+    }
+    EXPECT_FALSE(released.next());  // released at the end: stays at the end
+    EXPECT_EQ(held.truncated(), cut);
+    EXPECT_EQ(released.truncated(), cut);
+    EXPECT_EQ(released.truncated_fragment(), held.truncated_fragment());
+  }
+}
+
+TEST(LogIo, ReleasedReaderWhoseFileWentAwaySaysWhy) {
+  auto path = fresh_dir("releasegone") / "diff.log";
+  write_file(path, header_line(2) + lf::format_record(scalar(0, 1.0)) + "\n#end step=0 records=1\n");
+  probe::LogReader reader(path);
+  reader.release();
+  std::filesystem::remove(path);
+  try {
+    reader.next();
+    FAIL() << "read a file that is gone";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "numprobe: cannot reopen log file '" + path.string() + "': No such file or directory");
+  }
+}

@@ -1,4 +1,4 @@
-#include "../../probe/src/core/stats_kernel.h"
+#include "stats_kernel.h"
 
 #include <gtest/gtest.h>
 #include <xxhash.h>

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "differ/detail/compose.h"
+#include "differ/detail/names.h"
 #include "differ/diff.h"
 
 using namespace probe::differ;

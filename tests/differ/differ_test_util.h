@@ -85,6 +85,30 @@ inline void write_run(const std::filesystem::path& dir, const std::vector<std::v
   }
 }
 
+// Report text compared by content: each line trimmed and its runs of blanks made one space,
+// so a test pins what a report says, not its column widths.
+inline std::string squeeze(const std::string& text) {
+  std::string out;
+  bool blank = false, line_start = true;
+  for (char c : text) {
+    if (c == ' ' || c == '\t') {
+      blank = true;
+    } else if (c == '\n') {
+      out += '\n';
+      blank = false;
+      line_start = true;
+    } else {
+      if (blank && !line_start) out += ' ';
+      out += c;
+      blank = line_start = false;
+    }
+  }
+  return out;
+}
+inline bool says(const std::string& text, const std::string& expected) {
+  return squeeze(text).find(squeeze(expected)) != std::string::npos;
+}
+
 inline probe::differ::Result diff(const std::filesystem::path& a, const std::filesystem::path& b,
                                   probe::differ::DiffOptions opt = {}, bool lenient = false,
                                   std::vector<std::string> maps = {}) {

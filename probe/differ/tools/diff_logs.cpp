@@ -1,4 +1,5 @@
-// diff_logs BASE TEST: where two training runs stop agreeing. Thin CLI over numprobe_differ.
+// diff_logs BASE TEST: where two training runs stop agreeing. Thin CLI over numprobe_differ:
+// parse the options (their defaults are the library's, printed by --help), compare, report.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -6,56 +7,166 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "differ/diff.h"
 #include "differ/report_html.h"
 
+namespace {
+
+namespace d = probe::differ;
+
+// Everything the command line sets. The comparison's and the report's defaults live in
+// DiffOptions and TextOptions, once.
+struct Cli {
+  std::string base_path, test_path, json_path, html_path, kinds, steps, name_re;
+  std::vector<std::string> maps, maps_base, maps_test;
+  d::RunOptions run;  // its defaults: --model-name
+  bool lenient = false, no_strip = false, color_always = false, color_never = false;
+  d::DiffOptions diff;
+  d::TextOptions text;
+};
+
+const CLI::Validator kNonNegative(
+    [](std::string& text) -> std::string {
+      double v = -1;
+      std::size_t used = 0;
+      try {
+        v = std::stod(text, &used);
+      } catch (...) {
+        used = 0;
+      }
+      return used == text.size() && std::isfinite(v) && v >= 0 ? "" : "'" + text + "' is not a number >= 0";
+    },
+    "NON_NEGATIVE");
+
+void add_options(CLI::App& app, Cli& c) {
+  app.add_option("base", c.base_path, "baseline run directory or log file")->required();
+  app.add_option("test", c.test_path, "test run directory or log file")->required();
+  app.add_option("--rtol", c.diff.cmp.rtol, "relative tolerance: |test-base| <= atol + rtol*|base| (a mean: rtol * max(|base|, RMS of the elements))")
+      ->check(kNonNegative)->capture_default_str();
+  app.add_option("--atol", c.diff.cmp.atol, "absolute tolerance")->check(kNonNegative)->capture_default_str();
+  app.add_option("--map", c.maps,
+                 "[@RANKS:]REGEX=REPLACEMENT rule applied to names of both runs (repeatable); "
+                 "@4-7: limits it to those ranks; $1, ${1}, ${1+4} (arithmetic), $&, $$");
+  app.add_option("--map-base", c.maps_base, "REGEX=REPLACEMENT rule for the base run's names only");
+  app.add_option("--map-test", c.maps_test, "REGEX=REPLACEMENT rule for the test run's names only");
+  app.add_flag("--no-strip-wrappers", c.no_strip, "keep module./_fsdp_wrapped_module./_orig_mod./_checkpoint_wrapped_module.");
+  app.add_option("--kinds", c.kinds, "kinds to compare: a comma-separated list (rng,input,output,tap,output_grad,mb_grad,grad,scalar), or -kind to drop one from all");
+  app.add_option("--steps", c.steps, "steps to compare: N, A:B, A: or :B (inclusive)");
+  app.add_option("--name", c.name_re, "compare only names matching this regular expression");
+  app.add_option("--top", c.diff.top, "how many largest differences to list")->capture_default_str();
+  app.add_option("--max-series", c.text.max_series, "tensor norm series shown on the terminal")->capture_default_str();
+  app.add_option("--sum-order-rtol", c.diff.sum_order_rtol, "relative norm difference bound of the summation-order rule, fp32/fp64 grads")
+      ->check(kNonNegative)->capture_default_str();
+  app.add_option("--sum-order-rtol-lowp", c.diff.sum_order_rtol_lowp, "the same bound for bf16/fp16/fp8 grads")
+      ->check(kNonNegative)->capture_default_str();
+  app.add_option("--model-name", c.run.model_name,
+                 "the name the probe run gives the model's forward output (ProbeOptions::model_name): "
+                 "a NumericsLogger log's [mb<N> fwd out] is the output record of that name, microbatch N")
+      ->capture_default_str();
+  app.add_flag("--lenient", c.lenient, "skip and count garbage lines, out-of-order and duplicate records instead of failing");
+  app.add_option("--json", c.json_path, "write the whole result as JSON to this file ('-' for stdout)");
+  app.add_option("--html", c.html_path, "also write a self-contained HTML report (heat map, curves, tables) to this file");
+  app.add_flag("--color", c.color_always, "colour even when stdout is not a terminal");
+  app.add_flag("--no-color", c.color_never, "never colour");
+}
+
+// The options that are texts to parse (filters); throws InputError.
+void parse_filters(Cli& c) {
+  if (!c.kinds.empty()) c.diff.kinds_mask = d::parse_kinds(c.kinds);
+  if (!c.steps.empty()) std::tie(c.diff.step_min, c.diff.step_max) = d::parse_step_range(c.steps);
+  if (!c.name_re.empty()) {
+    c.diff.name_filter = d::parse_name_filter(c.name_re);
+    c.diff.name_filter_text = c.name_re;
+  }
+}
+
+d::RunOptions run_options(const Cli& c, const std::vector<std::string>& own, const char* label) {
+  std::vector<std::string> rules = c.maps;
+  rules.insert(rules.end(), own.begin(), own.end());
+  d::RunOptions o = c.run;
+  o.lenient = c.lenient;
+  o.strip_wrappers = !c.no_strip;
+  o.map_rules = std::move(rules);
+  o.label = label;
+  return o;
+}
+
+// A report file (--json, --html), opened before comparing: a path it cannot write is bad usage,
+// found before a report that would end "RESULT: equal" and exit 2 all the same. Removed again
+// unless the result gets written: a run that stops with an error leaves no empty file, nor an
+// earlier run's result, for a script to misread.
+class ReportFile {
+ public:
+  ReportFile(const std::string& path, const char* flag, std::ios::openmode mode = std::ios::out)
+      : flag_(flag) {
+    if (path.empty() || path == "-") return;
+    out_.open(path, mode);
+    if (!out_) throw d::InputError(std::string("cannot write ") + flag_ + " file '" + path + "'");
+    path_ = path;
+  }
+  ~ReportFile() {
+    if (!path_.empty() && !written_) std::remove(path_.c_str());
+  }
+  ReportFile(const ReportFile&) = delete;
+  ReportFile& operator=(const ReportFile&) = delete;
+  std::ostream& stream() { return out_; }
+  void close() {
+    out_.close();
+    if (!out_) throw d::InputError(std::string("cannot write ") + flag_ + " file '" + path_ + "'");
+    written_ = true;
+  }
+
+ private:
+  const char* flag_;
+  std::string path_;
+  std::ofstream out_;
+  bool written_ = false;
+};
+
+int compare(Cli& c) {
+  parse_filters(c);
+  ReportFile json_file(c.json_path, "--json");
+  std::optional<ReportFile> html_file;
+  // --html gathers every pair's figures while comparing (the heat map and the curves).
+  d::PairGrid grid;
+  if (!c.html_path.empty()) {
+    if (!d::html_report_available()) throw d::InputError("--html: " + d::html_report_unavailable_reason());
+    html_file.emplace(c.html_path, "--html", std::ios::out | std::ios::binary);
+    c.diff.on_pair = [&grid](const d::Pair& p, std::size_t series) { grid.add(p, series); };
+  }
+  d::Run base(c.base_path, run_options(c, c.maps_base, "base"));
+  d::Run test(c.test_path, run_options(c, c.maps_test, "test"));
+  const d::Result result = d::diff_runs(base, test, c.diff);
+  c.text.color = !c.color_never && (c.color_always || ::isatty(STDOUT_FILENO));
+  if (c.json_path != "-") d::print_text(result, std::cout, c.text);
+  if (c.json_path == "-") {
+    std::cout << d::to_json(result, c.diff);
+  } else if (!c.json_path.empty()) {
+    json_file.stream() << d::to_json(result, c.diff);
+    json_file.close();
+  }
+  if (html_file) {
+    d::write_html(result, c.diff, grid, html_file->stream());
+    html_file->close();
+  }
+  return result.exit_code();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  namespace d = probe::differ;
   CLI::App app{
       "diff_logs: compare two numprobe runs (run directories of rank<R>/diff.log, or log "
       "files) and report where they stop agreeing.\nExit status: 0 equal (or within "
       "tolerance), 1 differences found, a run with errors or a truncated run, 2 nothing "
       "compared, bad input or usage."};
-  std::string base_path, test_path, json_path, html_path, kinds, steps, name_re;
-  std::vector<std::string> maps, maps_base, maps_test;
-  double rtol = 0, atol = 0, sum_rtol = 1e-5, sum_rtol_lowp = 1e-2;
-  std::size_t top = 10, max_series = 20;
-  bool lenient = false, no_strip = false, color_always = false, color_never = false;
-  app.add_option("base", base_path, "baseline run directory or log file")->required();
-  app.add_option("test", test_path, "test run directory or log file")->required();
-  const CLI::Validator non_negative(
-      [](std::string& text) -> std::string {
-        double v = -1;
-        std::size_t used = 0;
-        try {
-          v = std::stod(text, &used);
-        } catch (...) {
-          used = 0;
-        }
-        return used == text.size() && std::isfinite(v) && v >= 0 ? "" : "'" + text + "' is not a number >= 0";
-      },
-      "NUMBER>=0");
-  app.add_option("--rtol", rtol, "relative tolerance: |test-base| <= atol + rtol*|base| (a mean: rtol * max(|base|, RMS of the elements))")->check(non_negative);
-  app.add_option("--atol", atol, "absolute tolerance")->check(non_negative);
-  app.add_option("--map", maps,
-                 "[@RANKS:]REGEX=REPLACEMENT rule applied to names of both runs (repeatable); "
-                 "@4-7: limits it to those ranks; $1, ${1}, ${1+4} (arithmetic), $&, $$");
-  app.add_option("--map-base", maps_base, "REGEX=REPLACEMENT rule for the base run's names only");
-  app.add_option("--map-test", maps_test, "REGEX=REPLACEMENT rule for the test run's names only");
-  app.add_flag("--no-strip-wrappers", no_strip, "keep module./_fsdp_wrapped_module./_orig_mod./_checkpoint_wrapped_module.");
-  app.add_option("--kinds", kinds, "kinds to compare: a comma-separated list (rng,input,output,tap,output_grad,mb_grad,grad,scalar), or -kind to drop one from all");
-  app.add_option("--steps", steps, "steps to compare: N, A:B, A: or :B (inclusive)");
-  app.add_option("--name", name_re, "compare only names matching this regular expression");
-  app.add_option("--top", top, "how many largest differences to list (default 10)");
-  app.add_option("--max-series", max_series, "tensor norm series shown on the terminal (default 20)");
-  app.add_option("--sum-order-rtol", sum_rtol, "relative norm difference bound of the summation-order rule, fp32/fp64 grads (default 1e-5)")->check(non_negative);
-  app.add_option("--sum-order-rtol-lowp", sum_rtol_lowp, "the same bound for bf16/fp16/fp8 grads (default 1e-2)")->check(non_negative);
-  app.add_flag("--lenient", lenient, "skip and count garbage lines, out-of-order and duplicate records instead of failing");
-  app.add_option("--json", json_path, "write the whole result as JSON to this file ('-' for stdout)");
-  app.add_option("--html", html_path, "also write a self-contained HTML report (heat map, curves, tables) to this file");
-  app.add_flag("--color", color_always, "colour even when stdout is not a terminal");
-  app.add_flag("--no-color", color_never, "never colour");
+  Cli c;
+  add_options(app, c);
+  // Every rank's log is open at once where the limit allows: thousands of ranks need more
+  // than the usual soft limit of 1024 (beyond the hard limit, Run opens logs step by step).
+  d::raise_open_file_limit();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -63,81 +174,8 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
-    d::DiffOptions opt;
-    opt.cmp = {rtol, atol};
-    opt.top = top;
-    opt.sum_order_rtol = sum_rtol;
-    opt.sum_order_rtol_lowp = sum_rtol_lowp;
-    if (!kinds.empty()) opt.kinds_mask = d::parse_kinds(kinds);
-    if (!steps.empty()) std::tie(opt.step_min, opt.step_max) = d::parse_step_range(steps);
-    if (!name_re.empty()) {
-      try {
-        opt.name_filter = std::regex(name_re);
-      } catch (const std::regex_error& e) {
-        throw d::InputError("--name '" + name_re + "': bad regular expression: " + e.what());
-      }
-      opt.name_filter_text = name_re;
-    }
-    auto rules = [&](const std::vector<std::string>& own) {
-      std::vector<std::string> all = maps;
-      all.insert(all.end(), own.begin(), own.end());
-      return all;
-    };
-    // The --json file is opened before comparing: a path it cannot write is bad usage, found
-    // before a report that would end "RESULT: equal" and exit 2 all the same.
-    std::ofstream json_file, html_file;
-    // Removes the file again unless the result gets written: a run that stops with an error
-    // leaves no empty file, nor an earlier run's result, for a script to misread.
-    struct RemoveUnlessWritten {
-      std::string path;
-      bool written = false;
-      ~RemoveUnlessWritten() {
-        if (!path.empty() && !written) std::remove(path.c_str());
-      }
-    } json_guard, html_guard;
-    if (!json_path.empty() && json_path != "-") {
-      json_file.open(json_path);
-      if (!json_file) throw d::InputError("cannot write --json file '" + json_path + "'");
-      json_guard.path = json_path;
-    }
-    // --html gathers every pair's figures while comparing (the heat map and the curves).
-    d::PairGrid grid;
-    if (!html_path.empty()) {
-      if (!d::html_report_available()) throw d::InputError("--html: " + d::html_report_unavailable_reason());
-      html_file.open(html_path, std::ios::binary);
-      if (!html_file) throw d::InputError("cannot write --html file '" + html_path + "'");
-      html_guard.path = html_path;
-      opt.on_pair = [&grid](const d::Pair& p, std::size_t series) { grid.add(p, series); };
-    }
-    d::Run base(base_path, {lenient, !no_strip, rules(maps_base), "base"});
-    d::Run test(test_path, {lenient, !no_strip, rules(maps_test), "test"});
-    d::Result result = d::diff_runs(base, test, opt);
-    d::TextOptions text;
-    text.color = !color_never && (color_always || ::isatty(STDOUT_FILENO));
-    text.max_series = max_series;
-    if (json_path != "-") d::print_text(result, std::cout, text);
-    if (!json_path.empty()) {
-      const std::string doc = d::to_json(result, opt);
-      if (json_path == "-") {
-        std::cout << doc;
-      } else {
-        json_file << doc;
-        json_file.close();
-        if (!json_file) throw d::InputError("cannot write --json file '" + json_path + "'");
-        json_guard.written = true;
-      }
-    }
-    if (!html_path.empty()) {
-      d::write_html(result, opt, grid, html_file);
-      html_file.close();
-      if (!html_file) throw d::InputError("cannot write --html file '" + html_path + "'");
-      html_guard.written = true;
-    }
-    return result.exit_code();
-  } catch (const d::InputError& e) {
-    std::cerr << "diff_logs: error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
+    return compare(c);
+  } catch (const std::exception& e) {  // InputError and the rest alike
     std::cerr << "diff_logs: error: " << e.what() << "\n";
     return 2;
   }

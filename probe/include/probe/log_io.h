@@ -55,7 +55,8 @@ class LogWriter {
 // Reads a diff.log one record at a time: memory stays that of one line.
 class LogReader {
  public:
-  // Throws std::runtime_error naming the path when it cannot be opened, and
+  // Throws std::runtime_error naming the path and the reason (errno's text) when it cannot be
+  // opened, and
   // log_format::ParseError ("path:1: ...") when the header is missing or of a version this
   // build does not read.
   explicit LogReader(const std::filesystem::path& path);
@@ -92,12 +93,20 @@ class LogReader {
   const std::optional<Stop>& stopped() const { return stopped_; }
   std::int64_t line_number() const { return line_number_; }
 
+  // Closes the file, keeping the read position: the next next() reopens it there. For readers
+  // of more files than the process may hold open at once (thousands of ranks).
+  void release();
+  bool holds_file() const { return in_.is_open(); }
+
  private:
   void end_step(std::string_view line);
   void read_stop_line(std::string_view line);
+  void reopen();
 
   std::filesystem::path path_;
   std::ifstream in_;
+  std::streampos resume_at_ = 0;  // where a released file is read on from
+  bool at_end_ = false;           // released after the end was reached: nothing to reopen
   log_format::Header header_;
   std::int64_t line_number_ = 0;
   bool truncated_ = false;

@@ -38,6 +38,14 @@ std::optional<off_t> file_size_limit() {
   return static_cast<off_t>(limit.rlim_cur);
 }
 
+// After a failed std::ifstream::open: the path and why (libstdc++ opens with open(2), which
+// leaves the reason in errno; "Too many open files" is the one a run of thousands of ranks meets).
+std::string open_error(const std::filesystem::path& path, const char* verb = "open") {
+  const int err = errno;
+  return std::string("numprobe: cannot ") + verb + " log file '" + path.string() +
+         "': " + (err ? std::strerror(err) : "unknown reason");
+}
+
 // A file sink that tells waiters how many flushes it has completed, so write_step() can
 // return once its lines reached the OS while the writing itself runs on spdlog's thread.
 // It never throws: spdlog's worker would catch and print the error, the flush counter would
@@ -249,9 +257,9 @@ LogReader::LogReader(const std::filesystem::path& path) : path_(path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw std::runtime_error("numprobe: '" + path.string() + "' is a directory, not a log file");
+  errno = 0;
   in_.open(path, std::ios::binary);
-  if (!in_)
-    throw std::runtime_error("numprobe: cannot open log file '" + path.string() + "'");
+  if (!in_) throw std::runtime_error(open_error(path));
   std::string line;
   if (!std::getline(in_, line))
     throw log_format::ParseError(path.string() + ":1: empty file (no numprobe header)");
@@ -264,9 +272,29 @@ LogReader::LogReader(const std::filesystem::path& path) : path_(path) {
   step_ends_ = header_.format_version >= 2;
 }
 
+void LogReader::release() {
+  if (!in_.is_open()) return;
+  if (in_.fail() || in_.eof()) {  // the end was reached: nothing more to read
+    at_end_ = true;
+  } else {
+    resume_at_ = in_.tellg();
+  }
+  in_.close();
+}
+
+void LogReader::reopen() {
+  errno = 0;
+  in_.open(path_, std::ios::binary);
+  if (!in_) throw std::runtime_error(open_error(path_, "reopen"));
+  if (!in_.seekg(resume_at_))
+    throw std::runtime_error("numprobe: cannot seek in log file '" + path_.string() +
+                             "' (changed while being read?)");
+}
+
 std::optional<Record> LogReader::next() {
   std::string& line = line_;  // reused: no allocation per line
-  while (std::getline(in_, line)) {
+  if (!in_.is_open() && !at_end_) reopen();
+  while (in_.is_open() && std::getline(in_, line)) {
     ++line_number_;
     if (in_.eof()) {  // no newline after this line: the writer died mid-line
       truncated_ = cut_mid_line_ = true;

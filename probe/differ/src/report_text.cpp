@@ -1,13 +1,13 @@
-// The terminal report and the --json document.
-#include <nlohmann/json.hpp>
-
+// The terminal report: runs, summary per kind, first divergence and likely causes, run issues,
+// one-sided kinds and names, top differences, paired statistics, result. One function per
+// section.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <ostream>
-#include <sstream>
 
-#include "differ/diff.h"
+#include "differ/detail/names.h"
+#include "differ/report.h"
 #include "probe/log_format.h"
 
 namespace probe::differ {
@@ -172,10 +172,7 @@ std::string one_sided_text(const SeriesStats& s) {
          std::to_string(s.base_steps) + ", test " + std::to_string(s.test_steps);
 }
 
-}  // namespace
-
-void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
-  Paint paint{opt.color};
+void print_runs(const Result& r, std::ostream& out, const Paint& paint) {
   out << run_line("base", r.base) << "\n" << run_line("test", r.test) << "\n";
   out << "paired steps " << r.paired_steps << ", records compared " << r.records_compared << "\n";
   if (r.truncated_at)
@@ -183,8 +180,9 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
                               std::to_string(*r.truncated_at) + " on are read but not compared (RUN ISSUES)")
         << "\n";
   out << "\n";
+}
 
-  // Summary per kind.
+void print_summary(const Result& r, std::ostream& out, const Paint& paint) {
   static constexpr std::array<std::string_view, kClassCount> kHead = {
       "equal", "within_tol", "different", "only_base", "only_test", "none_1side", "unsupported"};
   // The first column fits the longest kind name, output_grad.
@@ -208,8 +206,9 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
     out << "\n";
   }
   out << "\n";
+}
 
-  // First divergence.
+void print_first_divergence(const Result& r, std::ostream& out, const Paint& paint) {
   if (r.first_divergence) {
     const Pair& p = *r.first_divergence;
     out << paint(kBold, "FIRST DIVERGENCE") << "  " << paint(kRed, where(p)) << "  ["
@@ -230,8 +229,9 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
     out << "  " << r.summation_order_grads
         << " grad record(s) differ only at summation-order size with bitwise-equal mb_grads\n";
   out << "\n";
+}
 
-  // Run issues.
+void print_issues(const Result& r, std::ostream& out, const Paint& paint) {
   for (const auto* log : {&r.base_issues, &r.test_issues}) {
     if (log->count_by_type.empty()) continue;
     const char* label = log == &r.base_issues ? "base" : "test";
@@ -250,6 +250,9 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
     }
     out << "\n";
   }
+}
+
+void print_one_sided(const Result& r, std::ostream& out, const Paint& paint) {
   for (const auto* kinds : {&r.kinds_only_base, &r.kinds_only_test}) {
     if (kinds->empty()) continue;
     std::string names;
@@ -258,237 +261,114 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
         << (kinds == &r.kinds_only_base ? "test" : "base") << " run recorded no " << names
         << " (PROBE_KINDS?); --kinds can leave them out\n\n";
   }
-  if (!r.names_only_base.empty() || !r.names_only_test.empty()) {
-    out << paint(kBold, "NAMES IN ONE RUN ONLY") << " (use --map REGEX=REPLACEMENT to align renamed ones)\n";
-    for (const auto* list : {&r.names_only_base, &r.names_only_test}) {
-      const char* label = list == &r.names_only_base ? "base only" : "test only";
-      for (std::size_t i = 0; i < list->size() && i < 10; ++i) out << "  " << label << ": " << (*list)[i] << "\n";
-      if (list->size() > 10) out << "  " << label << ": ... " << list->size() - 10 << " more\n";
-    }
-    out << "\n";
+  if (r.names_only_base.empty() && r.names_only_test.empty()) return;
+  out << paint(kBold, "NAMES IN ONE RUN ONLY") << " (use --map REGEX=REPLACEMENT to align renamed ones)\n";
+  for (const auto* list : {&r.names_only_base, &r.names_only_test}) {
+    const char* label = list == &r.names_only_base ? "base only" : "test only";
+    for (std::size_t i = 0; i < list->size() && i < 10; ++i) out << "  " << label << ": " << (*list)[i] << "\n";
+    if (list->size() > 10) out << "  " << label << ": ... " << list->size() - 10 << " more\n";
   }
+  out << "\n";
+}
 
-  // Top differences.
-  if (!r.top.empty()) {
-    out << paint(kBold, "TOP " + std::to_string(r.top.size()) + " DIFFERENCES") << " (relative norm/value difference)\n";
-    for (const auto& p : r.top)
-      out << "  " << pad(rel_diff_text(p), 24) << " " << where(p) << "  [" << class_name(p.cls) << "]\n";
-    out << "\n";
-  }
+void print_top(const Result& r, std::ostream& out, const Paint& paint) {
+  if (r.top.empty()) return;
+  out << paint(kBold, "TOP " + std::to_string(r.top.size()) + " DIFFERENCES") << " (relative norm/value difference)\n";
+  for (const auto& p : r.top)
+    out << "  " << pad(rel_diff_text(p), 24) << " " << where(p) << "  [" << class_name(p.cls) << "]\n";
+  out << "\n";
+}
 
-  // Paired statistics: every scalar series, and the tensor norm series that mismatch; those
-  // whose values agree wherever both runs have one (steps or records one run lacks) are
-  // grouped, one line per kind and shape of mismatch, instead of a line of zeros each.
+// The series PAIRED STATISTICS shows: every scalar series, and the tensor norm series that
+// mismatch; those whose values agree wherever both runs have one (steps or records one run
+// lacks) are grouped, one line per kind and shape of mismatch, instead of a line of zeros each.
+struct SeriesShown {
   std::size_t tensor_total = 0;
-  std::vector<std::size_t> shown, single;  // shown: scalars, then tensors (earliest first)
-  for (std::size_t i = 0; i < r.series.size(); ++i) {
-    if (r.series[i].first.kind == Kind::scalar) shown.push_back(i);
-    else ++tensor_total;
-  }
+  std::vector<std::size_t> shown;   // scalars, then tensors (earliest first)
+  std::vector<std::size_t> single;  // mismatching tensor series with paired steps that differ
+  std::size_t single_shown = 0;
   std::vector<std::pair<std::string, std::vector<std::size_t>>> groups;  // first-seen order
+};
+
+SeriesShown series_shown(const Result& r, std::size_t max_series) {
+  SeriesShown s;
+  for (std::size_t i = 0; i < r.series.size(); ++i) {
+    if (r.series[i].first.kind == Kind::scalar) s.shown.push_back(i);
+    else ++s.tensor_total;
+  }
   for (std::size_t i : tensor_series_order(r)) {
-    const auto& [k, s] = r.series[i];
-    if (k.kind == Kind::scalar || !mismatching(s)) continue;
-    if (s.exact != s.paired) {
-      single.push_back(i);
+    const auto& [k, st] = r.series[i];
+    if (k.kind == Kind::scalar || !mismatching(st)) continue;
+    if (st.exact != st.paired) {
+      s.single.push_back(i);
       continue;
     }
-    const std::string what = std::string(kind_name(k.kind)) + " series: " + one_sided_text(s);
-    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == what; });
-    if (g == groups.end()) g = groups.insert(groups.end(), {what, {}});
+    const std::string what = std::string(kind_name(k.kind)) + " series: " + one_sided_text(st);
+    auto g = std::find_if(s.groups.begin(), s.groups.end(), [&](const auto& x) { return x.first == what; });
+    if (g == s.groups.end()) g = s.groups.insert(s.groups.end(), {what, {}});
     g->second.push_back(i);
   }
-  const std::size_t single_shown = std::min(single.size(), opt.max_series);
-  shown.insert(shown.end(), single.begin(), single.begin() + static_cast<std::ptrdiff_t>(single_shown));
+  s.single_shown = std::min(s.single.size(), max_series);
+  s.shown.insert(s.shown.end(), s.single.begin(),
+                 s.single.begin() + static_cast<std::ptrdiff_t>(s.single_shown));
+  return s;
+}
+
+void print_series_lines(const SeriesKey& k, const SeriesStats& s, std::ostream& out,
+                        const Paint& paint) {
+  out << "  " << (mismatching(s) ? paint(kRed, series_title(k)) : paint(kGreen, series_title(k)))
+      << "\n";
+  out << "    steps base " << s.base_steps << " test " << s.test_steps << " paired " << s.paired
+      << " exact " << s.exact << " first-divergent "
+      << (s.first_divergent_step ? std::to_string(*s.first_divergent_step) : "-") << "\n";
+  if (k.kind == Kind::rng) {  // the norm of RNG state bytes means nothing: hashes only
+    out << "    hash differs at " << s.paired - s.exact << " of " << s.paired << " paired steps\n";
+    return;
+  }
+  // "-" where there is no difference to average (no paired step, or none finite).
+  const bool diffs = s.finite_pairs > 0;
+  out << "    MAE " << (diffs ? num(s.mae()) : "-") << "  RMSE " << (diffs ? num(s.rmse()) : "-")
+      << "  max|d| "
+      << (s.max_abs_step ? num(s.max_abs) + " @" + std::to_string(*s.max_abs_step) : "-")
+      << "  final d " << (s.final_step ? num(s.final_diff) : "-");
+  if (s.nonfinite_mismatch) out << "  NaN/Inf-on-one-side steps " << s.nonfinite_mismatch;
+  out << "\n";
+}
+
+void print_series(const Result& r, std::ostream& out, const Paint& paint, std::size_t max_series) {
+  const SeriesShown s = series_shown(r, max_series);
   out << paint(kBold, "PAIRED STATISTICS") << " (d = test - base; all scalar series, "
-      << single_shown << " of " << single.size() << " mismatching tensor norm series of "
-      << tensor_total;
+      << s.single_shown << " of " << s.single.size() << " mismatching tensor norm series of "
+      << s.tensor_total;
   std::size_t grouped = 0;
-  for (const auto& g : groups) grouped += g.second.size();
+  for (const auto& g : s.groups) grouped += g.second.size();
   if (grouped) out << ", " << grouped << " more with values in one run only grouped by kind";
   out << "; every series in --json)\n";
-  for (std::size_t i : shown) {
-    const auto& [k, s] = r.series[i];
-    out << "  " << (mismatching(s) ? paint(kRed, series_title(k)) : paint(kGreen, series_title(k)))
-        << "\n";
-    out << "    steps base " << s.base_steps << " test " << s.test_steps << " paired " << s.paired
-        << " exact " << s.exact << " first-divergent "
-        << (s.first_divergent_step ? std::to_string(*s.first_divergent_step) : "-") << "\n";
-    if (k.kind == Kind::rng) {  // the norm of RNG state bytes means nothing: hashes only
-      out << "    hash differs at " << s.paired - s.exact << " of " << s.paired << " paired steps\n";
-      continue;
-    }
-    // "-" where there is no difference to average (no paired step, or none finite).
-    const bool diffs = s.finite_pairs > 0;
-    out << "    MAE " << (diffs ? num(s.mae()) : "-") << "  RMSE " << (diffs ? num(s.rmse()) : "-")
-        << "  max|d| "
-        << (s.max_abs_step ? num(s.max_abs) + " @" + std::to_string(*s.max_abs_step) : "-")
-        << "  final d " << (s.final_step ? num(s.final_diff) : "-");
-    if (s.nonfinite_mismatch) out << "  NaN/Inf-on-one-side steps " << s.nonfinite_mismatch;
-    out << "\n";
-  }
-  for (const auto& [what, members] : groups)
+  for (std::size_t i : s.shown) print_series_lines(r.series[i].first, r.series[i].second, out, paint);
+  for (const auto& [what, members] : s.groups)
     out << "  " << paint(kRed, std::to_string(members.size()) + " " + what) << " (first: "
         << series_title(r.series[members[0]].first) << ")\n";
   out << "\n";
+}
+
+void print_result(const Result& r, std::ostream& out, const Paint& paint) {
   const int code = r.exit_code();
   out << (code == 0 ? paint(kGreen, "RESULT: " + result_text(r)) : paint(kRed, "RESULT: " + result_text(r)))
       << " (exit " << code << ")\n";
 }
 
-namespace {
-
-nlohmann::json num_json(double v) {
-  if (std::isfinite(v)) return v;
-  return lf::format_double(v);  // "nan", "inf", "-inf": JSON has no such numbers
-}
-
-nlohmann::json side_json(const Side& s) {
-  if (!s.present) return nullptr;
-  const Record& r = s.m.rec;
-  nlohmann::json j;
-  j["ranks"] = s.m.ranks;
-  if (s.m.replicas_disagree) {  // the figures below are those of value_ranks' records
-    j["replicas_disagree"] = true;
-    j["value_ranks"] = s.m.value_ranks;
-  }
-  j["raw_name"] = s.m.raw_name;
-  switch (r.state) {
-    case Record::State::none:
-      j["state"] = "none";
-      return j;
-    case Record::State::scalar:
-      j["state"] = "scalar";
-      j["value"] = num_json(r.value);
-      return j;
-    case Record::State::tensor:
-      j["state"] = "tensor";
-  }
-  const auto& t = r.stats;
-  if (t.unsupported) j["unsupported"] = *t.unsupported;
-  if (s.m.hash_source == HashSource::spec_v1 && !t.unsupported) j["hash"] = lf::format_hash(t.hash);
-  if (t.torch_hash) j["torch_hash"] = lf::format_hash(*t.torch_hash);
-  j["norm"] = num_json(t.norm);
-  if (s.m.hash_source == HashSource::spec_v1) {
-    j["min"] = num_json(t.min);
-    j["max"] = num_json(t.max);
-    j["mean"] = num_json(t.mean);
-    j["nan"] = t.nan;
-    j["inf"] = t.inf;
-    j["dtype"] = t.dtype;
-    j["shape"] = t.shape;
-  }
-  return j;
-}
-
-nlohmann::json pair_json(const Pair& p) {
-  nlohmann::json j;
-  j["step"] = p.step;
-  j["kind"] = kind_name(p.kind);
-  j["name"] = p.name;
-  j["mb"] = p.mb ? nlohmann::json(*p.mb) : nlohmann::json(nullptr);
-  j["class"] = class_name(p.cls);
-  j["rel_diff"] = num_json(p.rel_diff);
-  j["base"] = side_json(p.base);
-  j["test"] = side_json(p.test);
-  if (!p.note.empty()) j["note"] = p.note;
-  return j;
-}
-
-nlohmann::json run_json(const RunInfo& i, const IssueLog& issues) {
-  nlohmann::json j;
-  j["path"] = i.path;
-  j["python"] = i.python;
-  j["world_size"] = i.world_size;
-  j["ranks_found"] = i.ranks_found;
-  j["setup"] = i.setup;
-  j["torch"] = i.torch_version;
-  j["steps"] = i.steps;
-  j["first_step"] = i.first_step ? nlohmann::json(*i.first_step) : nlohmann::json(nullptr);
-  j["last_step"] = i.last_step ? nlohmann::json(*i.last_step) : nlohmann::json(nullptr);
-  j["records"] = i.records;
-  j["issue_counts"] = issues.count_by_type;
-  j["hints"] = issues.hints;
-  auto& list = j["issues"] = nlohmann::json::array();
-  for (const auto& is : issues.detail)
-    list.push_back({{"severity", is.severity == Issue::Severity::error ? "error" : "warning"},
-                    {"type", is.type},
-                    {"step", is.step >= 0 ? nlohmann::json(is.step) : nlohmann::json(nullptr)},
-                    {"message", is.message}});
-  return j;
-}
-
 }  // namespace
 
-std::string to_json(const Result& r, const DiffOptions& opt) {
-  nlohmann::json j;
-  j["schema"] = "numprobe.diff_logs/1";
-  j["exit_code"] = r.exit_code();
-  j["result"] = r.verdict_name();
-  nlohmann::json kinds = nullptr;
-  if (opt.kinds_mask) {
-    kinds = nlohmann::json::array();
-    for (int k = 0; k < kKindCount; ++k)
-      if (*opt.kinds_mask & (1u << k)) kinds.push_back(kind_name(static_cast<Kind>(k)));
-  }
-  auto opt_step = [](const std::optional<std::int64_t>& s) {
-    return s ? nlohmann::json(*s) : nlohmann::json(nullptr);
-  };
-  j["options"] = {{"rtol", opt.cmp.rtol},
-                  {"atol", opt.cmp.atol},
-                  {"sum_order_rtol", opt.sum_order_rtol},
-                  {"sum_order_rtol_lowp", opt.sum_order_rtol_lowp},
-                  {"kinds", kinds},
-                  {"steps", {opt_step(opt.step_min), opt_step(opt.step_max)}},
-                  {"name", opt.name_filter_text},
-                  {"top", opt.top}};
-  j["base"] = run_json(r.base, r.base_issues);
-  j["test"] = run_json(r.test, r.test_issues);
-  j["paired_steps"] = r.paired_steps;
-  j["truncated_at"] = r.truncated_at ? nlohmann::json(*r.truncated_at) : nlohmann::json(nullptr);
-  j["records_compared"] = r.records_compared;
-  auto& summary = j["summary"] = nlohmann::json::object();
-  for (int k = 0; k < kKindCount; ++k) {
-    nlohmann::json row;
-    for (int c = 0; c < kClassCount; ++c)
-      row[std::string(class_name(static_cast<Class>(c)))] =
-          r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)];
-    summary[std::string(kind_name(static_cast<Kind>(k)))] = row;
-  }
-  j["first_divergence"] = r.first_divergence ? pair_json(*r.first_divergence) : nlohmann::json(nullptr);
-  auto& causes = j["likely_causes"] = nlohmann::json::array();
-  for (const auto& c : r.causes) causes.push_back({{"rule", c.rule}, {"message", c.message}});
-  j["summation_order_grads"] = r.summation_order_grads;
-  auto& top = j["top"] = nlohmann::json::array();
-  for (const auto& p : r.top) top.push_back(pair_json(p));
-  j["names_only_base"] = r.names_only_base;
-  j["names_only_test"] = r.names_only_test;
-  for (const auto* kinds : {&r.kinds_only_base, &r.kinds_only_test}) {
-    auto& list = j[kinds == &r.kinds_only_base ? "kinds_only_base" : "kinds_only_test"] = nlohmann::json::array();
-    for (Kind k : *kinds) list.push_back(kind_name(k));
-  }
-  auto& series = j["series"] = nlohmann::json::array();
-  for (const auto& [k, s] : r.series) {
-    series.push_back({
-        {"kind", kind_name(k.kind)},
-        {"name", k.name},
-        {"mb", k.mb ? nlohmann::json(*k.mb) : nlohmann::json(nullptr)},
-        {"value", k.kind == Kind::scalar ? "value" : "norm"},
-        {"base_steps", s.base_steps},
-        {"test_steps", s.test_steps},
-        {"paired_steps", s.paired},
-        {"exact_matches", s.exact},
-        {"first_divergent_step", s.first_divergent_step ? nlohmann::json(*s.first_divergent_step) : nlohmann::json(nullptr)},
-        // null where there is no difference to average (no paired step, or none finite)
-        {"mae", s.finite_pairs ? num_json(s.mae()) : nullptr},
-        {"rmse", s.finite_pairs ? num_json(s.rmse()) : nullptr},
-        {"max_abs_diff", s.max_abs_step ? num_json(s.max_abs) : nullptr},
-        {"max_abs_diff_step", s.max_abs_step ? nlohmann::json(*s.max_abs_step) : nlohmann::json(nullptr)},
-        {"final_diff", s.final_step ? num_json(s.final_diff) : nullptr},
-        {"nonfinite_mismatch_steps", s.nonfinite_mismatch},
-    });
-  }
-  return j.dump(1) + "\n";
+void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
+  const Paint paint{opt.color};
+  print_runs(r, out, paint);
+  print_summary(r, out, paint);
+  print_first_divergence(r, out, paint);
+  print_issues(r, out, paint);
+  print_one_sided(r, out, paint);
+  print_top(r, out, paint);
+  print_series(r, out, paint, opt.max_series);
+  print_result(r, out, paint);
 }
 
 }  // namespace probe::differ

@@ -1,0 +1,52 @@
+// Aligning two runs step by step: pairing records by key, classifying and counting pairs,
+// paired statistics per series, the top differences, and what the causes need to know.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "differ/options.h"
+#include "differ/result.h"
+
+namespace probe::differ {
+
+class Aligner {
+ public:
+  Aligner(const DiffOptions& options, Result& result);
+
+  // Compares one step; base or test is null when the step is in one run only.
+  void compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test);
+  // Fills what is known once every step was read: kinds and names in one run only, the
+  // absence and nonfinite causes, the top differences.
+  void finish();
+
+ private:
+  std::vector<Pair> pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test);
+  bool passes(Kind kind, const std::string& name);
+  std::size_t series(const Pair& p);
+  std::size_t add_to_series(const Pair& p, bool both_runs);  // the series' index
+  void offer_top(const Pair& p);
+  void note_first_nonfinite(std::int64_t step, const std::vector<Pair>& pairs);
+  void note_one_sided_kinds();
+  void note_one_sided_names();
+  void order_causes();
+
+  const DiffOptions& options_;
+  Result& result_;
+  std::unordered_map<std::string, std::size_t> series_index_;
+  std::vector<Pair> top_;  // a min-heap on rel_diff, sorted largest first by finish()
+  std::vector<std::uint8_t> seen_;  // per series: bit 0 seen in base, bit 1 in test
+  std::array<std::uint8_t, kKindCount> kind_seen_{};  // the same per kind, on steps both runs hold
+  bool first_step_one_sided_ = false;  // the first divergent step is in one run only
+  std::unordered_map<std::string, bool> name_passes_;  // --name verdicts (names repeat)
+  // NaN/Inf on one side only, first in execution order over the whole comparison: it is
+  // often not the first divergence (a reduction order differs at step 0, a NaN comes later).
+  std::optional<Cause> first_nonfinite_;
+  std::int64_t first_nonfinite_step_ = 0;
+};
+
+}  // namespace probe::differ

@@ -1,0 +1,65 @@
+// The step merge's working parts: one rank's reader, and one key's parts across ranks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "differ/run.h"
+#include "probe/log_io.h"
+#include "probe/record.h"
+
+namespace probe::differ {
+
+struct Run::RankSource {
+  int rank = 0;
+  std::unique_ptr<LogReader> reader;       // numprobe logs
+  std::vector<Record> python;              // NumericsLogger logs (loaded whole, sorted)
+  std::size_t python_pos = 0;
+  std::optional<Record> ahead;
+  std::int64_t last_step = -1;
+  bool reported_early_end = false;
+  bool pooled = false;  // the log is closed between steps (more ranks than files to hold open)
+  void release() {
+    if (pooled && reader) reader->release();
+  }
+};
+
+// One rank's record of a key.
+struct Part {
+  int rank;
+  Record rec;
+};
+
+// Every rank's records of one key (kind, canonical name, microbatch) at one step.
+struct Group {
+  std::string key;
+  Kind kind;
+  std::string name;  // canonical
+  std::optional<std::int64_t> mb;
+  std::string raw_name;
+  std::int64_t order = 0;  // execution-order position (see Run::next_step)
+  std::vector<Part> parts;
+};
+
+// What merging a group needs to know of its run, and where its issues go.
+struct MergeContext {
+  std::int64_t step = 0;
+  bool python = false;        // NumericsLogger hashes (torch_only)
+  bool partial_view = false;  // one rank's log of a multi-rank run: shards stay as logged
+  bool missing_ranks = false; // a gap in the shards is that missing_rank error
+  bool compared = true;       // issues of steps that are not compared are not reported
+  const std::string* label = nullptr;
+  IssueLog* issues = nullptr;
+  // Scratch, kept across groups: the replica buckets' representatives and the shards.
+  std::vector<const Part*> reps;
+  std::vector<const TensorStats*> shards;
+};
+
+// The group's logical record: replicas checked against each other, shards composed.
+// Consumes the group's parts.
+Merged merge_group(Group& g, MergeContext& ctx);
+
+}  // namespace probe::differ

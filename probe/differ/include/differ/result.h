@@ -1,0 +1,158 @@
+// What a comparison found: classes of record pairs, the first divergence and its likely
+// causes, paired statistics per series, and each run's issues.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "probe/record.h"
+
+namespace probe::differ {
+
+// Where a merged record's hash came from: hash spec v1 (the probe) or torch.hash_tensor
+// (autoparallel's NumericsLogger, held in stats.torch_hash).
+enum class HashSource : std::uint8_t { spec_v1, torch_only };
+
+// One logical record of a run at one step, after its ranks were merged.
+struct Merged {
+  Record rec;             // rec.name is the canonical name; shards composed to the whole
+  std::string raw_name;   // as logged (first rank)
+  std::vector<int> ranks; // ranks that logged it
+  HashSource hash_source = HashSource::spec_v1;
+  std::string key;  // alignment key: kind, microbatch and canonical name
+  bool replicas_disagree = false;  // ranks holding the same shard (or whole) logged different values
+  std::vector<int> value_ranks;    // when they disagree: the ranks whose records rec holds
+};
+
+struct Issue {
+  enum class Severity : std::uint8_t { warning, error };
+  Severity severity = Severity::warning;
+  std::string type;  // replica_mismatch, shard_tiling, missing_rank, truncated, skipped_line,
+                     // duplicate_record, ...
+  std::string run;   // "base" or "test"
+  std::int64_t step = -1;
+  std::string message;
+};
+
+// Caps detail while counting everything: real runs can mismatch at every step.
+struct IssueLog {
+  static constexpr std::size_t kDetailPerType = 20;
+  std::vector<Issue> detail;
+  std::map<std::string, std::int64_t> count_by_type;
+  std::int64_t errors = 0;
+  std::vector<std::string> hints;  // what the issues most likely mean, each once
+  void add(Issue issue);
+  void hint(const std::string& text);
+};
+
+// How a pair of records compares.
+enum class Class : std::uint8_t {
+  equal,          // bitwise equal (hash, or scalar bits)
+  within_tol,     // not bitwise equal, but within --rtol/--atol
+  different,
+  only_base,
+  only_test,
+  none_one_side,  // `none` in one run only (a gradient never computed)
+  unsupported,    // cannot be compared (unsupported dtype, incomplete tiling, no common hash)
+};
+inline constexpr int kClassCount = 7;
+std::string_view class_name(Class c);
+bool is_divergence(Class c);  // different, only_*, none_one_side
+
+// Streaming paired statistics of one series (a scalar, or a tensor record's norm).
+struct SeriesStats {
+  std::int64_t base_steps = 0, test_steps = 0, paired = 0, exact = 0;
+  std::optional<std::int64_t> first_divergent_step;
+  double sum_abs = 0, sum_sq = 0;
+  std::int64_t finite_pairs = 0;     // pairs whose difference entered MAE/RMSE
+  std::int64_t nonfinite_mismatch = 0;  // NaN/Inf on one side only
+  double max_abs = 0;
+  std::optional<std::int64_t> max_abs_step;
+  double final_diff = 0;
+  std::optional<std::int64_t> final_step;
+
+  // `agree` is the comparator's verdict (or a bitwise-equal hash) for this pair.
+  void add_pair(std::int64_t step, double base, double test, bool agree);
+  double mae() const;
+  double rmse() const;
+};
+
+struct SeriesKey {
+  Kind kind;
+  std::string name;
+  std::optional<std::int64_t> mb;
+};
+
+struct Side {  // one side of a pair as reported
+  bool present = false;
+  Merged m;
+};
+
+struct Pair {
+  std::int64_t step = 0;
+  Kind kind = Kind::scalar;
+  std::string name;
+  std::optional<std::int64_t> mb;
+  Class cls = Class::equal;
+  Side base, test;
+  double rel_diff = 0;  // relative difference of norms (tensors) or values (scalars)
+  std::string note;
+  std::string key;  // internal: the series/alignment key
+};
+
+struct Cause {
+  std::string rule;  // rng, data, summation_order, wrong_reduction, none_gradient,
+                     // unreduced_gradient, nonfinite, step_range, kind_not_recorded,
+                     // names_differ, missing_record
+  std::string message;
+};
+
+struct RunInfo {
+  std::string path, setup, torch_version;
+  int world_size = 1, ranks_found = 0;
+  bool python = false;
+  std::int64_t steps = 0, records = 0;
+  std::optional<std::int64_t> first_step, last_step;
+};
+
+struct Result {
+  RunInfo base, test;
+  std::int64_t paired_steps = 0;
+  std::array<std::array<std::int64_t, kClassCount>, kKindCount> counts{};
+  std::optional<Pair> first_divergence;
+  std::vector<Cause> causes;
+  std::int64_t summation_order_grads = 0;  // grads matching the summation-order rule
+  std::vector<Pair> top;                  // by rel_diff, largest first
+  std::vector<std::pair<SeriesKey, SeriesStats>> series;  // first-seen order
+  std::vector<std::string> names_only_base, names_only_test;  // kinds below excluded
+  // Kinds one run recorded on the steps both runs hold while the other recorded none of them.
+  std::vector<Kind> kinds_only_base, kinds_only_test;
+  IssueLog base_issues, test_issues;
+  std::int64_t records_compared = 0;
+  std::optional<std::int64_t> truncated_at;  // comparison stopped here (a killed rank)
+  bool filtered = false;  // --kinds, --steps or --name restricted the comparison
+  bool any_divergence() const;
+  std::int64_t count(Class c) const;  // pairs of that class, every kind
+
+  // What the comparison concluded, the most serious first.
+  enum class Verdict : std::uint8_t {
+    different,         // a pair is different, only_* or none_one_side
+    run_errors,        // the runs agree, but one has an error issue (replica mismatch, ...)
+    incomplete,        // no difference, but a run is truncated: later steps were not compared
+    nothing_compared,  // no pair passed the filters, or every pair is unsupported
+    within_tolerance,  // every pair equal or within --rtol/--atol
+    equal,             // every compared pair bitwise equal
+  };
+  Verdict verdict() const;
+  std::string_view verdict_name() const;  // "different", "run_errors", ... (the JSON's "result")
+  // 0 equal or within tolerance; 1 different, run errors or incomplete; 2 nothing compared
+  // (like bad input: the question was not answered).
+  int exit_code() const;
+};
+
+}  // namespace probe::differ

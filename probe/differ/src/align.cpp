@@ -1,0 +1,262 @@
+// Aligning two runs step by step: records paired by key, each pair classified and counted,
+// paired statistics per series, the top differences, and the evidence the causes need.
+#include "differ/detail/align.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string_view>
+
+#include "differ/detail/causes.h"
+#include "differ/detail/classify.h"
+
+namespace probe::differ {
+
+void SeriesStats::add_pair(std::int64_t step, double base, double test, bool agree) {
+  ++paired;
+  if (agree)
+    ++exact;
+  else if (!first_divergent_step)
+    first_divergent_step = step;
+  const bool same = base == test || (std::isnan(base) && std::isnan(test));
+  const double d = same ? 0.0 : test - base;
+  final_diff = d;
+  final_step = step;
+  if (!std::isfinite(d)) {  // NaN or Inf on one side only (or opposite infinities)
+    ++nonfinite_mismatch;
+    if (!std::isinf(max_abs)) {
+      max_abs = std::numeric_limits<double>::infinity();
+      max_abs_step = step;
+    }
+    return;
+  }
+  ++finite_pairs;
+  sum_abs += std::fabs(d);
+  sum_sq += d * d;
+  if (!max_abs_step || std::fabs(d) > max_abs) {
+    max_abs = std::fabs(d);
+    max_abs_step = step;
+  }
+}
+
+double SeriesStats::mae() const {
+  return finite_pairs ? sum_abs / static_cast<double>(finite_pairs) : 0.0;
+}
+double SeriesStats::rmse() const {
+  return finite_pairs ? std::sqrt(sum_sq / static_cast<double>(finite_pairs)) : 0.0;
+}
+
+namespace {
+
+// Top-N by relative difference: a min-heap on rel_diff.
+bool heap_less(const Pair& a, const Pair& b) { return a.rel_diff > b.rel_diff; }
+
+Side side_of(Merged& m) {
+  Side s;
+  s.present = true;
+  s.m = std::move(m);
+  return s;
+}
+
+Pair start_pair(std::int64_t step, Merged& m) {
+  Pair p;
+  p.step = step;
+  p.kind = m.rec.kind;
+  p.name = std::move(m.rec.name);  // the pair's copy is the one reports use
+  p.mb = m.rec.microbatch;
+  p.key = std::move(m.key);
+  return p;
+}
+
+}  // namespace
+
+Aligner::Aligner(const DiffOptions& options, Result& result) : options_(options), result_(result) {}
+
+bool Aligner::passes(Kind kind, const std::string& name) {
+  const DiffOptions& o = options_;
+  if (o.kinds_mask && !(*o.kinds_mask & (1u << static_cast<unsigned>(kind)))) return false;
+  if (!o.name_filter) return true;
+  auto it = name_passes_.find(name);
+  if (it == name_passes_.end())
+    it = name_passes_.emplace(name, std::regex_search(name, *o.name_filter)).first;
+  return it->second;
+}
+
+std::size_t Aligner::series(const Pair& p) {
+  auto [it, inserted] = series_index_.try_emplace(p.key, result_.series.size());
+  if (inserted) {
+    result_.series.push_back({SeriesKey{p.kind, p.name, p.mb}, SeriesStats{}});
+    seen_.push_back(0);
+  }
+  return it->second;
+}
+
+void Aligner::offer_top(const Pair& p) {
+  if (options_.top == 0 || p.rel_diff <= 0) return;
+  if (top_.size() < options_.top) {
+    top_.push_back(p);
+    std::push_heap(top_.begin(), top_.end(), heap_less);
+  } else if (p.rel_diff > top_.front().rel_diff) {
+    std::pop_heap(top_.begin(), top_.end(), heap_less);
+    top_.back() = p;
+    std::push_heap(top_.begin(), top_.end(), heap_less);
+  }
+}
+
+// The step's pairs in execution order: each base record with its test partner (same key), then
+// the test-only records put among them.
+std::vector<Pair> Aligner::pair_up(std::int64_t step, std::vector<Merged>* base,
+                                   std::vector<Merged>* test) {
+  std::vector<Pair> pairs;
+  pairs.reserve((base ? base->size() : 0) + (test ? test->size() : 0));
+  // Index the test step by key, find each base record's partner, and only then move the
+  // records into pairs (the index points into the test records' keys).
+  std::vector<std::ptrdiff_t> partner(base ? base->size() : 0, -1);
+  std::vector<bool> test_used(test ? test->size() : 0, false);
+  if (test && base) {
+    std::unordered_map<std::string_view, std::size_t> test_index;
+    test_index.reserve(test->size() * 2);
+    for (std::size_t i = 0; i < test->size(); ++i) test_index.emplace((*test)[i].key, i);
+    for (std::size_t i = 0; i < base->size(); ++i) {
+      auto it = test_index.find((*base)[i].key);
+      if (it != test_index.end()) {
+        partner[i] = static_cast<std::ptrdiff_t>(it->second);
+        test_used[it->second] = true;
+      }
+    }
+  }
+  for (std::size_t i = 0; base && i < base->size(); ++i) {
+    Merged& m = (*base)[i];
+    if (!passes(m.rec.kind, m.rec.name)) continue;
+    Pair p = start_pair(step, m);
+    p.base = side_of(m);
+    if (partner[i] >= 0) p.test = side_of((*test)[static_cast<std::size_t>(partner[i])]);
+    pairs.push_back(std::move(p));
+  }
+  if (!test) return pairs;
+  for (std::size_t i = 0; i < test->size(); ++i) {  // test-only records
+    if (test_used[i]) continue;
+    Merged& m = (*test)[i];
+    if (!passes(m.rec.kind, m.rec.name)) continue;
+    Pair p = start_pair(step, m);
+    p.test = side_of(m);
+    pairs.push_back(std::move(p));
+  }
+  // Keep execution order: a stable sort on phase then microbatch puts test-only records
+  // among the base ones.
+  std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
+    return std::make_pair(phase_of(a.kind), a.mb.value_or(-1)) <
+           std::make_pair(phase_of(b.kind), b.mb.value_or(-1));
+  });
+  return pairs;
+}
+
+// Paired statistics: one path, the comparator's verdict (a bitwise-equal hash counts as
+// agreement even where composed norms differ in the last bit).
+std::size_t Aligner::add_to_series(const Pair& p, bool both_runs) {
+  const std::size_t si = series(p);
+  SeriesStats& st = result_.series[si].second;
+  const std::uint8_t sides = (p.base.present ? 1 : 0) | (p.test.present ? 2 : 0);
+  seen_[si] |= sides;
+  if (both_runs) kind_seen_[static_cast<std::size_t>(p.kind)] |= sides;
+  std::optional<double> vb, vt;
+  if (p.base.present) vb = series_value(p.base.m.rec);
+  if (p.test.present) vt = series_value(p.test.m.rec);
+  if (vb) ++st.base_steps;
+  if (vt) ++st.test_steps;
+  if (vb && vt) {
+    const bool agree =
+        p.cls == Class::equal ? true : options_.cmp.agree(*vb, *vt) && p.cls != Class::different;
+    st.add_pair(p.step, *vb, p.cls == Class::equal ? *vb : *vt, agree);
+  } else if (is_divergence(p.cls) && !st.first_divergent_step) {
+    st.first_divergent_step = p.step;  // a value on one side only (absent, or `none`)
+  }
+  return si;
+}
+
+void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test) {
+  std::vector<Pair> pairs = pair_up(step, base, test);
+  const Pair* first = nullptr;
+  for (auto& p : pairs) {
+    if (!p.base.present)
+      p.cls = Class::only_test;
+    else if (!p.test.present)
+      p.cls = Class::only_base;
+    else
+      classify(p, options_.cmp);
+    ++result_.counts[static_cast<std::size_t>(p.kind)][static_cast<std::size_t>(p.cls)];
+    ++result_.records_compared;
+    const std::size_t si = add_to_series(p, base && test);
+    if (options_.on_pair) options_.on_pair(p, si);
+    if (is_divergence(p.cls) && !first) first = &p;
+    // The norm of RNG state bytes is no size of a difference.
+    if ((p.cls == Class::different || p.cls == Class::within_tol) && p.kind != Kind::rng) offer_top(p);
+  }
+  for (const auto& p : pairs)
+    if (summation_order_like(p, pairs, options_)) ++result_.summation_order_grads;
+  note_first_nonfinite(step, pairs);
+  if (first && !result_.first_divergence) {
+    result_.first_divergence = *first;
+    first_step_one_sided_ = !base || !test;
+    for (auto& c : step_causes({step, pairs, *first}, options_)) result_.causes.push_back(std::move(c));
+  }
+}
+
+void Aligner::note_first_nonfinite(std::int64_t step, const std::vector<Pair>& pairs) {
+  if (first_nonfinite_) return;
+  first_nonfinite_ = nonfinite_cause(step, pairs);
+  if (first_nonfinite_) first_nonfinite_step_ = step;
+}
+
+void Aligner::finish() {
+  note_one_sided_kinds();
+  note_one_sided_names();
+  order_causes();
+  std::sort(top_.begin(), top_.end(), heap_less);
+  result_.top = std::move(top_);
+}
+
+// Kinds one run never recorded on the steps both hold: not names to align (--map).
+void Aligner::note_one_sided_kinds() {
+  for (int k = 0; k < kKindCount; ++k) {
+    const auto bits = kind_seen_[static_cast<std::size_t>(k)];
+    if (bits == 1) result_.kinds_only_base.push_back(static_cast<Kind>(k));
+    if (bits == 2) result_.kinds_only_test.push_back(static_cast<Kind>(k));
+  }
+}
+
+// Names (per kind, any microbatch) seen in one run only.
+void Aligner::note_one_sided_names() {
+  Result& r = result_;
+  std::map<std::pair<int, std::string>, std::uint8_t> names;
+  for (std::size_t i = 0; i < r.series.size(); ++i)
+    names[{static_cast<int>(r.series[i].first.kind), r.series[i].first.name}] |= seen_[i];
+  auto listed = [](const std::vector<Kind>& kinds, int k) {
+    return std::find(kinds.begin(), kinds.end(), static_cast<Kind>(k)) != kinds.end();
+  };
+  for (const auto& [n, bits] : names) {
+    const std::string text = std::string(kind_name(static_cast<Kind>(n.first))) + " " + n.second;
+    if (bits == 1 && !listed(r.kinds_only_base, n.first)) r.names_only_base.push_back(text);
+    if (bits == 2 && !listed(r.kinds_only_test, n.first)) r.names_only_test.push_back(text);
+  }
+}
+
+// The causes known once every step was read go around the step's: an absence first, a
+// one-sided NaN/Inf before them when it is at (or before) the first divergent step, after
+// them when it comes later.
+void Aligner::order_causes() {
+  Result& r = result_;
+  if (r.first_divergence)
+    if (auto c = absence_cause(r, options_, first_step_one_sided_,
+                               seen_[series_index_.at(r.first_divergence->key)] != 3))
+      r.causes.insert(r.causes.begin(), *c);
+  if (first_nonfinite_) {
+    if (r.first_divergence && first_nonfinite_step_ <= r.first_divergence->step)
+      r.causes.insert(r.causes.begin(), *first_nonfinite_);
+    else
+      r.causes.push_back(*first_nonfinite_);
+  }
+}
+
+}  // namespace probe::differ

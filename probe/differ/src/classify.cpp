@@ -1,0 +1,161 @@
+// Classifying a pair of records: the comparator, the classes, and the figures a pair is judged
+// by (hash, norm, min, max, mean, NaN/Inf counts).
+#include "differ/detail/classify.h"
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace probe::differ {
+
+bool Comparator::agree(double base, double test) const { return agree(base, test, 0.0); }
+
+bool Comparator::agree(double base, double test, double scale) const {
+  if (std::isnan(base) || std::isnan(test)) return std::isnan(base) && std::isnan(test);
+  if (exact()) return std::memcmp(&base, &test, sizeof(double)) == 0;
+  if (base == test) return true;
+  if (!std::isfinite(base) || !std::isfinite(test)) return false;
+  const double magnitude = std::isfinite(scale) ? std::max(std::fabs(base), scale) : std::fabs(base);
+  return std::fabs(test - base) <= atol + rtol * magnitude;
+}
+
+std::string_view class_name(Class c) {
+  static constexpr std::array<std::string_view, kClassCount> kNames = {
+      "equal", "within_tol", "different", "only_base", "only_test", "none_one_side",
+      "unsupported"};
+  return kNames[static_cast<std::size_t>(c)];
+}
+
+bool is_divergence(Class c) {
+  return c == Class::different || c == Class::only_base || c == Class::only_test ||
+         c == Class::none_one_side;
+}
+
+bool low_precision(const std::string& dtype) {
+  return dtype == "bfloat16" || dtype == "float16" || dtype == "half" ||
+         dtype.rfind("float8", 0) == 0;
+}
+
+double rel_diff(double a, double b) {
+  if (std::isnan(a) && std::isnan(b)) return 0;
+  if (a == b) return 0;
+  if (!std::isfinite(a) || !std::isfinite(b)) return std::numeric_limits<double>::infinity();
+  double scale = std::max(std::fabs(a), std::fabs(b));
+  return scale == 0 ? 0 : std::fabs(a - b) / scale;
+}
+
+std::optional<double> series_value(const Record& r) {
+  if (r.state == Record::State::scalar) return r.value;
+  if (r.state == Record::State::tensor && !r.stats.unsupported) return r.stats.norm;
+  return std::nullopt;
+}
+
+namespace {
+
+// The RMS of a tensor's elements (its norm / sqrt(numel)): the scale of its mean's tolerance.
+double element_rms(const TensorStats& s) {
+  const auto n = s.numel();
+  return n > 0 && std::isfinite(s.norm) ? s.norm / std::sqrt(static_cast<double>(n)) : 0.0;
+}
+
+// The figures of a tensor pair the comparator says disagree ("norm, mean"), of those both
+// sides carry (a NumericsLogger record has its norm only); empty when all agree.
+std::string disagreeing_figures(const TensorStats& s, const TensorStats& t, bool norm_only,
+                                const Comparator& cmp) {
+  std::string names;
+  auto add = [&](std::string_view name) {
+    if (!names.empty()) names += ", ";
+    names += name;
+  };
+  if (!cmp.agree(s.norm, t.norm)) add("norm");
+  if (norm_only) return names;
+  if (!cmp.agree(s.min, t.min)) add("min");
+  if (!cmp.agree(s.max, t.max)) add("max");
+  if (!cmp.agree(s.mean, t.mean, element_rms(s))) add("mean");
+  if (s.nan != t.nan) add("nan count");
+  if (s.inf != t.inf) add("inf count");
+  return names;
+}
+
+// Pairs with no common hash (a Python log against a probe log without torch_hash): the
+// figures can still show a difference, never bitwise equality.
+void classify_without_common_hash(Pair& p, const std::string& disagree, const Comparator& cmp) {
+  if (!disagree.empty()) {
+    p.cls = Class::different;
+    p.note = std::string("no common hash; ") + (cmp.exact() ? "differs in: " : "beyond tolerance: ") + disagree;
+  } else if (!cmp.exact()) {
+    p.cls = Class::within_tol;
+    p.note = "no common hash; the figures are within tolerance";
+  } else {
+    p.cls = Class::unsupported;
+    p.note = "no common hash: the figures agree, bitwise equality cannot be checked (switch on "
+             "the probe's torch-compatible hash to compare with Python logs)";
+  }
+}
+
+void classify_tensors(Pair& p, const Comparator& cmp) {
+  const TensorStats &s = p.base.m.rec.stats, &t = p.test.m.rec.stats;
+  if (s.unsupported || t.unsupported) {
+    p.cls = Class::unsupported;
+    p.note = s.unsupported ? *s.unsupported : *t.unsupported;
+    return;
+  }
+  p.rel_diff = rel_diff(s.norm, t.norm);
+  const bool python = p.base.m.hash_source == HashSource::torch_only ||
+                      p.test.m.hash_source == HashSource::torch_only;
+  if (s.shape != t.shape && !python) {
+    p.cls = Class::different;
+    p.note = "shapes differ";
+    return;
+  }
+  if (!s.dtype.empty() && !t.dtype.empty() && s.dtype != t.dtype) {
+    p.cls = Class::different;
+    p.note = "dtypes differ (" + s.dtype + " vs " + t.dtype + ")";
+    return;
+  }
+  std::optional<bool> hashes_equal;
+  if (!python)
+    hashes_equal = s.hash == t.hash;
+  else if (s.torch_hash && t.torch_hash)
+    hashes_equal = *s.torch_hash == *t.torch_hash;
+  if (hashes_equal == true) {
+    p.cls = Class::equal;
+    return;
+  }
+  const std::string disagree = disagreeing_figures(s, t, python, cmp);
+  if (!hashes_equal) return classify_without_common_hash(p, disagree, cmp);
+  if (cmp.exact()) {
+    p.cls = Class::different;
+    if (p.kind == Kind::rng) return;  // the figures of RNG state bytes add nothing to its hash
+    if (!disagree.empty()) p.note = "differs in: hash, " + disagree;
+    else p.note = python ? "differs in the hash alone; the norms are equal"
+                         : "differs in the hash alone; norm, min, max and mean are bitwise equal";
+    return;
+  }
+  p.cls = disagree.empty() ? Class::within_tol : Class::different;
+  if (!disagree.empty()) p.note = "beyond tolerance: " + disagree;
+}
+
+}  // namespace
+
+void classify(Pair& p, const Comparator& cmp) {
+  const Record &x = p.base.m.rec, &y = p.test.m.rec;
+  using S = Record::State;
+  if (x.state == S::none || y.state == S::none) {
+    p.cls = x.state == y.state ? Class::equal : Class::none_one_side;
+    return;
+  }
+  if (x.state != y.state) {
+    p.cls = Class::different;
+    p.note = "a scalar in one run, a tensor in the other";
+    return;
+  }
+  if (x.state == S::tensor) return classify_tensors(p, cmp);
+  p.rel_diff = rel_diff(x.value, y.value);
+  const bool bitwise =
+      std::memcmp(&x.value, &y.value, sizeof(double)) == 0 || (std::isnan(x.value) && std::isnan(y.value));
+  p.cls = bitwise ? Class::equal : cmp.agree(x.value, y.value) ? Class::within_tol : Class::different;
+}
+
+}  // namespace probe::differ

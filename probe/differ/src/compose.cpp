@@ -1,0 +1,257 @@
+// Shards and replicas: composing shard records into the whole tensor, checking that ranks
+// holding the same shard (or the whole) agree, and one key's merged record out of both.
+#include "differ/detail/compose.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "differ/detail/merge.h"
+#include "differ/detail/names.h"
+#include "differ/detail/record_text.h"
+
+namespace probe::differ {
+
+bool same_record(const Record& a, const Record& b) {
+  if (a.state != b.state) return false;
+  switch (a.state) {
+    case Record::State::none:
+      return true;
+    case Record::State::scalar:
+      return a.value == b.value || (std::isnan(a.value) && std::isnan(b.value));
+    case Record::State::tensor:
+      break;
+  }
+  const auto &x = a.stats, &y = b.stats;
+  if (x.unsupported != y.unsupported || x.dtype != y.dtype || x.shape != y.shape) return false;
+  if (x.torch_hash && y.torch_hash && *x.torch_hash != *y.torch_hash) return false;
+  if (x.unsupported) return true;
+  return x.hash == y.hash && x.nan == y.nan && x.inf == y.inf;
+}
+
+namespace {
+
+// Why the shards do not tile their global tensor exactly once; empty when they do. `gap` says
+// the error is a gap (shards missing, none overlapping).
+std::string tiling_error(const std::vector<const TensorStats*>& shards, bool& gap) {
+  const auto& g = shards[0]->shard.global_shape;
+  std::int64_t global_numel = 1;
+  for (auto d : g)
+    if (d < 0 || __builtin_mul_overflow(global_numel, d, &global_numel)) return "bad global shape";
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const auto& s = *shards[i];
+    if (s.shard.global_shape != g) return "shards disagree on the global shape";
+    if (s.dtype != shards[0]->dtype)
+      return "shards disagree on dtype (" + shards[0]->dtype + " vs " + s.dtype + ")";
+    try {
+      s.shard.check_fits(s.shape, "shard");
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    // fits: inside the global shape
+    if (__builtin_add_overflow(total, s.numel(), &total)) return "shards overlap";
+    for (std::size_t j = 0; j < i; ++j) {  // overlap: boxes intersect in every dim
+      const auto& t = *shards[j];
+      bool overlap = true;
+      for (std::size_t d = 0; d < g.size() && overlap; ++d) {
+        auto a0 = s.shard.offset[d], a1 = a0 + s.shape[d];
+        auto b0 = t.shard.offset[d], b1 = b0 + t.shape[d];
+        overlap = std::max(a0, b0) < std::min(a1, b1);
+      }
+      if (overlap && s.numel() > 0 && t.numel() > 0) return "shards overlap";
+    }
+  }
+  if (total != global_numel) {
+    gap = true;
+    return "shards cover " + std::to_string(total) + " of " + std::to_string(global_numel) +
+           " elements (gap)";
+  }
+  return {};
+}
+
+// The whole tensor's figures from shards that tile it.
+TensorStats combine_shards(const std::vector<const TensorStats*>& shards) {
+  TensorStats out;
+  out.dtype = shards[0]->dtype;
+  out.shape = shards[0]->shard.global_shape;
+  double sum_sq = 0, weighted_mean = 0;
+  std::int64_t non_nan = 0;
+  bool all_torch_hash = true;
+  std::uint64_t torch_hash = 0;
+  for (const TensorStats* s : shards) {
+    if (s->unsupported) {
+      out.unsupported = *s->unsupported;  // the figures gathered so far go with it
+      return out;
+    }
+    out.hash += s->hash;
+    sum_sq += s->norm * s->norm;
+    if (!std::isnan(s->min) && !(s->min >= out.min)) out.min = std::isnan(out.min) ? s->min : std::min(out.min, s->min);
+    if (!std::isnan(s->max) && !(s->max <= out.max)) out.max = std::isnan(out.max) ? s->max : std::max(out.max, s->max);
+    out.nan += s->nan;
+    out.inf += s->inf;
+    const std::int64_t n = s->numel() - s->nan;
+    if (n > 0) {
+      weighted_mean += s->mean * static_cast<double>(n);
+      non_nan += n;
+    }
+    if (s->torch_hash)
+      torch_hash ^= *s->torch_hash;
+    else
+      all_torch_hash = false;
+  }
+  out.norm = out.nan > 0 ? std::numeric_limits<double>::quiet_NaN() : std::sqrt(sum_sq);
+  out.mean = non_nan > 0 ? weighted_mean / static_cast<double>(non_nan)
+                         : std::numeric_limits<double>::quiet_NaN();
+  if (all_torch_hash) out.torch_hash = torch_hash;
+  return out;
+}
+
+}  // namespace
+
+ComposeResult compose_shards(const std::vector<const TensorStats*>& shards) {
+  ComposeResult res;
+  if (shards.empty()) {
+    res.error = "no shards";
+    return res;
+  }
+  res.error = tiling_error(shards, res.gap);
+  if (res.error.empty()) res.stats = combine_shards(shards);
+  return res;
+}
+
+// Why ranks that logged the same key with different values most likely did, by kind.
+std::string replica_mismatch_hint(Kind kind) {
+  if (kind == Kind::scalar)
+    return "a scalar logged under one name on several ranks must be the same on each: a "
+           "rank's local value (its own loss) needs the reduced value, or a name per rank";
+  if (kind == Kind::grad)
+    return "data-parallel replicas of a gradient must agree after the reduction: an unreduced "
+           "gradient, or pipeline stages reusing names (align them with a rank-scoped rule: "
+           "--map '@RANKS:REGEX=REPLACEMENT')";
+  return "records of one microbatch id on several ranks are read as replicas: microbatch ids "
+         "must be global across data-parallel ranks (rank r's k-th of M local microbatches is "
+         "r * M + k), and pipeline stages reusing names need a rank-scoped rule: --map "
+         "'@RANKS:REGEX=REPLACEMENT'";
+}
+
+namespace {
+
+// Records a replica mismatch: the merged record says its ranks disagree, the run's issues say
+// where and (once) what it most likely means.
+void mismatch(Merged& m, Kind kind, const MergeContext& ctx, std::string message) {
+  m.replicas_disagree = true;
+  if (!ctx.compared) return;
+  ctx.issues->hint(replica_mismatch_hint(kind));
+  ctx.issues->add({Issue::Severity::error, "replica_mismatch", *ctx.label, ctx.step, std::move(message)});
+}
+
+std::string disagreement(const MergeContext& ctx, const Group& g, const Part& a, const Part& b,
+                         const char* a_has) {
+  return "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": rank " +
+         std::to_string(a.rank) + a_has + record_brief(a.rec) + ", rank " +
+         std::to_string(b.rank) + " has " + record_brief(b.rec);
+}
+
+// Buckets of replicas: same shard (or whole). Each bucket's first part represents it (into
+// ctx.reps); every other member must agree with it.
+void check_replicas(Merged& m, const Group& g, MergeContext& ctx) {
+  ctx.reps.clear();
+  for (const auto& p : g.parts) {
+    const Part* rep = nullptr;
+    for (const Part* r : ctx.reps) {
+      if (r->rec.stats.shard == p.rec.stats.shard) {
+        rep = r;
+        break;
+      }
+    }
+    if (!rep)
+      ctx.reps.push_back(&p);
+    else if (!same_record(rep->rec, p.rec))
+      mismatch(m, g.kind, ctx, disagreement(ctx, g, *rep, p, " has "));
+  }
+}
+
+// The bucket holding the whole record (none when every bucket is a shard); the shards go to
+// ctx.shards. Two whole records that differ (`none` on one rank, a scalar on another) are a
+// mismatch.
+const Part* split_whole_and_shards(Merged& m, const Group& g, MergeContext& ctx) {
+  const Part* whole = nullptr;
+  ctx.shards.clear();
+  for (const Part* b : ctx.reps) {
+    if (b->rec.state == Record::State::tensor && !b->rec.stats.shard.empty())
+      ctx.shards.push_back(&b->rec.stats);
+    else if (!whole)
+      whole = b;
+    else
+      mismatch(m, g.kind, ctx, disagreement(ctx, g, *whole, *b, " has "));
+  }
+  if (ctx.partial_view && ctx.reps.size() == 1 && !ctx.shards.empty()) {
+    // One rank's view of the run: its shard is compared as logged, not composed into a
+    // whole it does not hold.
+    ctx.shards.clear();
+    whole = ctx.reps[0];
+  }
+  return whole;
+}
+
+// The whole tensor composed of ctx.shards, or an unsupported record saying why it cannot be.
+Record composed_record(const Merged& m, const Group& g, MergeContext& ctx) {
+  Record composed;  // only the key fields of a part: the figures come from composing
+  composed.step = ctx.step;
+  composed.kind = g.kind;
+  composed.microbatch = g.mb;
+  composed.state = Record::State::tensor;
+  ComposeResult c = compose_shards(ctx.shards);
+  if (c.stats) {
+    composed.stats = std::move(*c.stats);
+    return composed;
+  }
+  // A gap where a rank's log is missing is that missing_rank error, not one per record.
+  const bool missing = c.gap && ctx.missing_ranks;
+  if (!missing && ctx.compared)
+    ctx.issues->add({Issue::Severity::error, "shard_tiling", *ctx.label, ctx.step,
+                     "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) +
+                         ": " + c.error + " (ranks " + format_ranks(m.ranks) + "); not composed"});
+  composed.stats = TensorStats{};
+  composed.stats.dtype = ctx.shards[0]->dtype;
+  composed.stats.shape = ctx.shards[0]->shard.global_shape;
+  composed.stats.unsupported = missing ? "shards missing: a rank's log is missing (missing_rank)"
+                                       : "shards do not tile: " + c.error;
+  return composed;
+}
+
+}  // namespace
+
+Merged merge_group(Group& g, MergeContext& ctx) {
+  Merged m;
+  m.raw_name = g.raw_name;
+  m.hash_source = ctx.python ? HashSource::torch_only : HashSource::spec_v1;
+  for (const auto& p : g.parts) m.ranks.push_back(p.rank);
+  std::sort(m.ranks.begin(), m.ranks.end());
+  m.ranks.erase(std::unique(m.ranks.begin(), m.ranks.end()), m.ranks.end());
+  check_replicas(m, g, ctx);
+  const Part* whole = split_whole_and_shards(m, g, ctx);
+  if (!ctx.shards.empty()) {
+    Record composed = composed_record(m, g, ctx);
+    if (whole && !same_record(whole->rec, composed))
+      mismatch(m, g.kind, ctx,
+               "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) +
+                   ": rank " + std::to_string(whole->rank) + " has the whole tensor " +
+                   record_brief(whole->rec) + ", the composed shards have " +
+                   record_brief(composed));
+    m.rec = std::move(composed);
+    if (m.replicas_disagree)
+      for (const Part* b : ctx.reps)
+        if (!b->rec.stats.shard.empty()) m.value_ranks.push_back(b->rank);
+  } else {
+    if (m.replicas_disagree) m.value_ranks = {whole->rank};
+    m.rec = std::move(const_cast<Part*>(whole)->rec);  // the group's parts are consumed
+  }
+  m.rec.name = std::move(g.name);
+  m.key = std::move(g.key);
+  return m;
+}
+
+}  // namespace probe::differ

@@ -1,0 +1,136 @@
+// The step merge: every rank's records of one step grouped by key (kind, canonical name,
+// microbatch), put in execution order, and each group merged into one logical record.
+#include <algorithm>
+#include <tuple>
+#include <unordered_map>
+
+#include "differ/detail/merge.h"
+#include "differ/detail/names.h"
+#include "differ/detail/record_text.h"
+
+namespace probe::differ {
+
+bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
+  records.clear();
+  auto s = peek_step();
+  if (!s) return false;
+  step = *s;
+  note_early_ends(step);
+
+  std::vector<Group> groups;
+  group_step(step, groups);
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+    return std::make_tuple(phase_of(a.kind), a.mb.value_or(-1), a.order) <
+           std::make_tuple(phase_of(b.kind), b.mb.value_or(-1), b.order);
+  });
+
+  MergeContext ctx;
+  ctx.step = step;
+  ctx.python = python_;
+  ctx.partial_view = partial_view_;
+  ctx.missing_ranks = missing_ranks_ > 0;
+  // From a killed rank's incomplete step on, steps are read but not compared (diff_runs): the
+  // records the kill lost are no tiling or replica errors.
+  ctx.compared = !incomplete_from_ || step < *incomplete_from_;
+  ctx.label = &options_.label;
+  ctx.issues = &issues_;
+  ctx.reps.reserve(ranks_.size());
+  ctx.shards.reserve(ranks_.size());
+  last_step_groups_ = groups.size();
+  records.reserve(groups.size());
+  for (auto& g : groups) records.push_back(merge_group(g, ctx));
+  return true;
+}
+
+// A rank whose log ended cleanly at a step boundary while others go on: the process stopped
+// (killed between steps). Its later records are missing, not different: stop comparing here.
+void Run::note_early_ends(std::int64_t step) {
+  for (auto& src : ranks_) {
+    if (!src->reader || src->ahead || src->reported_early_end || src->reader->truncated() ||
+        src->last_step >= step)
+      continue;
+    src->reported_early_end = true;
+    if (src->last_step < 0) {
+      // No record at all. A rank may legitimately record nothing (PROBE_KINDS=scalar with the
+      // loss logged on rank 0), so the comparison goes on; the warning explains the records
+      // the other run has and this one lacks.
+      issues_.add({Issue::Severity::warning, "empty_rank", options_.label, step,
+                   src->reader->path().string() + ": rank " + std::to_string(src->rank) +
+                       "'s log has no records while other ranks log step " + std::to_string(step) +
+                       ": the rank was killed before its first step, or it records nothing"});
+      continue;
+    }
+    if (!incomplete_from_ || step < *incomplete_from_) incomplete_from_ = step;
+    issues_.add({Issue::Severity::warning, "truncated", options_.label, step,
+                 src->reader->path().string() + ": rank " + std::to_string(src->rank) +
+                     "'s log ends after step " + std::to_string(src->last_step) +
+                     " while other ranks go on to step " + std::to_string(step) +
+                     " (rank stopped early, killed?): steps before " + std::to_string(step) +
+                     " are used, later ones are not compared"});
+  }
+}
+
+// Groups this step's records of every rank by (kind, canonical name, mb).
+void Run::group_step(std::int64_t step, std::vector<Group>& groups) {
+  std::unordered_map<std::string, std::size_t> index;
+  index.reserve(last_step_groups_ * 2);
+  std::string key;
+  const std::int64_t world = std::max<std::int64_t>(world_size_, 1);
+  for (auto& src : ranks_) {
+    std::int64_t pos = 0;
+    while (src->ahead && src->ahead->step == step) {
+      Record& r = *src->ahead;
+      ++records_read_;
+      const std::string& canon = mapper_->map(r.name, src->rank);
+      key.clear();
+      key += static_cast<char>('0' + static_cast<int>(r.kind));
+      if (r.microbatch) key += std::to_string(*r.microbatch);
+      key += '|';
+      key += canon;
+      auto [it, inserted] = index.try_emplace(key, groups.size());
+      // Execution order: ranks ascending in forward and step end, descending in backward
+      // (pipeline stages run backward last stage first), then the rank's own line order.
+      const std::int64_t rank_order =
+          phase_of(r.kind) == Phase::backward ? world - 1 - src->rank : src->rank;
+      const std::int64_t order = rank_order * (std::int64_t{1} << 40) + pos++;
+      if (inserted) {
+        Group g;
+        g.key = key;
+        g.kind = r.kind;
+        g.name = canon;
+        g.mb = r.microbatch;
+        g.raw_name = r.name;
+        g.order = order;
+        groups.push_back(std::move(g));
+      }
+      add_to_group(step, *src, order, groups[it->second]);
+      advance(*src);
+    }
+    src->release();  // its next step's first record is read: close it until then
+  }
+}
+
+// Moves the rank's record ahead into its group; a second record of the same rank and shard is
+// a duplicate.
+void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, Group& g) {
+  Record& r = *src.ahead;
+  g.order = std::min(g.order, order);
+  // Ranks are read one after the other, so this rank's parts are the group's last ones:
+  // looking at those alone keeps a key replicated on thousands of ranks linear.
+  bool duplicate = false;
+  for (auto p = g.parts.rbegin(); p != g.parts.rend() && p->rank == src.rank; ++p)
+    duplicate = duplicate || p->rec.stats.shard == r.stats.shard;
+  if (!duplicate) {
+    g.parts.push_back({src.rank, std::move(r)});
+    return;
+  }
+  std::string msg = src.reader ? src.reader->path().string() + ":" +
+                                     std::to_string(src.reader->line_number()) + ": "
+                               : std::string();
+  msg += "duplicate record " + key_text(r.kind, r.name, r.microbatch) + " at step " +
+         std::to_string(step);
+  if (!options_.lenient) throw InputError(msg);
+  issues_.add({Issue::Severity::warning, "duplicate_record", options_.label, step, msg});
+}
+
+}  // namespace probe::differ

@@ -1,0 +1,184 @@
+// The --json document (schema numprobe.diff_logs/1, docs/diff-logs.md): every pair class count,
+// the first divergence, causes, top differences and every series, with each run's issues.
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "differ/report.h"
+#include "probe/log_format.h"
+
+namespace probe::differ {
+namespace lf = probe::log_format;
+
+namespace {
+
+nlohmann::json num_json(double v) {
+  if (std::isfinite(v)) return v;
+  return lf::format_double(v);  // "nan", "inf", "-inf": JSON has no such numbers
+}
+
+nlohmann::json side_json(const Side& s) {
+  if (!s.present) return nullptr;
+  const Record& r = s.m.rec;
+  nlohmann::json j;
+  j["ranks"] = s.m.ranks;
+  if (s.m.replicas_disagree) {  // the figures below are those of value_ranks' records
+    j["replicas_disagree"] = true;
+    j["value_ranks"] = s.m.value_ranks;
+  }
+  j["raw_name"] = s.m.raw_name;
+  switch (r.state) {
+    case Record::State::none:
+      j["state"] = "none";
+      return j;
+    case Record::State::scalar:
+      j["state"] = "scalar";
+      j["value"] = num_json(r.value);
+      return j;
+    case Record::State::tensor:
+      j["state"] = "tensor";
+  }
+  const auto& t = r.stats;
+  if (t.unsupported) j["unsupported"] = *t.unsupported;
+  if (s.m.hash_source == HashSource::spec_v1 && !t.unsupported) j["hash"] = lf::format_hash(t.hash);
+  if (t.torch_hash) j["torch_hash"] = lf::format_hash(*t.torch_hash);
+  j["norm"] = num_json(t.norm);
+  if (s.m.hash_source == HashSource::spec_v1) {
+    j["min"] = num_json(t.min);
+    j["max"] = num_json(t.max);
+    j["mean"] = num_json(t.mean);
+    j["nan"] = t.nan;
+    j["inf"] = t.inf;
+    j["dtype"] = t.dtype;
+    j["shape"] = t.shape;
+  }
+  return j;
+}
+
+nlohmann::json pair_json(const Pair& p) {
+  nlohmann::json j;
+  j["step"] = p.step;
+  j["kind"] = kind_name(p.kind);
+  j["name"] = p.name;
+  j["mb"] = p.mb ? nlohmann::json(*p.mb) : nlohmann::json(nullptr);
+  j["class"] = class_name(p.cls);
+  j["rel_diff"] = num_json(p.rel_diff);
+  j["base"] = side_json(p.base);
+  j["test"] = side_json(p.test);
+  if (!p.note.empty()) j["note"] = p.note;
+  return j;
+}
+
+nlohmann::json run_json(const RunInfo& i, const IssueLog& issues) {
+  nlohmann::json j;
+  j["path"] = i.path;
+  j["python"] = i.python;
+  j["world_size"] = i.world_size;
+  j["ranks_found"] = i.ranks_found;
+  j["setup"] = i.setup;
+  j["torch"] = i.torch_version;
+  j["steps"] = i.steps;
+  j["first_step"] = i.first_step ? nlohmann::json(*i.first_step) : nlohmann::json(nullptr);
+  j["last_step"] = i.last_step ? nlohmann::json(*i.last_step) : nlohmann::json(nullptr);
+  j["records"] = i.records;
+  j["issue_counts"] = issues.count_by_type;
+  j["hints"] = issues.hints;
+  auto& list = j["issues"] = nlohmann::json::array();
+  for (const auto& is : issues.detail)
+    list.push_back({{"severity", is.severity == Issue::Severity::error ? "error" : "warning"},
+                    {"type", is.type},
+                    {"step", is.step >= 0 ? nlohmann::json(is.step) : nlohmann::json(nullptr)},
+                    {"message", is.message}});
+  return j;
+}
+
+nlohmann::json optional_json(const std::optional<std::int64_t>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+nlohmann::json options_json(const DiffOptions& opt) {
+  nlohmann::json kinds = nullptr;
+  if (opt.kinds_mask) {
+    kinds = nlohmann::json::array();
+    for (int k = 0; k < kKindCount; ++k)
+      if (*opt.kinds_mask & (1u << k)) kinds.push_back(kind_name(static_cast<Kind>(k)));
+  }
+  return {{"rtol", opt.cmp.rtol},
+          {"atol", opt.cmp.atol},
+          {"sum_order_rtol", opt.sum_order_rtol},
+          {"sum_order_rtol_lowp", opt.sum_order_rtol_lowp},
+          {"kinds", kinds},
+          {"steps", {optional_json(opt.step_min), optional_json(opt.step_max)}},
+          {"name", opt.name_filter_text},
+          {"top", opt.top}};
+}
+
+nlohmann::json summary_json(const Result& r) {
+  auto summary = nlohmann::json::object();
+  for (int k = 0; k < kKindCount; ++k) {
+    nlohmann::json row;
+    for (int c = 0; c < kClassCount; ++c)
+      row[std::string(class_name(static_cast<Class>(c)))] =
+          r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)];
+    summary[std::string(kind_name(static_cast<Kind>(k)))] = row;
+  }
+  return summary;
+}
+
+nlohmann::json series_json(const SeriesKey& k, const SeriesStats& s) {
+  return {
+      {"kind", kind_name(k.kind)},
+      {"name", k.name},
+      {"mb", optional_json(k.mb)},
+      {"value", k.kind == Kind::scalar ? "value" : "norm"},
+      {"base_steps", s.base_steps},
+      {"test_steps", s.test_steps},
+      {"paired_steps", s.paired},
+      {"exact_matches", s.exact},
+      {"first_divergent_step", optional_json(s.first_divergent_step)},
+      // null where there is no difference to average (no paired step, or none finite)
+      {"mae", s.finite_pairs ? num_json(s.mae()) : nullptr},
+      {"rmse", s.finite_pairs ? num_json(s.rmse()) : nullptr},
+      {"max_abs_diff", s.max_abs_step ? num_json(s.max_abs) : nullptr},
+      {"max_abs_diff_step", optional_json(s.max_abs_step)},
+      {"final_diff", s.final_step ? num_json(s.final_diff) : nullptr},
+      {"nonfinite_mismatch_steps", s.nonfinite_mismatch},
+  };
+}
+
+nlohmann::json kinds_json(const std::vector<Kind>& kinds) {
+  auto list = nlohmann::json::array();
+  for (Kind k : kinds) list.push_back(kind_name(k));
+  return list;
+}
+
+}  // namespace
+
+std::string to_json(const Result& r, const DiffOptions& opt) {
+  nlohmann::json j;
+  j["schema"] = "numprobe.diff_logs/1";
+  j["exit_code"] = r.exit_code();
+  j["result"] = r.verdict_name();
+  j["options"] = options_json(opt);
+  j["base"] = run_json(r.base, r.base_issues);
+  j["test"] = run_json(r.test, r.test_issues);
+  j["paired_steps"] = r.paired_steps;
+  j["truncated_at"] = optional_json(r.truncated_at);
+  j["records_compared"] = r.records_compared;
+  j["summary"] = summary_json(r);
+  j["first_divergence"] = r.first_divergence ? pair_json(*r.first_divergence) : nlohmann::json(nullptr);
+  auto& causes = j["likely_causes"] = nlohmann::json::array();
+  for (const auto& c : r.causes) causes.push_back({{"rule", c.rule}, {"message", c.message}});
+  j["summation_order_grads"] = r.summation_order_grads;
+  auto& top = j["top"] = nlohmann::json::array();
+  for (const auto& p : r.top) top.push_back(pair_json(p));
+  j["names_only_base"] = r.names_only_base;
+  j["names_only_test"] = r.names_only_test;
+  j["kinds_only_base"] = kinds_json(r.kinds_only_base);
+  j["kinds_only_test"] = kinds_json(r.kinds_only_test);
+  auto& series = j["series"] = nlohmann::json::array();
+  for (const auto& [k, s] : r.series) series.push_back(series_json(k, s));
+  return j.dump(1) + "\n";
+}
+
+}  // namespace probe::differ

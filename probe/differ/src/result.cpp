@@ -1,0 +1,63 @@
+// A comparison's outcome: the issue log, the verdict and the exit status it implies.
+#include <algorithm>
+
+#include "differ/result.h"
+
+namespace probe::differ {
+
+void IssueLog::add(Issue issue) {
+  auto& n = count_by_type[issue.type];
+  ++n;
+  if (issue.severity == Issue::Severity::error) ++errors;
+  if (static_cast<std::size_t>(n) <= kDetailPerType) detail.push_back(std::move(issue));
+}
+
+void IssueLog::hint(const std::string& text) {
+  if (std::find(hints.begin(), hints.end(), text) == hints.end()) hints.push_back(text);
+}
+
+bool Result::any_divergence() const {
+  for (const auto& per_kind : counts)
+    for (int c = 0; c < kClassCount; ++c)
+      if (per_kind[static_cast<std::size_t>(c)] > 0 && is_divergence(static_cast<Class>(c)))
+        return true;
+  return false;
+}
+
+std::int64_t Result::count(Class c) const {
+  std::int64_t n = 0;
+  for (const auto& per_kind : counts) n += per_kind[static_cast<std::size_t>(c)];
+  return n;
+}
+
+Result::Verdict Result::verdict() const {
+  if (any_divergence()) return Verdict::different;
+  if (base_issues.errors > 0 || test_issues.errors > 0) return Verdict::run_errors;
+  if (truncated_at) return Verdict::incomplete;
+  if (records_compared == count(Class::unsupported)) return Verdict::nothing_compared;
+  if (count(Class::within_tol) > 0) return Verdict::within_tolerance;
+  return Verdict::equal;
+}
+
+std::string_view Result::verdict_name() const {
+  switch (verdict()) {
+    case Verdict::different: return "different";
+    case Verdict::run_errors: return "run_errors";
+    case Verdict::incomplete: return "incomplete";
+    case Verdict::nothing_compared: return "nothing_compared";
+    case Verdict::within_tolerance: return "within_tolerance";
+    case Verdict::equal: break;
+  }
+  return "equal";
+}
+
+int Result::exit_code() const {
+  switch (verdict()) {
+    case Verdict::equal:
+    case Verdict::within_tolerance: return 0;
+    case Verdict::nothing_compared: return 2;
+    default: return 1;
+  }
+}
+
+}  // namespace probe::differ
