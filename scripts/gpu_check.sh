@@ -7,7 +7,7 @@
 #
 # The machine has no libgtest/libspdlog/libxxhash/libfmt dev packages: fetch them here first
 # with `scripts/gpu_check.sh --fetch-deps` (Debian .debs unpacked into .deps/root, gitignored),
-# then on the device: run(command="scripts/gpu_check.sh", carry=[".deps"], timeout_s=540).
+# then copy the tree with .deps to the GPU machine and run scripts/gpu_check.sh there.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="$ROOT/.deps/root"
@@ -62,8 +62,8 @@ if [ -n "$WHEEL_INCLUDE" ] && [ ! -f "$CUDA_ROOT/include/cusparse.h" ]; then
   extra=(-DCMAKE_CXX_FLAGS="-idirafter $WHEEL_INCLUDE" -DCMAKE_CUDA_FLAGS="-Xcompiler=-idirafter,$WHEEL_INCLUDE")
 fi
 
-# Every phase gets at most what is left of the budget (the device tool's timeout_s is 540 and a
-# rerun must still fit the session's 15 minutes): whatever ran leaves its files in $OUT.
+# Every phase gets at most what is left of the whole check's time budget (GPU_CHECK_BUDGET_S):
+# a slow phase cannot starve the later ones, and whatever ran leaves its files in $OUT.
 BUDGET_S="${GPU_CHECK_BUDGET_S:-500}"
 phase_limit() {  # phase_limit CAP -> seconds for the next phase: CAP or what is left, if less
   local left=$(( BUDGET_S - ($(date +%s) - start) - 10 )) cap="$1"

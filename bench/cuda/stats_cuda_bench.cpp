@@ -8,7 +8,7 @@
 // copy back and sync per tensor, wall time), so the speedup is given for both.
 //
 // Copy bandwidth is reported two ways: bytes copied per second (size / time, what a copy
-// "moves") and DRAM traffic (2 * size / time, read + write). The target ratio (>= 70%
+// "moves") and DRAM traffic (2 * size / time, read + write). The target ratio (>= 70%
 // for >= 64 MiB float32/bfloat16) is stated against both in docs/perf.md.
 //
 // Usage: stats_cuda_bench [--quick]   (prints one line per dtype and size, and a summary)

@@ -11,6 +11,11 @@ gen() { "$GEN" "$@" --steps 6 --params 12 --mbs 4 --mb-grads || { echo "generato
 expect() {  # expect RC PATTERN -- diff_logs args
   local want_rc="$1" pattern="$2"
   shift 3
+  if [ -z "$pattern" ]; then  # an empty pattern matches anything: the case would test nothing
+    echo "FAIL: diff_logs $* has no pattern to expect"
+    fail=1
+    return
+  fi
   local out rc
   out="$("$DIFF" --no-color "$@" 2>&1)"
   rc=$?
@@ -55,8 +60,9 @@ expect 0 "RESULT: equal" -- --kinds scalar,rng "$T/single" "$T/sumorder"
 expect 0 "RESULT: equal" -- --steps 0:1 "$T/single" "$T/sumorder"
 expect 1 "FIRST DIVERGENCE" -- --name 'layers\.5\.' "$T/single" "$T/sumorder"
 # JSON.
-expect 1 "" -- --json "$T/out.json" "$T/single" "$T/sumorder"
+expect 1 "^RESULT: differences found \(exit 1\)$" -- --json "$T/out.json" "$T/single" "$T/sumorder"
 grep -q '"first_divergence": {' "$T/out.json" || { echo "FAIL: json lacks first_divergence"; fail=1; }
+grep -q '"result": "different"' "$T/out.json" || { echo "FAIL: json result is not different"; fail=1; }
 # A --json file that cannot be written is bad usage, found before any comparison: no report.
 expect 2 "^diff_logs: error: cannot write --json file '$T/nowhere/x.json'$" -- --json "$T/nowhere/x.json" "$T/single" "$T/zero3"
 stdout="$("$DIFF" --no-color --json "$T/nowhere/x.json" "$T/single" "$T/zero3" 2>/dev/null)"
@@ -68,17 +74,17 @@ fi
 if "$DIFF" --no-color "$T/nowhere" "$T/nowhere" --html "$T/probe.html" 2>&1 | grep -q "built without the plotting"; then
   echo "SKIP --html checks: diff_logs built without the plotting libraries"
 else
-  expect 1 "" -- --json "$T/both.json" --html "$T/both.html" "$T/single" "$T/sumorder"
+  expect 1 "^RESULT: differences found \(exit 1\)$" -- --json "$T/both.json" --html "$T/both.html" "$T/single" "$T/sumorder"
   grep -q 'id="numprobe-data"' "$T/both.html" && [ -s "$T/both.json" ] ||
     { echo "FAIL: --json with --html did not write both files"; fail=1; }
   expect 2 "^diff_logs: error: cannot write --html file '$T/nowhere/x.html'$" -- --html "$T/nowhere/x.html" "$T/single" "$T/zero3"
   echo stale > "$T/stale.html"
-  expect 2 "error" -- --html "$T/stale.html" "$T/single" "$T/does-not-exist"
+  expect 2 "^diff_logs: error: .*does-not-exist. does not exist" -- --html "$T/stale.html" "$T/single" "$T/does-not-exist"
   [ ! -e "$T/stale.html" ] || { echo "FAIL: a failed comparison left its --html file behind"; fail=1; }
 fi
 # Input that cannot be compared leaves no --json file (not an empty one, nor an earlier result).
 echo '{"stale": true}' > "$T/stale.json"
-expect 2 "error" -- --json "$T/stale.json" "$T/single" "$T/does-not-exist"
+expect 2 "^diff_logs: error: .*does-not-exist. does not exist" -- --json "$T/stale.json" "$T/single" "$T/does-not-exist"
 [ ! -e "$T/stale.json" ] || { echo "FAIL: a failed comparison left its --json file behind"; fail=1; }
 # A pipeline whose stage 1 (ranks 4-7; layers 6-11) numbers its layers from 0: its
 # names collide with stage 0's (replica mismatches) until a rank-scoped --map renumbers them.
@@ -90,14 +96,14 @@ expect 0 "RESULT: equal" -- --map-test '@4-7:^layers\.(\d+)\.=layers.${1+6}.' "$
 mkdir -p "$T/empty"
 expect 2 "holds no logs" -- "$T/single" "$T/empty"
 expect 2 "does not exist" -- "$T/single" "$T/nowhere"
-expect 2 "" -- --kinds bogus "$T/single" "$T/single"
+expect 2 "^diff_logs: error: --kinds 'bogus': unknown record kind 'bogus'" -- --kinds bogus "$T/single" "$T/single"
 expect 2 "'-1' is not a number >= 0" -- --rtol -1 "$T/single" "$T/single"
 # A question left unanswered is not "equal": a filter that matches nothing, exit 2.
 expect 2 "RESULT: nothing compared: no record passes" -- --name typo_no_match "$T/single" "$T/zero3"
 expect 0 "RESULT: equal" -- --kinds -mb_grad "$T/single" "$T/zero3"
 # One rank's log of a multi-rank run is that rank's view (a warning, no missing ranks).
 expect 0 "partial_run=1" -- "$T/zero3/rank2/diff.log" "$T/zero3/rank2/diff.log"
-expect 2 "" -- "$T/single"
+expect 2 "test is required" -- "$T/single"
 cp -r "$T/single" "$T/garbage"
 sed -i '5i garbage here' "$T/garbage/rank0/diff.log"
 expect 2 "garbage/rank0/diff.log:5: unexpected token 'garbage'" -- "$T/single" "$T/garbage"

@@ -67,7 +67,7 @@ inline Record scalar(std::int64_t step, const std::string& name, double v) {
   return r;
 }
 
-// Writes rank<R>/diff.log for each rank through LogWriter (format 2), one write_step per step.
+// Writes rank<R>/diff.log for each rank through LogWriter (the current format), one write_step per step.
 inline void write_run(const std::filesystem::path& dir, const std::vector<std::vector<Record>>& ranks,
                       int world_size = -1, int hash_spec = 1) {
   const int world = world_size < 0 ? static_cast<int>(ranks.size()) : world_size;
@@ -83,6 +83,30 @@ inline void write_run(const std::filesystem::path& dir, const std::vector<std::v
     for (const auto& rec : ranks[r]) steps[rec.step].push_back(probe::log_format::format_record(rec));
     for (const auto& [s, lines] : steps) w.write_step(s, lines);
   }
+}
+
+// Report text compared by content: each line trimmed and its runs of blanks made one space,
+// so a test pins what a report says, not its column widths.
+inline std::string squeeze(const std::string& text) {
+  std::string out;
+  bool blank = false, line_start = true;
+  for (char c : text) {
+    if (c == ' ' || c == '\t') {
+      blank = true;
+    } else if (c == '\n') {
+      out += '\n';
+      blank = false;
+      line_start = true;
+    } else {
+      if (blank && !line_start) out += ' ';
+      out += c;
+      blank = line_start = false;
+    }
+  }
+  return out;
+}
+inline bool says(const std::string& text, const std::string& expected) {
+  return squeeze(text).find(squeeze(expected)) != std::string::npos;
 }
 
 inline probe::differ::Result diff(const std::filesystem::path& a, const std::filesystem::path& b,

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "differ_test_util.h"
@@ -20,8 +21,20 @@ std::string read_all(const std::filesystem::path& p) {
   return s.str();
 }
 
+// What became of the inputs: compared (a result, perhaps with warnings) or rejected with an
+// InputError. A rejection must say where: a file and a line ("path:LINE: ...").
+struct Outcomes {
+  int compared = 0, rejected = 0;
+  std::vector<std::string> unlocated;  // rejections that name no file and line
+};
+
+bool names_file_and_line(const std::string& message) {
+  static const std::regex located(R"((^|[ '(])/[^ ':]+:[0-9]+: )");
+  return std::regex_search(message, located);
+}
+
 // Runs the whole pipeline (both modes); fails the test on anything but InputError.
-void survive(const std::filesystem::path& a, const std::filesystem::path& b) {
+void survive(const std::filesystem::path& a, const std::filesystem::path& b, Outcomes& outcomes) {
   for (bool lenient : {false, true}) {
     try {
       probe::differ::Run base(a, {lenient, true, {}, "base"});
@@ -30,9 +43,18 @@ void survive(const std::filesystem::path& a, const std::filesystem::path& b) {
       std::ostringstream out;
       print_text(r, out, {});
       (void)to_json(r, {});
-    } catch (const InputError&) {
+      ++outcomes.compared;
+    } catch (const InputError& e) {
+      ++outcomes.rejected;
+      if (!names_file_and_line(e.what())) outcomes.unlocated.push_back(e.what());
     }
   }
+}
+
+std::string first_few(const std::vector<std::string>& messages) {
+  std::string s;
+  for (std::size_t i = 0; i < messages.size() && i < 5; ++i) s += "\n  " + messages[i];
+  return s;
 }
 
 }  // namespace
@@ -60,6 +82,7 @@ TEST(Fuzz, RandomlyCorruptedLogsNeverCrash) {
   // NUMPROBE_FUZZ_ITERATIONS raises the count for a longer local run (e.g. under ASan).
   const char* env = std::getenv("NUMPROBE_FUZZ_ITERATIONS");
   const int iterations = env ? std::atoi(env) : 400;
+  Outcomes outcomes;
   for (int iter = 0; iter < iterations; ++iter) {
     std::string text = iter % 2 ? rank0 : rank1;
     const int edits = 1 + static_cast<int>(rng() % 4);
@@ -78,18 +101,29 @@ TEST(Fuzz, RandomlyCorruptedLogsNeverCrash) {
     std::filesystem::create_directories(bad / "rank1");
     std::ofstream(bad / "rank0" / "diff.log", std::ios::binary) << (iter % 2 ? text : rank0);
     std::ofstream(bad / "rank1" / "diff.log", std::ios::binary) << (iter % 2 ? rank1 : text);
-    survive(dir / "good", bad);
+    survive(dir / "good", bad, outcomes);
     std::ofstream(dir / "single.log", std::ios::binary) << text;
-    survive(dir / "single.log", dir / "good");
+    survive(dir / "single.log", dir / "good", outcomes);
   }
+  // Both outcomes occur: corruption that is caught, and corruption a run survives (--lenient,
+  // or edits that leave a valid log).
+  EXPECT_GT(outcomes.rejected, iterations / 10) << outcomes.compared << " compared";
+  EXPECT_GT(outcomes.compared, iterations / 10) << outcomes.rejected << " rejected";
+  EXPECT_TRUE(outcomes.unlocated.empty())
+      << outcomes.unlocated.size() << " of " << outcomes.rejected
+      << " rejections name no file and line:" << first_few(outcomes.unlocated);
 }
 
 TEST(Fuzz, CheckedInCorpusNeverCrashes) {
   int files = 0;
+  Outcomes outcomes;
   for (const auto& entry : std::filesystem::directory_iterator(NUMPROBE_DIFFER_CORPUS)) {
     SCOPED_TRACE(entry.path().string());
-    survive(entry.path(), entry.path());
+    survive(entry.path(), entry.path(), outcomes);
     ++files;
   }
   EXPECT_GE(files, 5);
+  EXPECT_GT(outcomes.rejected, 0);
+  EXPECT_GT(outcomes.compared, 0);
+  EXPECT_TRUE(outcomes.unlocated.empty()) << first_few(outcomes.unlocated);
 }

@@ -116,7 +116,87 @@ TEST(PythonLog, HashesPrintAsNumericsLoggerWroteThem) {
   write_file(dir / "1" / "diff.log", other);
   std::ostringstream out;
   print_text(diff(dir / "0", dir / "1"), out, {});
-  EXPECT_NE(out.str().find("  base: hash=457 norm=123000  (rank 0)\n  test: hash=999 norm=123000  (rank 0)\n"),
-            std::string::npos)
+  EXPECT_TRUE(says(out.str(), "\nbase: hash=457 norm=123000 (rank 0)\ntest: hash=999 norm=123000 (rank 0)\n"))
       << out.str();
+}
+
+// autoparallel's example logs "[mb<i> fwd out]" per microbatch: the model's forward output of
+// microbatch i, which a probe run records as output `model` (ProbeOptions::model_name), mb i.
+TEST(PythonLog, MicrobatchForwardOutputsPairWithTheProbesModelOutputs) {
+  auto dir = fresh_dir("pymb");
+  write_file(dir / "py.log",
+             "[mb0 fwd out] hash=48162009300074496, norm=1.8559048175811768\n"
+             "[mb1 fwd out] hash=7, norm=2.5\n"
+             "[mb1 attn scores] hash=9, norm=0.5\n"
+             "[grad fc1.weight] hash=11, norm=3.0\n"
+             "[mb0 fwd out] hash=8, norm=1.5\n"
+             "[mb1 fwd out] hash=10, norm=2.5\n"
+             "[mb1 attn scores] hash=12, norm=0.5\n"
+             "[grad fc1.weight] hash=13, norm=3.0\n");
+  auto with_torch_hash = [](Record r, std::uint64_t h) {
+    r.stats.torch_hash = h;
+    return r;
+  };
+  auto probe_run = [&](const std::string& model) {
+    std::vector<Record> recs;
+    const std::uint64_t out[2][2] = {{48162009300074496ULL, 7}, {8, 10}};
+    const std::uint64_t tap[2] = {9, 12}, grad[2] = {11, 13};
+    for (int s = 0; s < 2; ++s) {
+      const auto i = static_cast<std::size_t>(s);
+      recs.push_back(with_torch_hash(tensor(s, Kind::output, model, 1, 1.8559048175811768, 0), out[i][0]));
+      recs.push_back(with_torch_hash(tensor(s, Kind::tap, "attn scores", 2, 0.5, 1), tap[i]));
+      recs.push_back(with_torch_hash(tensor(s, Kind::output, model, 3, 2.5, 1), out[i][1]));
+      recs.push_back(with_torch_hash(tensor(s, Kind::grad, "fc1.weight", 4, 3.0), grad[i]));
+    }
+    return std::vector<std::vector<Record>>{recs};
+  };
+  write_run(dir / "cpp", probe_run("model"));
+  auto res = diff(dir / "py.log", dir / "cpp");
+  EXPECT_EQ(count(res, Kind::output, Class::equal), 4);
+  EXPECT_EQ(count(res, Kind::tap, Class::equal), 2);
+  EXPECT_EQ(count(res, Kind::grad, Class::equal), 2);
+  EXPECT_EQ(res.verdict(), Result::Verdict::equal);
+  EXPECT_TRUE(res.names_only_base.empty());
+  EXPECT_TRUE(res.names_only_test.empty());
+
+  // A probe whose model_name is "net": the name is an option of the Python run.
+  write_run(dir / "net", probe_run("net"));
+  RunOptions py_opt, probe_opt;
+  py_opt.model_name = "net";
+  probe_opt.label = "test";
+  {
+    probe::differ::Run base(dir / "py.log", py_opt), test(dir / "net", probe_opt);
+    auto renamed = diff_runs(base, test, {});
+    EXPECT_EQ(count(renamed, Kind::output, Class::equal), 4);
+    EXPECT_EQ(renamed.verdict(), Result::Verdict::equal);
+  }
+  auto unnamed = diff(dir / "py.log", dir / "net");  // the default name does not pair with it
+  EXPECT_EQ(count(unnamed, Kind::output, Class::only_base), 4);
+}
+
+TEST(PythonLog, OnlyAnMbNumberAndAWordMakeAMicrobatchPrefix) {
+  auto dir = fresh_dir("pymbprefix");
+  write_file(dir / "py.log",
+             "[mb fwd out] hash=1, norm=1\n"     // no number: a tap
+             "[mb2] hash=2, norm=1\n"            // nothing after it: a tap
+             "[mb-1 fwd out] hash=3, norm=1\n"   // negative: a tap
+             "[mbx3 fwd out] hash=4, norm=1\n"   // not a number: a tap
+             "[mb12 fwd out] hash=5, norm=1\n"); // output of microbatch 12
+  probe::differ::Run run(dir / "py.log", {});
+  std::int64_t step = -1;
+  std::vector<Merged> records;
+  ASSERT_TRUE(run.next_step(step, records));
+  ASSERT_EQ(records.size(), 5u);
+  int taps = 0;
+  for (const auto& m : records) {
+    if (m.rec.kind == Kind::tap) {
+      ++taps;
+      EXPECT_FALSE(m.rec.microbatch) << m.rec.name;
+    } else {
+      EXPECT_EQ(m.rec.kind, Kind::output);
+      EXPECT_EQ(m.rec.name, "model");
+      EXPECT_EQ(m.rec.microbatch, 12);
+    }
+  }
+  EXPECT_EQ(taps, 4);
 }

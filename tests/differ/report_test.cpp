@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "differ_test_util.h"
@@ -31,15 +32,18 @@ TEST(Report, SideWhoseReplicasDisagreeSaysWhichRanksValueItShows) {
   write_run(dir / "b", {{tensor(0, Kind::grad, "w", 2, 1.0)}, {tensor(0, Kind::grad, "w", 3, 1.1)}});
   auto res = diff(dir / "a", dir / "b");
   const std::string text = text_of(res);
-  EXPECT_NE(text.find("  base: hash=0000000000000001 norm=2 float32[4,2]  (rank 0-1)\n"), std::string::npos)
+  EXPECT_TRUE(says(text, "base: hash=0000000000000001 norm=2 float32[4,2] (rank 0-1)\n")) << text;
+  EXPECT_TRUE(says(text, "test: hash=0000000000000002 norm=1 float32[4,2] (rank 0; ranks 0-1 "
+                         "disagree, see RUN ISSUES)\n"))
       << text;
-  EXPECT_NE(text.find("  test: hash=0000000000000002 norm=1 float32[4,2]  (rank 0; ranks 0-1 "
-                      "disagree, see RUN ISSUES)\n"),
-            std::string::npos)
-      << text;
-  const std::string j = to_json(res, {});
-  EXPECT_NE(j.find("\"replicas_disagree\": true"), std::string::npos) << j;
-  EXPECT_NE(j.find("\"value_ranks\": [\n     0\n    ]"), std::string::npos) << j;
+  const auto j = nlohmann::json::parse(to_json(res, {}));
+  const auto& base = j["first_divergence"]["base"];
+  const auto& test = j["first_divergence"]["test"];
+  EXPECT_FALSE(base.contains("replicas_disagree")) << base;
+  EXPECT_EQ(base["ranks"], nlohmann::json({0, 1}));
+  EXPECT_EQ(test["replicas_disagree"], true) << test;
+  EXPECT_EQ(test["value_ranks"], nlohmann::json({0})) << test;
+  EXPECT_EQ(test["hash"], "0000000000000002") << test;
 }
 
 TEST(Report, SeriesWithoutPairedStepsShowNoStatisticsInsteadOfZeros) {
@@ -58,22 +62,28 @@ TEST(Report, SeriesWithoutPairedStepsShowNoStatisticsInsteadOfZeros) {
   write_run(dir / "b", {b});
   auto res = diff(dir / "a", dir / "b");
   const std::string text = text_of(res);
-  EXPECT_NE(text.find("  scalar aux_loss\n    steps base 2 test 0 paired 0 exact 0 first-divergent 0\n"
-                      "    MAE -  RMSE -  max|d| -  final d -\n"),
-            std::string::npos)
+  EXPECT_TRUE(says(text, "\nscalar aux_loss\nsteps base 2 test 0 paired 0 exact 0 first-divergent 0\n"
+                         "MAE - RMSE - max|d| - final d -\n"))
       << text;
   // The three grad series are one line, not three lines of nothing.
-  EXPECT_NE(text.find("\n  3 grad series: no value in the test run (first: grad w0)\n"), std::string::npos)
+  EXPECT_TRUE(says(text, "\n3 grad series: no value in the test run (first: grad w0)\n")) << text;
+  EXPECT_FALSE(says(text, "\ngrad w1\n")) << text;
+  EXPECT_TRUE(says(text, "0 of 0 mismatching tensor norm series of 3, 3 more with values in one run "
+                         "only grouped by kind"))
       << text;
-  EXPECT_EQ(text.find("  grad w1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("0 of 0 mismatching tensor norm series of 3, 3 more with values in one run "
-                      "only grouped by kind"),
-            std::string::npos)
-      << text;
-  const std::string j = to_json(res, {});
-  EXPECT_NE(j.find("\"mae\": null"), std::string::npos) << j;
-  EXPECT_NE(j.find("\"final_diff\": null"), std::string::npos) << j;
-  EXPECT_NE(j.find("\"mae\": 0.0"), std::string::npos) << j;  // loss: paired, no difference
+  const auto j = nlohmann::json::parse(to_json(res, {}));
+  std::map<std::string, nlohmann::json> series;
+  for (const auto& s : j["series"]) series[s["kind"].get<std::string>() + " " + s["name"].get<std::string>()] = s;
+  ASSERT_EQ(series.size(), 5u) << j["series"];
+  for (const char* name : {"scalar aux_loss", "grad w0", "grad w1", "grad w2"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(series[name]["paired_steps"], 0);
+    for (const char* field : {"mae", "rmse", "max_abs_diff", "final_diff"})  // no difference to average
+      EXPECT_TRUE(series[name][field].is_null()) << field << ": " << series[name];
+  }
+  EXPECT_EQ(series["scalar loss"]["paired_steps"], 2);  // paired, no difference: zeros, not null
+  EXPECT_EQ(series["scalar loss"]["mae"], 0.0);
+  EXPECT_EQ(series["scalar loss"]["final_diff"], 0.0);
 }
 
 TEST(Report, NanNormHasNoRelativeDifference) {
@@ -83,8 +93,8 @@ TEST(Report, NanNormHasNoRelativeDifference) {
   write_run(dir / "a", {{tensor(0, Kind::grad, "w", 1, 1.0)}});
   write_run(dir / "b", {{bad}});
   const std::string text = text_of(diff(dir / "a", dir / "b"));
-  EXPECT_NE(text.find("  relative norm difference: n/a (NaN in test)\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("  n/a (NaN in test)        step 0  step end  grad w"), std::string::npos) << text;
+  EXPECT_TRUE(says(text, "relative norm difference: n/a (NaN in test)\n")) << text;
+  EXPECT_TRUE(says(text, "\nn/a (NaN in test) step 0 step end grad w")) << text;
 }
 
 TEST(Report, RngRecordsShowTheirHashNotStatisticsOfStateBytes) {
@@ -104,15 +114,13 @@ TEST(Report, RngRecordsShowTheirHashNotStatisticsOfStateBytes) {
   write_run(dir / "b", {b});
   auto res = diff(dir / "a", dir / "b");
   const std::string text = text_of(res);
-  EXPECT_NE(text.find("  base: hash=0000000000000007 uint8[4,2]  (rank 0)\n  test: hash=0000000000000009 "
-                      "uint8[4,2]  (rank 0)\n"),
-            std::string::npos)
+  EXPECT_TRUE(says(text, "\nbase: hash=0000000000000007 uint8[4,2] (rank 0)\ntest: hash=0000000000000009 "
+                         "uint8[4,2] (rank 0)\n"))
       << text;
   EXPECT_EQ(text.find("relative norm difference"), std::string::npos) << text;
   EXPECT_EQ(text.find("note: differs in"), std::string::npos) << text;
-  EXPECT_NE(text.find("  rng cuda mb=0\n    steps base 3 test 3 paired 3 exact 1 first-divergent 1\n"
-                      "    hash differs at 2 of 3 paired steps\n"),
-            std::string::npos)
+  EXPECT_TRUE(says(text, "\nrng cuda mb=0\nsteps base 3 test 3 paired 3 exact 1 first-divergent 1\n"
+                         "hash differs at 2 of 3 paired steps\n"))
       << text;
   EXPECT_TRUE(res.top.empty());  // no size of a difference to rank by
 }

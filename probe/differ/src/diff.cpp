@@ -32,7 +32,9 @@ void check_compatible(const Run& base, const Run& test) {
   // Log format versions may differ: every version the reader accepts holds the same records.
   if (base.hash_spec_version() != test.hash_spec_version())
     throw InputError("the runs use different hash spec versions (" +
-                     std::to_string(base.hash_spec_version()) + " and " +
+                     base.header_file().string() + ":1: " +
+                     std::to_string(base.hash_spec_version()) + ", " +
+                     test.header_file().string() + ":1: " +
                      std::to_string(test.hash_spec_version()) +
                      "): their hashes cannot be compared");
 }

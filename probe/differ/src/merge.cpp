@@ -101,12 +101,12 @@ void Run::group_step(std::int64_t step, std::vector<Group>& groups) {
         g.mb = r.microbatch;
         g.raw_name = r.name;
         g.order = order;
-        g.parts.reserve(ranks_.size());
         groups.push_back(std::move(g));
       }
       add_to_group(step, *src, order, groups[it->second]);
       advance(*src);
     }
+    src->release();  // its next step's first record is read: close it until then
   }
 }
 
@@ -115,9 +115,11 @@ void Run::group_step(std::int64_t step, std::vector<Group>& groups) {
 void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, Group& g) {
   Record& r = *src.ahead;
   g.order = std::min(g.order, order);
-  const bool duplicate = std::any_of(g.parts.begin(), g.parts.end(), [&](const Part& p) {
-    return p.rank == src.rank && p.rec.stats.shard == r.stats.shard;
-  });
+  // Ranks are read one after the other, so this rank's parts are the group's last ones:
+  // looking at those alone keeps a key replicated on thousands of ranks linear.
+  bool duplicate = false;
+  for (auto p = g.parts.rbegin(); p != g.parts.rend() && p->rank == src.rank; ++p)
+    duplicate = duplicate || p->rec.stats.shard == r.stats.shard;
   if (!duplicate) {
     g.parts.push_back({src.rank, std::move(r)});
     return;

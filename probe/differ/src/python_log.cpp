@@ -3,7 +3,9 @@
 #include "differ/detail/python_log.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <unordered_map>
 
@@ -91,14 +93,34 @@ std::optional<PythonLine> parse_python_line(std::string_view line) {
 
 namespace {
 
-// A NumericsLogger prefix names the record: "grad NAME", the "full batch input", or a tap.
-void set_kind_and_name(Record& r, const std::string& prefix) {
+// "mb<N> <what>" (how NumericsLogger's callers name what they log of microbatch N): N and what.
+std::optional<std::pair<std::int64_t, std::string_view>> microbatch_prefix(std::string_view prefix) {
+  if (prefix.substr(0, 2) != "mb") return std::nullopt;
+  const char* digits = prefix.data() + 2;
+  const char* end = prefix.data() + prefix.size();
+  std::int64_t mb = -1;
+  auto [p, ec] = std::from_chars(digits, end, mb);
+  if (ec != std::errc() || p == digits || mb < 0 || p == end || *p != ' ') return std::nullopt;
+  std::string_view what = trim(std::string_view(p + 1, static_cast<std::size_t>(end - p - 1)));
+  if (what.empty()) return std::nullopt;
+  return std::make_pair(mb, what);
+}
+
+// A NumericsLogger prefix names the record: "grad NAME", the "full batch input", "mb<N> fwd
+// out" (the model's forward output of microbatch N: the record the probe names after
+// ProbeOptions::model_name), "mb<N> WHAT" (a tap of microbatch N), or a tap.
+void set_kind_and_name(Record& r, const std::string& prefix, const std::string& model_name) {
   if (prefix.rfind("grad ", 0) == 0) {
     r.kind = Kind::grad;
     r.name = prefix.substr(5);
   } else if (prefix == "full batch input") {
     r.kind = Kind::input;
     r.name = prefix;
+  } else if (auto mb = microbatch_prefix(prefix)) {
+    r.microbatch = mb->first;
+    const bool output = mb->second == "fwd out";
+    r.kind = output ? Kind::output : Kind::tap;
+    r.name = output ? model_name : std::string(mb->second);
   } else {
     r.kind = Kind::tap;
     r.name = prefix;
@@ -120,9 +142,15 @@ std::optional<PythonLine> read_line(const std::string& line, std::string& error)
 }  // namespace
 
 std::vector<Record> load_python_log(const std::filesystem::path& p, bool lenient,
-                                    IssueLog& issues, const std::string& label) {
+                                    IssueLog& issues, const std::string& label,
+                                    const std::string& model_name) {
+  errno = 0;
   std::ifstream in(p, std::ios::binary);
-  if (!in) throw InputError("cannot open log file '" + p.string() + "'");
+  if (!in) {
+    const int err = errno;
+    throw InputError("cannot open log file '" + p.string() + "': " +
+                     (err ? std::strerror(err) : "unknown reason"));
+  }
   std::vector<Record> out;
   std::unordered_map<std::string, std::int64_t> occurrences;
   std::string line;
@@ -145,7 +173,7 @@ std::vector<Record> load_python_log(const std::filesystem::path& p, bool lenient
       continue;
     }
     Record r;
-    set_kind_and_name(r, pl->prefix);
+    set_kind_and_name(r, pl->prefix, model_name);
     r.step = occurrences[pl->prefix]++;  // the k-th time a prefix is logged is step k
     if (pl->none) {
       r.state = Record::State::none;

@@ -1,7 +1,9 @@
 // Opening a run: finding its rank logs, checking their headers agree, and reading each rank one
 // record ahead (truncation and out-of-order records noted as the run's issues).
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 
 #include "differ/detail/merge.h"
@@ -44,6 +46,12 @@ RankFiles rank_files_of_directory(const fs::path& path) {
   return files;
 }
 
+// After a failed std::ifstream::open: the path and why (errno, which open(2) set).
+std::string open_error(const fs::path& p) {
+  const int err = errno;
+  return "cannot open log file '" + p.string() + "': " + (err ? std::strerror(err) : "unknown reason");
+}
+
 bool is_numprobe_log(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::string first(lf::kHeaderTag.size(), '\0');
@@ -55,8 +63,9 @@ bool is_numprobe_log(const fs::path& p) {
 // or its weights.log when the line is "name=..."
 bool is_python_log(const fs::path& file) {
   if (is_numprobe_log(file)) return false;
+  errno = 0;
   std::ifstream probe_in(file);
-  if (!probe_in) throw InputError("cannot open log file '" + file.string() + "'");
+  if (!probe_in) throw InputError(open_error(file));
   std::string first;
   std::getline(probe_in, first);
   if (first.empty() && probe_in.eof())
@@ -102,7 +111,8 @@ void Run::open_python_log(const fs::path& file) {
   if (is_python_weights_line(first)) {
     src->python = load_python_weights(file, options_.lenient, issues_, options_.label);
   } else {
-    src->python = load_python_log(file, options_.lenient, issues_, options_.label);
+    src->python = load_python_log(file, options_.lenient, issues_, options_.label,
+                                  options_.model_name);
     // NumericsLogger writes weights.log beside its diff.log: its blocks are `param` records.
     const fs::path weights = file.parent_path() / "weights.log";
     if (file.filename() != "weights.log" && fs::is_regular_file(weights)) {
@@ -118,13 +128,25 @@ void Run::open_python_log(const fs::path& file) {
 }
 
 void Run::open_rank_logs(const RankFiles& files) {
+  // More ranks than files to hold open: the first max_open - 1 stay open, the others are opened
+  // for each step and closed again, one at a time (that one descriptor is the last of the budget).
+  const int max_open = options_.max_open_files > 0 ? options_.max_open_files : default_max_open_files();
+  const std::size_t keep_open = files.size() <= static_cast<std::size_t>(max_open)
+                                    ? files.size()
+                                    : static_cast<std::size_t>(std::max(max_open - 1, 0));
   bool first = true;
   std::vector<bool> seen;
   for (auto& [dir_rank, file] : files) {
     auto src = std::make_unique<RankSource>();
     src->reader = open_reader(file);
+    if (ranks_.size() >= keep_open) {
+      src->pooled = true;
+      ++pooled_ranks_;
+      src->release();
+    }
     const auto& h = src->reader->header();
     if (first) {
+      header_file_ = file;
       world_size_ = h.world_size;
       format_version_ = h.format_version;
       hash_spec_version_ = h.hash_spec_version;
@@ -134,23 +156,26 @@ void Run::open_rank_logs(const RankFiles& files) {
       first = false;
     } else {
       if (h.world_size != world_size_)
-        throw InputError(file.string() + ": header says world_size=" + std::to_string(h.world_size) +
+        throw InputError(file.string() + ":1: header says world_size=" + std::to_string(h.world_size) +
                          " but " + files[0].second.string() + " says " + std::to_string(world_size_));
       if (h.hash_spec_version != hash_spec_version_)
-        throw InputError(file.string() + ": hash spec version " + std::to_string(h.hash_spec_version) +
+        throw InputError(file.string() + ":1: hash spec version " + std::to_string(h.hash_spec_version) +
                          " differs from the run's other ranks (" + std::to_string(hash_spec_version_) + ")");
     }
     if (dir_rank >= 0 && dir_rank != h.rank)
-      throw InputError(file.string() + ": header says rank=" + std::to_string(h.rank) +
+      throw InputError(file.string() + ":1: header says rank=" + std::to_string(h.rank) +
                        " but the directory says rank" + std::to_string(dir_rank));
     if (seen[static_cast<std::size_t>(h.rank)])
-      throw InputError(file.string() + ": rank " + std::to_string(h.rank) + " appears twice in the run");
+      throw InputError(file.string() + ":1: rank " + std::to_string(h.rank) + " appears twice in the run");
     seen[static_cast<std::size_t>(h.rank)] = true;
     src->rank = h.rank;
     ranks_.push_back(std::move(src));
   }
   note_missing_ranks(files, seen);
-  for (auto& src : ranks_) advance(*src);
+  for (auto& src : ranks_) {
+    advance(*src);
+    src->release();
+  }
 }
 
 void Run::note_missing_ranks(const RankFiles& files, const std::vector<bool>& seen) {
@@ -203,17 +228,25 @@ void Run::advance(RankSource& src) {
     } catch (const lf::ParseError& e) {
       if (!options_.lenient) throw InputError(e.what());
       issues_.add({Issue::Severity::warning, "skipped_line", options_.label, -1, e.what()});
+    } catch (const std::runtime_error& e) {  // a pooled log that cannot be reopened
+      throw InputError(e.what());
     }
   }
 }
 
-// A rank's log that ends without its last step's end (format 2) or mid-line: the first step
-// that may be incomplete, from which on the runs are not compared.
+// A rank's log that ends without its last step's end (format 2), mid-line, or with the
+// probe's stop line (format 3): the first step that may be incomplete, from which on the runs
+// are not compared.
 void Run::note_truncation(const RankSource& src) {
   const LogReader& reader = *src.reader;
   std::int64_t from = 0;
   std::string where, what;
-  if (auto open = reader.unterminated()) {
+  if (const auto& stop = reader.stopped()) {
+    // Format 3: the probe could not write step `stop->step` and said why.
+    from = std::max(stop->step, src.last_step + 1);
+    where = reader.path().string() + ":" + std::to_string(stop->line);
+    what = "the probe stopped recording at step " + std::to_string(stop->step) + ": " + stop->reason;
+  } else if (auto open = reader.unterminated()) {
     // Format 2: the step without its end is the incomplete one (when none of its lines
     // parsed, the step after the last complete one).
     from = open->step ? *open->step : src.last_step + 1;

@@ -21,6 +21,7 @@ namespace d = probe::differ;
 struct Cli {
   std::string base_path, test_path, json_path, html_path, kinds, steps, name_re;
   std::vector<std::string> maps, maps_base, maps_test;
+  d::RunOptions run;  // its defaults: --model-name
   bool lenient = false, no_strip = false, color_always = false, color_never = false;
   d::DiffOptions diff;
   d::TextOptions text;
@@ -60,6 +61,10 @@ void add_options(CLI::App& app, Cli& c) {
       ->check(kNonNegative)->capture_default_str();
   app.add_option("--sum-order-rtol-lowp", c.diff.sum_order_rtol_lowp, "the same bound for bf16/fp16/fp8 grads")
       ->check(kNonNegative)->capture_default_str();
+  app.add_option("--model-name", c.run.model_name,
+                 "the name the probe run gives the model's forward output (ProbeOptions::model_name): "
+                 "a NumericsLogger log's [mb<N> fwd out] is the output record of that name, microbatch N")
+      ->capture_default_str();
   app.add_flag("--lenient", c.lenient, "skip and count garbage lines, out-of-order and duplicate records instead of failing");
   app.add_option("--json", c.json_path, "write the whole result as JSON to this file ('-' for stdout)");
   app.add_option("--html", c.html_path, "also write a self-contained HTML report (heat map, curves, tables) to this file");
@@ -80,7 +85,12 @@ void parse_filters(Cli& c) {
 d::RunOptions run_options(const Cli& c, const std::vector<std::string>& own, const char* label) {
   std::vector<std::string> rules = c.maps;
   rules.insert(rules.end(), own.begin(), own.end());
-  return {c.lenient, !c.no_strip, rules, label};
+  d::RunOptions o = c.run;
+  o.lenient = c.lenient;
+  o.strip_wrappers = !c.no_strip;
+  o.map_rules = std::move(rules);
+  o.label = label;
+  return o;
 }
 
 // A report file (--json, --html), opened before comparing: a path it cannot write is bad usage,
@@ -154,6 +164,9 @@ int main(int argc, char** argv) {
       "compared, bad input or usage."};
   Cli c;
   add_options(app, c);
+  // Every rank's log is open at once where the limit allows: thousands of ranks need more
+  // than the usual soft limit of 1024 (beyond the hard limit, Run opens logs step by step).
+  d::raise_open_file_limit();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

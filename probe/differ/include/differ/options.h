@@ -54,7 +54,20 @@ struct RunOptions {
   bool strip_wrappers = true;
   std::vector<std::string> map_rules;
   std::string label = "run";  // "base" / "test", used in issues
+  // The name a probe run gives a model's forward output (ProbeOptions::model_name): a
+  // NumericsLogger "[mb<N> fwd out]" line becomes the output record of that name, microbatch N.
+  std::string model_name = "model";
+  // Rank logs held open at once. Beyond it, the other ranks' files are opened for each step
+  // and closed again (a run of more ranks than the process may have files open). 0: half of
+  // the descriptors the open-file limit leaves free (two runs are read side by side).
+  int max_open_files = 0;
 };
+
+// Raises the soft open-file limit (RLIMIT_NOFILE) to the hard limit, as far as the system
+// allows; returns the soft limit in force afterwards (0 when it cannot be read).
+std::uint64_t raise_open_file_limit();
+// The rank logs one Run may hold open when RunOptions::max_open_files is 0.
+int default_max_open_files();
 
 // Parses "--steps": "N", "A:B", "A:" or ":B". Throws InputError.
 std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> parse_step_range(

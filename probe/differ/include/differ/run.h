@@ -41,6 +41,10 @@ class Run {
   // Set once a rank's log turned out truncated (a killed writer): the first step that may be
   // incomplete. Steps from it on are not compared.
   std::optional<std::int64_t> incomplete_from() const { return incomplete_from_; }
+  // The log whose header stands for the run's (its first rank's); empty for a Python log.
+  const std::filesystem::path& header_file() const { return header_file_; }
+  // Ranks whose log is opened for each step and closed again (RunOptions::max_open_files).
+  int pooled_ranks() const { return pooled_ranks_; }
 
   struct RankSource;  // detail/merge.h
 
@@ -58,7 +62,7 @@ class Run {
   void group_step(std::int64_t step, std::vector<Group>& groups);
   void add_to_group(std::int64_t step, RankSource& src, std::int64_t order, Group& g);
 
-  std::filesystem::path path_;
+  std::filesystem::path path_, header_file_;
   RunOptions options_;
   std::unique_ptr<NameMapper> mapper_;
   std::vector<std::unique_ptr<RankSource>> ranks_;
@@ -73,6 +77,7 @@ class Run {
   std::optional<std::int64_t> incomplete_from_;
   bool partial_view_ = false;  // one rank's log of a multi-rank run, named on its own
   int missing_ranks_ = 0;      // ranks of world_size without a log
+  int pooled_ranks_ = 0;       // ranks whose log is opened per step (see max_open_files)
 };
 
 }  // namespace probe::differ

@@ -21,6 +21,10 @@ struct Run::RankSource {
   std::optional<Record> ahead;
   std::int64_t last_step = -1;
   bool reported_early_end = false;
+  bool pooled = false;  // the log is closed between steps (more ranks than files to hold open)
+  void release() {
+    if (pooled && reader) reader->release();
+  }
 };
 
 // One rank's record of a key.
