@@ -135,7 +135,7 @@ TEST(LogIo, EachStepEndsWithItsEndMarkerAndAnEmptyStepWritesNothing) {
     writer.write_step(1, {});
     writer.write_step(2, {lf::format_record(scalar(2, 3.0))});
   }
-  EXPECT_EQ(read_all(path), header_line(2) + lf::format_record(scalar(0, 1.0)) + "\n" +
+  EXPECT_EQ(read_all(path), header_line(lf::kVersion) + lf::format_record(scalar(0, 1.0)) + "\n" +
                                 lf::format_record(scalar(0, 2.0)) + "\n#end step=0 records=2\n" +
                                 lf::format_record(scalar(2, 3.0)) + "\n#end step=2 records=1\n");
 }

@@ -117,9 +117,9 @@ TEST(BadInput, DifferentHashSpecVersionsAreAClearError) {
 
 TEST(BadInput, OtherFormatVersionIsAClearError) {
   auto dir = fresh_dir("format");
-  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=3 hash_spec=1 rank=0 world_size=1\n");
+  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=4 hash_spec=1 rank=0 world_size=1\n");
   write_run(dir / "b", {{scalar(0, "loss", 1)}});
-  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 3 is not supported"),
+  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 4 is not supported"),
             std::string::npos);
 }
 
@@ -242,7 +242,7 @@ TEST(BadInput, FormatOneRunComparesWithFormatTwoRun) {
     write_file(dir / "v1" / ("rank" + std::to_string(r)) / "diff.log",
                format1_log(ranks[static_cast<std::size_t>(r)], r, 2));
   write_run(dir / "v2", ranks);
-  ASSERT_EQ(read_all(dir / "v2" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=2 ");
+  ASSERT_EQ(read_all(dir / "v2" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=3 ");
   for (auto [a, b] : {std::pair{"v1", "v2"}, std::pair{"v2", "v1"}}) {
     auto res = diff(dir / a, dir / b);
     EXPECT_EQ(res.exit_code(), 0) << a << " vs " << b;

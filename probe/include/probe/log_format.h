@@ -1,6 +1,6 @@
-// Log format v2 (docs/log-format.md): a header line, then one record per line of
+// Log format v3 (docs/log-format.md): a header line, then one record per line of
 // space-separated key=value fields, each step closed by a step-end line. Version 1 (no
-// step-end lines) stays readable. Torch-free; the probe writes it, the differ reads it.
+// step-end lines) and version 2 (no op records) stay readable. Torch-free; the probe writes it, the differ reads it.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 namespace probe::log_format {
 
-inline constexpr int kVersion = 2;        // written
+inline constexpr int kVersion = 3;        // written (3: op records)
 inline constexpr int kOldestVersion = 1;  // oldest still read
 inline constexpr std::string_view kHeaderTag = "#numprobe";
 inline constexpr std::string_view kStepEndTag = "#end";
