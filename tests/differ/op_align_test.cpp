@@ -1,9 +1,11 @@
 // Op records in a comparison: set-aside ops, the root-cause rule, the inherited op and the
 // re-run hint (docs/diff-logs.md, "Op traces").
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <sstream>
 
+#include "differ/report_html.h"
 #include "differ_test_util.h"
 #include "differ/detail/op_align.h"
 #include "probe/trace_spec.h"
@@ -148,4 +150,38 @@ TEST(OpAlign, ParameterGradientsPointAtTheirModule) {
   EXPECT_EQ(probe::differ::scope_regex_for(Kind::tap, "layers.1#2"), "^layers\\.1(\\.|$)");
   EXPECT_EQ(probe::differ::scope_regex_for(Kind::output, "model"), "");
   EXPECT_FALSE(probe::differ::scope_regex_for(Kind::rng, "cpu"));
+}
+
+TEST(OpAlign, JsonAndHtmlDataCarryTheOpsPhaseInputsAndFindingsWithOpRowsLast) {
+  auto dir = fresh_dir("op_json");
+  const auto bwd = Phase::backward;
+  const std::vector<Record> base = {
+      tap("l", 3), op("l.attention/aten::softmax#0", 11, {10}),
+      op("l.attention/aten::softmax#0/aten::_softmax_backward_data#0", 30, {7, std::nullopt}, bwd)};
+  std::vector<Record> test = base;
+  test[2].stats.hash = 31;  // a backward op: same inputs, another output
+  write_run(dir / "a", {base});
+  write_run(dir / "b", {test});
+  const auto r = diff(dir / "a", dir / "b");
+  const auto j = nlohmann::json::parse(probe::differ::to_json(r, {}));
+  const auto& fd = j["first_divergence"];
+  EXPECT_EQ(fd["kind"], "op");
+  EXPECT_EQ(fd["phase"], "backward");  // its own phase, not the kind's
+  EXPECT_EQ(fd["base"]["inputs"], nlohmann::json({"0000000000000007", nullptr}));
+  EXPECT_EQ(j["op_trace"]["root_cause"]["name"], "l.attention/aten::softmax#0/aten::_softmax_backward_data#0");
+  EXPECT_EQ(j["op_trace"]["root_cause"]["phase"], "backward");
+  EXPECT_TRUE(j["op_trace"]["trace_hint"].is_null());
+  EXPECT_EQ(j["summary"]["op"]["equal"], 1);
+  EXPECT_EQ(j["summary"]["op"]["different"], 1);
+  EXPECT_EQ(j["summary"]["tap"]["equal"], 1);
+
+  // The heat map: op records after every other kind, in execution order.
+  std::vector<std::string> rows;
+  for (std::size_t i : probe::differ::heat_map_rows(r)) rows.push_back(r.series[i].first.name);
+  EXPECT_EQ(rows, (std::vector<std::string>{"l", "l.attention/aten::softmax#0",
+                                            "l.attention/aten::softmax#0/aten::_softmax_backward_data#0"}));
+  // The text report says where the backward op ran.
+  EXPECT_NE(text_of(r).find("step 0  backward  mb 0  op l.attention/aten::softmax#0/aten::_softmax_backward_data#0"),
+            std::string::npos)
+      << text_of(r);
 }

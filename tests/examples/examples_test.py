@@ -222,6 +222,29 @@ def follow_trace_hint(name, setup, ranks, fault, *extra):
     return diff(a, b, expect=1), hint
 
 
+def check_html_root_cause(a, b, name):
+    """The --html page of the traced comparison shows the root-cause op (when Chromium is here)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "differ"))
+    import html_check
+    chromium = html_check.find_chromium()
+    if not chromium:
+        print("chromium not found: the --html page is not rendered", flush=True)
+        return
+    html = os.path.join(WORK, "op_trace.html")
+    diff(a, b, "--html", html, expect=1)
+    browser = html_check.Browser(chromium)
+    try:
+        dom, log = browser.dump_dom(html)
+    finally:
+        browser.close()
+    problems = html_check.render_problems(dom, log)
+    if html_check.attr(dom, "op-root-cause", "data-name") != name:
+        problems.append(f"the root-cause op panel names {html_check.attr(dom, 'op-root-cause', 'data-name')}")
+    if problems:
+        fail(f"{html}: " + "; ".join(problems))
+    print(f"OK {html} shows the root-cause op {name}", flush=True)
+
+
 def case_fault_op():
     layer = 1
     r, hint = follow_trace_hint("single_op", "single", 1, f"op={layer}")
@@ -234,6 +257,8 @@ def case_fault_op():
         fail(f"the root cause should be the softmax: {root}")
     cause(r, "op_root_cause", [f"layers.{layer}.attention/aten::softmax#0"])
     print(f"OK root cause {root['name']} ({hint})", flush=True)
+    check_html_root_cause(os.path.join(WORK, "single_op_base_traced"), os.path.join(WORK, "single_op_traced"),
+                          root["name"])
 
     # The observer does not perturb: the traced run's losses equal the untraced run's bitwise.
     untraced = train("single_op_losses", "single", 1, "--fault", f"op={layer}")
