@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "../core/small_file_system.h"
 #include "probe/log_io.h"
 #include "probe/probe.h"
 #include "probe/scope.h"
@@ -349,4 +350,31 @@ TEST(OpTrace, KindsWithoutOpTurnTheTraceOff) {
     p.end_step();
   }
   EXPECT_TRUE(ops_of(dir).empty());
+}
+
+// A traced run whose log fills its disk stops recording (docs/log-format.md): it stops tracing
+// too, registering no op callback in a scope the setting selects and hashing no more ops.
+TEST(OpTrace, AProbeThatStoppedRecordingTracesNoMoreOps) {
+  test_support::SmallFileSystem fs("optrace_full", test_support::SmallFileSystem::kinds().front(), 16 * 1024);
+  ASSERT_TRUE(fs.ready());
+  testing::internal::CaptureStderr();
+  {
+    probe::Probe p(traced(fs.dir() / "run", "scopes=^layers"));
+    Block block;
+    std::int64_t step = 0;
+    for (; step < 200 && p.enabled(); ++step) {
+      p.begin_step(step);
+      p.backward(0, p.forward(0, block, torch::randn({2, 4})).sum());
+      p.end_step();
+    }
+    ASSERT_FALSE(p.enabled()) << "16 KiB held " << step << " traced steps";
+    p.begin_step(step);
+    {
+      probe::Scope scope("layers.0");
+      EXPECT_FALSE(at::hasThreadLocalCallbacks());
+    }
+    p.backward(0, p.forward(0, block, torch::randn({2, 4})).sum());
+    p.end_step();
+  }
+  testing::internal::GetCapturedStderr();
 }
