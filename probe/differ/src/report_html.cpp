@@ -30,6 +30,7 @@ int row_group(Kind k) {
     case Kind::output_grad: return 2;
     case Kind::scalar: return 3;
     case Kind::optim: return 4;
+    case Kind::op: return 4;  // traced ops last, in execution order
   }
   return 4;
 }

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "differ/detail/op_align.h"
 #include "differ/options.h"
 #include "differ/result.h"
 #include "differ/detail/weight_causes.h"
@@ -50,6 +51,7 @@ class Aligner {
   std::int64_t first_nonfinite_step_ = 0;
   // The last step compared before the first divergence: [optimizer] reads its gradients.
   std::optional<StepDigest> previous_step_;
+  OpAnalysis op_analysis_;  // op records: root cause, set-aside ops, trace hint
 };
 
 }  // namespace probe::differ
