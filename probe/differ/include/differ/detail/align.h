@@ -11,6 +11,7 @@
 
 #include "differ/options.h"
 #include "differ/result.h"
+#include "differ/detail/explain.h"
 #include "differ/detail/weight_causes.h"
 
 namespace probe::differ {
@@ -35,6 +36,9 @@ class Aligner {
   void note_one_sided_kinds();
   void note_one_sided_names();
   void order_causes();
+  void note_noise_or_bug(std::int64_t step, bool first_step, const std::vector<Pair>& pairs);
+  Cause headline_cause(std::int64_t step, bool first_step, const std::vector<Pair>& pairs,
+                       const Pair& p) const;
 
   const DiffOptions& options_;
   Result& result_;
@@ -48,8 +52,9 @@ class Aligner {
   // often not the first divergence (a reduction order differs at step 0, a NaN comes later).
   std::optional<Cause> first_nonfinite_;
   std::int64_t first_nonfinite_step_ = 0;
-  // The last step compared before the first divergence: [optimizer] reads its gradients.
+  // The step compared before this one: [optimizer] reads its gradients.
   std::optional<StepDigest> previous_step_;
+  Explainer explainer_;
 };
 
 }  // namespace probe::differ
