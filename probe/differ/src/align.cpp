@@ -199,6 +199,7 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
   }
   const bool first_step_of_both = result_.base.first_step == step && result_.test.first_step == step;
   explainer_.explain_step(step, first_step_of_both, pairs);
+  result_.summation_order_grads = explainer_.summation_order_grads();
   note_noise_or_bug(step, first_step_of_both, pairs);
   note_first_nonfinite(step, pairs);
   if (first && !result_.first_divergence) {
@@ -218,7 +219,6 @@ void Aligner::note_noise_or_bug(std::int64_t step, bool first_step, const std::v
   for (const auto& p : pairs) {
     if (!is_divergence(p.cls)) continue;
     result_.noise.add(p);
-    if (p.kind == Kind::grad && p.why.rule == "summation_order") ++result_.summation_order_grads;
     if (p.why.bug && !result_.first_unexplained) {
       result_.first_unexplained = p;
       result_.unexplained_cause = headline_cause(step, first_step, pairs, p);

@@ -163,8 +163,10 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
 std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOptions& o) {
   const Pair& g = s.first;
   if (!both_tensors(g) || g.kind != Kind::grad || g.cls != Class::different) return std::nullopt;
-  // A NaN/Inf makes any norm difference meaningless: the nonfinite rule names it.
-  if (!std::isfinite(g.base.m.rec.stats.norm) || !std::isfinite(g.test.m.rec.stats.norm))
+  // A NaN/Inf makes any norm difference meaningless: the nonfinite rule names it. Elements
+  // that moved without changing a figure are no reduction order either.
+  if (!std::isfinite(g.base.m.rec.stats.norm) || !std::isfinite(g.test.m.rec.stats.norm) ||
+      elements_moved(g))
     return std::nullopt;
   const double bound = sum_order_bound(g, s.pairs, o);
   const std::string rel = lf::format_double(g.rel_diff);

@@ -32,6 +32,10 @@ double summation_order_bound(const Pair& grad, std::int64_t summands, double sum
                              const DiffOptions& o);
 double unit_roundoff(const std::string& dtype);
 
+// The hash differs while every statistic is bitwise equal: the same values in other places
+// (a wrong shard offset, a permutation). Rounding noise moves the norm; this never is noise.
+bool elements_moved(const Pair& p);
+
 class Explainer {
  public:
   explicit Explainer(const DiffOptions& options) : options_(options) {}
@@ -43,6 +47,9 @@ class Explainer {
   // The evidence of a bug-class explanation, for the headline: what the pair depends on and
   // how it compares (built once, for the pair that is headlined).
   Cause cause_of(std::int64_t step, const Pair& p) const;
+
+  // Grads explained by summation order with their mb_grads compared, bitwise equal.
+  std::int64_t summation_order_grads() const { return summation_order_grads_; }
 
  private:
   struct MbGrads {
@@ -71,6 +78,7 @@ class Explainer {
   std::int64_t previous_step_ = -1;  // the last step explained (-1: none)
   std::unordered_map<std::string, Upstream> previous_by_param_;  // its grad/param/optim divergence
   Upstream earlier_;                                            // every divergence before
+  std::int64_t summation_order_grads_ = 0;
 };
 
 // The parameter an optimizer state record belongs to: "<param>.<state>" without ".<state>".
