@@ -239,7 +239,7 @@ Cause Aligner::headline_cause(std::int64_t step, bool first_step, const std::vec
   else if (rule == "unreduced_gradient") c = unreduced_gradient_cause(s);
   else if (rule == "wrong_reduction") c = grad_reduction_cause(s, options_);
   else if (rule == "init") c = init_cause(step, first_step, pairs, p);
-  else if (rule == "optimizer") c = optimizer_cause(step, previous_step_, pairs, p);
+  else if (rule == "optimizer" && p.why.roots == 0) c = optimizer_cause(step, previous_step_, pairs, p);
   if (c && c->rule == rule) return *c;
   return explainer_.cause_of(step, p);
 }

@@ -91,12 +91,14 @@ void Upstream::add(const Pair& p) {
   ++pairs;
   bug = bug || p.why.bug;
   roots = std::max(roots, p.why.roots);
+  largest = std::max(largest, root_size(p));
 }
 
 void Upstream::add(const Upstream& u) {
   pairs += u.pairs;
   bug = bug || u.bug;
   roots = std::max(roots, u.roots);
+  largest = std::max(largest, u.largest);
 }
 
 Upstream Explainer::carried() const {
@@ -114,13 +116,27 @@ Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanat
   return Explanation{true, kUnexplained, bound, up.roots};
 }
 
+// An update whose inputs differ by noise alone but whose result differs beyond that noise's
+// bound differs itself: the optimizer's, not an unexplained computation.
+// An optimizer update: the new weights (or state) from the step's gradient, the weights and
+// the state before. It scales their differences by factors of order one (SGD: |p| + lr |g|
+// over |p'|), so its bound is --update-amplification times the largest of them, not the
+// forward and backward's wider one; beyond it, the update itself differs.
+Explanation Explainer::from_update(const Pair& p, const Upstream& up) const {
+  if (up.pairs == 0) return bug("optimizer");
+  if (up.bug) return Explanation{true, kInherited, 0, 0};
+  const double bound = options_.update_amplification * up.largest;
+  if (p.rel_diff <= bound) return Explanation{false, kInherited, bound, up.roots};
+  return Explanation{true, "optimizer", bound, up.roots};
+}
+
 Explanation Explainer::explain_param(const Pair& p, std::int64_t step, bool first_step) const {
   if (first_step) return bug("init");
   if (previous_step_ == step - 1) {
     const auto it = previous_by_param_.find(p.name);
     // Its gradient, value and optimizer state of the step before all agree: the update differs.
     if (it == previous_by_param_.end()) return bug("optimizer");
-    return from_upstream(p, it->second, bug("optimizer"));
+    return from_update(p, it->second);
   }
   // The step before was not compared: what happened there is unknown.
   return from_upstream(p, earlier_, bug(kUnexplained));
@@ -148,7 +164,7 @@ Explanation Explainer::explain_optim(const Pair& p) const {
   if (auto it = this_step_by_param_.find(param); it != this_step_by_param_.end()) up.add(it->second);
   if (auto it = previous_by_param_.find(p.name); it != previous_by_param_.end()) up.add(it->second);
   if (auto it = previous_by_param_.find(param); it != previous_by_param_.end()) up.add(it->second);
-  return from_upstream(p, up, bug("optimizer"));
+  return from_update(p, up);
 }
 
 Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step) {
@@ -265,6 +281,17 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
                           : " while everything it depends on (the step's parameters or the steps "
                             "before, and the records of its microbatch before it) is equal: the "
                             "computation itself differs (a kernel, an op order, the code)"),
+                 std::move(ev)};
+  }
+  if (rule == "optimizer" && p.why.roots > 0) {
+    ev.push_back({"noise_roots", lf::format_double(p.why.roots)});
+    ev.push_back({"bound", lf::format_double(p.why.bound)});
+    return Cause{rule,
+                 what(p) + " differs by relative norm " + rel + " at step " + s +
+                     ", beyond what the noise in the gradients, weights and state it is updated "
+                     "from explains (at most " + lf::format_double(p.why.bound) +
+                     "): the optimizer update differs (learning rate, weight decay, epsilon, "
+                     "fused/foreach vs per-tensor kernels, optimizer state)",
                  std::move(ev)};
   }
   if (rule == "elements_moved")

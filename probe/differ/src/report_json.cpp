@@ -133,6 +133,7 @@ nlohmann::json options_json(const DiffOptions& opt) {
           {"sum_order_rtol_lowp", opt.sum_order_rtol_lowp},
           {"sum_order_fixed", opt.sum_order_fixed},
           {"noise_amplification", opt.noise_amplification},
+          {"update_amplification", opt.update_amplification},
           {"strict", opt.strict},
           {"kinds", kinds},
           {"steps", {optional_json(opt.step_min), optional_json(opt.step_max)}},

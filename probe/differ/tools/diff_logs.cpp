@@ -70,6 +70,10 @@ void add_options(CLI::App& app, Cli& c) {
   app.add_option("--noise-amplification", c.diff.noise_amplification,
                  "inherited noise: how many times the noise it descends from a difference may grow")
       ->check(kNonNegative)->capture_default_str();
+  app.add_option("--update-amplification", c.diff.update_amplification,
+                 "an optimizer update (param, optim records): how many times the largest difference of "
+                 "the gradient, weights and state it is computed from it may be")
+      ->check(kNonNegative)->capture_default_str();
   app.add_flag("--strict", c.diff.strict,
                "headline the first divergence of any kind and exit 1 on any difference, noise included");
   app.add_option("--model-name", c.run.model_name,

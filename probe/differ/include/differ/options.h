@@ -49,6 +49,9 @@ struct DiffOptions {
   bool sum_order_fixed = false;
   // Inherited noise stays within this factor of the noise it descends from (Explanation::roots).
   double noise_amplification = 1e4;
+  // An optimizer update (param, optim records) stays within this factor of the largest
+  // difference of the gradient, weights and state it is computed from.
+  double update_amplification = 10;
   // Headline the first divergence of any kind and exit 1 on any difference, noise included.
   bool strict = false;
   // Called with every compared pair once it is classified, in execution order, with the index

@@ -21,6 +21,7 @@ struct Upstream {
   std::int64_t pairs = 0;  // divergent pairs among them
   bool bug = false;        // one of them has a bug-class explanation
   double roots = 0;        // the largest relative difference of the noise they descend from
+  double largest = 0;      // their own largest relative difference (at least a rounding)
   void add(const Pair& p);
   void add(const Upstream& u);
 };
@@ -63,6 +64,7 @@ class Explainer {
   Explanation explain_grad(const Pair& p);
   Explanation explain_optim(const Pair& p) const;
   Explanation from_upstream(const Pair& p, const Upstream& up, Explanation none_upstream) const;
+  Explanation from_update(const Pair& p, const Upstream& up) const;
   Upstream carried() const;  // what the step's computation starts from
   void carry_to_next_step(std::int64_t step, const std::vector<Pair>& pairs);
 
