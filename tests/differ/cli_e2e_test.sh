@@ -44,25 +44,31 @@ expect 0 "RESULT: equal" -- "$T/zero3" "$T/ppdp"
 expect 0 "RESULT: equal" -- "$T/ppdp" "$T/ddp"
 expect 0 "RESULT: equal" -- "$T/single/rank0/diff.log" "$T/ddp"
 # Seed cases.
-expect 1 "^FIRST DIVERGENCE  step 2  step end  grad layers.5.w  \[different\]" -- "$T/single" "$T/sumorder"
-expect 1 "\[summation_order\] every mb_grad of layers.5.w is bitwise equal" -- "$T/ppdp" "$T/sumorder"
-expect 1 "^FIRST DIVERGENCE  step 3  forward  mb 0  rng cuda_rng" -- "$T/zero3" "$T/rng"
+# Layout noise alone: exit 4, the first divergence labelled with its noise explanation.
+expect 4 "^FIRST DIVERGENCE  step 2  step end  grad layers.5.w  \[different\]  noise: summation_order" -- "$T/single" "$T/sumorder"
+expect 4 "^FIRST UNEXPLAINED DIVERGENCE  none: every difference is explained as noise" -- "$T/single" "$T/sumorder"
+expect 4 "^NOISE  [0-9]+ divergent pair\(s\) explained as noise" -- "$T/single" "$T/sumorder"
+# --strict: the headline and exit status that tell no noise apart.
+expect 1 "^RESULT: differences found \(exit 1\)$" -- --strict "$T/single" "$T/sumorder"
+expect 4 "\[summation_order\] every mb_grad of layers.5.w is bitwise equal" -- "$T/ppdp" "$T/sumorder"
+expect 1 "^FIRST UNEXPLAINED DIVERGENCE  step 3  forward  mb 0  rng cuda_rng" -- "$T/zero3" "$T/rng"
 expect 1 "\[rng\] inputs are equal but the RNG fingerprint cuda_rng mb=0 differs at step 3" -- "$T/zero3" "$T/rng"
-expect 1 "^FIRST DIVERGENCE  step 0  step end  grad layers.0.w  \[none_one_side\]" -- "$T/single" "$T/nonegrads"
+expect 1 "^FIRST UNEXPLAINED DIVERGENCE  step 0  step end  grad layers.0.w  \[none_one_side\]" -- "$T/single" "$T/nonegrads"
 expect 1 "all 12 grads of step 0 are none there" -- "$T/single" "$T/nonegrads"
 expect 1 "\[nonfinite\] NaN/Inf appears first at grad layers.7.w \(step 4, test run" -- "$T/zero3" "$T/nan"
-expect 1 "exact 5 first-divergent 5" -- "$T/single" "$T/lossulp"
+expect 4 "exact 5 first-divergent 5" -- "$T/single" "$T/lossulp"
 # Tolerance: a 1e-7 relative grad-norm change (other hash, same min/max/mean) is within
 # --rtol 1e-6, so the runs pass.
 expect 0 "RESULT: equal" -- --rtol 1e-6 "$T/single" "$T/sumorder"
 # Filters.
 expect 0 "RESULT: equal" -- --kinds scalar,rng "$T/single" "$T/sumorder"
 expect 0 "RESULT: equal" -- --steps 0:1 "$T/single" "$T/sumorder"
-expect 1 "FIRST DIVERGENCE" -- --name 'layers\.5\.' "$T/single" "$T/sumorder"
+expect 4 "FIRST DIVERGENCE" -- --name 'layers\.5\.' "$T/single" "$T/sumorder"
 # JSON.
-expect 1 "^RESULT: differences found \(exit 1\)$" -- --json "$T/out.json" "$T/single" "$T/sumorder"
+expect 4 "^RESULT: differences found, every one explained as noise .* \(exit 4\)$" -- --json "$T/out.json" "$T/single" "$T/sumorder"
 grep -q '"first_divergence": {' "$T/out.json" || { echo "FAIL: json lacks first_divergence"; fail=1; }
-grep -q '"result": "different"' "$T/out.json" || { echo "FAIL: json result is not different"; fail=1; }
+grep -q '"result": "noise"' "$T/out.json" || { echo "FAIL: json result is not noise"; fail=1; }
+grep -q '"first_unexplained_divergence": null' "$T/out.json" || { echo "FAIL: json has a first unexplained divergence"; fail=1; }
 # A --json file that cannot be written is bad usage, found before any comparison: no report.
 expect 2 "^diff_logs: error: cannot write --json file '$T/nowhere/x.json'$" -- --json "$T/nowhere/x.json" "$T/single" "$T/zero3"
 stdout="$("$DIFF" --no-color --json "$T/nowhere/x.json" "$T/single" "$T/zero3" 2>/dev/null)"
@@ -74,7 +80,7 @@ fi
 if "$DIFF" --no-color "$T/nowhere" "$T/nowhere" --html "$T/probe.html" 2>&1 | grep -q "built without the plotting"; then
   echo "SKIP --html checks: diff_logs built without the plotting libraries"
 else
-  expect 1 "^RESULT: differences found \(exit 1\)$" -- --json "$T/both.json" --html "$T/both.html" "$T/single" "$T/sumorder"
+  expect 4 "^RESULT: differences found, every one explained as noise .* \(exit 4\)$" -- --json "$T/both.json" --html "$T/both.html" "$T/single" "$T/sumorder"
   grep -q 'id="numprobe-data"' "$T/both.html" && [ -s "$T/both.json" ] ||
     { echo "FAIL: --json with --html did not write both files"; fail=1; }
   expect 2 "^diff_logs: error: cannot write --html file '$T/nowhere/x.html'$" -- --html "$T/nowhere/x.html" "$T/single" "$T/zero3"

@@ -2,7 +2,7 @@
 """Integration tests of examples/moe: moe_train under torchrun, then diff_logs.
 
     examples_test.py CASE        (CASE: pairs, fault-grads-none, fault-rng-per-rank, fault-nan,
-                                  fault-skip-reduce, fault-init, fault-lr, fault-op,
+                                  fault-skip-reduce, fault-init, fault-lr, noise-or-bug, fault-op,
                                   fault-op-backward, weights-zero3-pp-ddp, killed-rank, probe-off,
                                   html-report)
 
@@ -238,6 +238,52 @@ def case_fault_lr():
         if any(x["rule"] == "init" for x in r["likely_causes"]):
             fail("[init] must not fire for an update difference")
         print(f"OK lr fault with {optimizer}: [optimizer] names step 0 and {fd['name']}", flush=True)
+
+
+def headline(result, step, kind, rule, name=None):
+    """The first unexplained divergence: where, and the cause that explains it."""
+    u = result["first_unexplained_divergence"]
+    if u is None:
+        fail(f"no unexplained divergence headlined; expected step {step} {kind} [{rule}]")
+    if u["step"] != step or u["kind"] != kind or (name is not None and u["name"] != name):
+        fail(f"the headline is step {u['step']} {u['kind']} {u['name']}, expected step {step} {kind} {name}")
+    if u["cause"]["rule"] != rule:
+        fail(f"the headline's cause is [{u['cause']['rule']}], expected [{rule}]: {u['cause']['message']}")
+    if "FIRST UNEXPLAINED DIVERGENCE" not in result["text"] or f"[{rule}]" not in result["text"]:
+        fail("the text report does not headline the unexplained divergence and its cause")
+    print(f"OK headline step {step} {kind} {u['name']} [{rule}]", flush=True)
+    return u
+
+
+def case_noise_or_bug():
+    """Layouts of different data-parallel degrees (4 vs 2): their clean comparison is noise
+    alone (exit 4); each fault in the second headlines its own cause above that noise."""
+    base = train("nb_ddp4", "ddp", 4)
+    pp = ("pp-ddp", 4, "--stages", "2")
+    r = diff(base, train("nb_ppddp", *pp), expect=4)
+    if r["first_unexplained_divergence"] is not None or r["result"] != "noise":
+        fail(f"the clean comparison names a bug: {r['first_unexplained_divergence']}")
+    if r["noise"]["pairs"] == 0 or r["noise"]["bug_pairs"] != 0 or "summation_order" not in r["noise"]["by_rule"]:
+        fail(f"the clean comparison's noise summary: {r['noise']}")
+    if r["first_divergence"]["explanation"]["category"] != "noise":
+        fail(f"the first divergence is not labelled noise: {r['first_divergence']}")
+    print(f"OK clean ddp x4 vs pp-ddp x4: {r['noise']['pairs']} pairs of noise, largest "
+          f"{r['noise']['max_rel_diff']}", flush=True)
+    param = "layers.1.attention.wq.weight"
+    cases = [
+        (("--fault", f"skip-reduce={param}"), (0, "grad", "unreduced_gradient", param)),
+        (("--fault", f"nan=1:{param}"), (1, "grad", "nonfinite", param)),
+        (("--fault", "grads-none"), (0, "grad", "none_gradient", None)),
+        (("--fault", "rng-per-rank"), (0, "rng", "rng", None)),
+        (("--fault", f"init={param}"), (0, "param", "init", param)),
+        (("--fault", "lr=0:0.5"), (1, "param", "optimizer", None)),
+    ]
+    for flags, (step, kind, rule, name) in cases:
+        tag = flags[1].split("=")[0]
+        r = diff(base, train(f"nb_ppddp_{tag}", *pp, *flags), expect=1)
+        headline(r, step, kind, rule, name)
+        if r["first_divergence"]["explanation"]["category"] == "noise" and "noise: " not in r["text"]:
+            fail("the first divergence, noise, is not labelled so")
 
 
 def case_weights_zero3_pp_ddp():

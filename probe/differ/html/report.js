@@ -212,7 +212,12 @@
     return box;
   }
   // Fields a later differ may add, shown when present: first_unexplained_divergence (a pair,
-  // the headline then), noise (an object of figures).
+  // the headline then), noise (an object of figures), root_cause_op (an object or text).
+  // "noise: summation_order" for a pair's explanation (JSON `explanation`).
+  function explanationText(p) {
+    var e = p.explanation;
+    return e ? e.category + ': ' + e.rule : 'within noise';
+  }
   function objectTable(obj) {
     var rows = Object.keys(obj).map(function (k) {
       var v = obj[k];
@@ -250,7 +255,8 @@
   }
   function drawFirstDivergence() {
     var s = section('first-divergence', 'First divergence');
-    var unexplained = R.first_unexplained_divergence;
+    var strict = R.options && R.options.strict;  // --strict: the first divergence heads
+    var unexplained = strict ? null : R.first_unexplained_divergence;
     var main = el('div', {class: 'fd-main'});
     var side = el('div', {class: 'fd-side'});
     s.appendChild(el('div', {class: 'fd-layout'}, [main, side]));
@@ -258,11 +264,21 @@
       main.appendChild(el('p', {class: 'ok', id: 'no-divergence', text: 'none: every compared pair agrees'}));
     } else if (unexplained) {
       main.appendChild(divergenceBlock('First unexplained divergence', unexplained, 'fd-headline'));
-      main.appendChild(divergenceBlock('First divergence (within noise)', R.first_divergence, 'fd-first'));
+      if (unexplained.cause)
+        main.appendChild(el('p', {class: 'cause', 'data-rule': unexplained.cause.rule},
+          [el('span', {class: 'rule', text: '[' + unexplained.cause.rule + ']'}), ' ' + unexplained.cause.message]));
+      var same = unexplained.step === R.first_divergence.step && unexplained.kind === R.first_divergence.kind &&
+                 unexplained.name === R.first_divergence.name && unexplained.mb === R.first_divergence.mb;
+      if (!same)
+        main.appendChild(divergenceBlock('First divergence (' + explanationText(R.first_divergence) + ')',
+                                         R.first_divergence, 'fd-first'));
+    } else if (!strict && R.first_divergence.explanation && R.first_divergence.explanation.category === 'noise') {
+      main.appendChild(divergenceBlock('First divergence (' + explanationText(R.first_divergence) + ')',
+                                       R.first_divergence, 'fd-headline'));
     } else {
       main.appendChild(divergenceBlock('First divergence', R.first_divergence, 'fd-headline'));
     }
-    if (unexplained === null && R.first_divergence)
+    if (!unexplained && R.first_divergence && !strict && R.first_unexplained_divergence === null)
       main.appendChild(el('p', {class: 'ok', text: 'every divergence is explained as noise'}));
     if (R.likely_causes.length) {
       main.appendChild(el('h3', {text: 'Likely cause'}));

@@ -71,7 +71,10 @@ Pair start_pair(std::int64_t step, Merged& m) {
 
 }  // namespace
 
-Aligner::Aligner(const DiffOptions& options, Result& result) : options_(options), result_(result) {}
+Aligner::Aligner(const DiffOptions& options, Result& result)
+    : options_(options), result_(result), explainer_(options) {
+  result_.strict = options.strict;
+}
 
 bool Aligner::passes(Kind kind, const std::string& name) {
   const DiffOptions& o = options_;
@@ -194,8 +197,10 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
     // The norm of RNG state bytes is no size of a difference.
     if ((p.cls == Class::different || p.cls == Class::within_tol) && p.kind != Kind::rng) offer_top(p);
   }
-  for (const auto& p : pairs)
-    if (summation_order_like(p, pairs, options_)) ++result_.summation_order_grads;
+  const bool first_step_of_both = result_.base.first_step == step && result_.test.first_step == step;
+  explainer_.explain_step(step, first_step_of_both, pairs);
+  result_.summation_order_grads = explainer_.summation_order_grads();
+  note_noise_or_bug(step, first_step_of_both, pairs);
   note_first_nonfinite(step, pairs);
   op_analysis_.add_step(step, pairs, result_.ops);
   if (first && !result_.first_divergence) {
@@ -204,11 +209,41 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
     for (auto& c : step_causes({step, pairs, *first}, options_)) result_.causes.push_back(std::move(c));
     op_analysis_.suggest_trace(*first, pairs, options_.kinds_mask, result_.ops);
     // Divergence that starts in the weights or the optimizer, not in what a step computes.
-    const bool first_step_of_both = result_.base.first_step == step && result_.test.first_step == step;
     if (auto c = init_cause(step, first_step_of_both, pairs, *first)) result_.causes.push_back(std::move(*c));
     if (auto c = optimizer_cause(step, previous_step_, pairs, *first)) result_.causes.push_back(std::move(*c));
   }
-  if (!result_.first_divergence) previous_step_ = digest_step(step, pairs);
+  previous_step_ = digest_step(step, pairs);
+}
+
+// Counts what noise explains, and keeps the first pair with a bug-class explanation and its
+// cause: the headline.
+void Aligner::note_noise_or_bug(std::int64_t step, bool first_step, const std::vector<Pair>& pairs) {
+  for (const auto& p : pairs) {
+    if (!is_divergence(p.cls) || p.why.rule.empty()) continue;  // set-aside ops have no explanation
+    result_.noise.add(p);
+    if (p.why.bug && !result_.first_unexplained) {
+      result_.first_unexplained = p;
+      result_.unexplained_cause = headline_cause(step, first_step, pairs, p);
+    }
+  }
+}
+
+// The bug-class rules that have a likely-cause function give their message and evidence; the
+// explainer words the others.
+Cause Aligner::headline_cause(std::int64_t step, bool first_step, const std::vector<Pair>& pairs,
+                              const Pair& p) const {
+  const DivergentStep s{step, pairs, p};
+  const std::string_view rule = p.why.rule;
+  std::optional<Cause> c;
+  if (rule == "none_gradient") c = none_gradient_cause(s);
+  else if (rule == "data") c = data_cause(s);
+  else if (rule == "rng") c = rng_cause(s);
+  else if (rule == "unreduced_gradient") c = unreduced_gradient_cause(s);
+  else if (rule == "wrong_reduction") c = grad_reduction_cause(s, options_);
+  else if (rule == "init") c = init_cause(step, first_step, pairs, p);
+  else if (rule == "optimizer" && p.why.roots == 0) c = optimizer_cause(step, previous_step_, pairs, p);
+  if (c && c->rule == rule) return *c;
+  return explainer_.cause_of(step, p);
 }
 
 void Aligner::note_first_nonfinite(std::int64_t step, const std::vector<Pair>& pairs) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "differ/detail/classify.h"
+#include "differ/detail/explain.h"
 #include "differ/detail/names.h"
 #include "probe/log_format.h"
 
@@ -37,8 +38,17 @@ bool mb_grads_equal(const std::string& name, const std::vector<Pair>& pairs) {
   return mbs > 0;
 }
 
-double sum_order_bound(const Pair& g, const DiffOptions& o) {
-  return low_precision(g.base.m.rec.stats.dtype) ? o.sum_order_rtol_lowp : o.sum_order_rtol;
+// The summation-order bound of grad g from its mb_grads in the step (explain.h).
+double sum_order_bound(const Pair& g, const std::vector<Pair>& pairs, const DiffOptions& o) {
+  std::int64_t summands = 0;
+  double norms = 0;
+  for (const auto& p : pairs) {
+    if (p.kind != Kind::mb_grad || p.name != g.name || !p.base.present) continue;
+    ++summands;
+    if (p.base.m.rec.state == Record::State::tensor && std::isfinite(p.base.m.rec.stats.norm))
+      norms += p.base.m.rec.stats.norm;
+  }
+  return summation_order_bound(g, summands, norms, o);
 }
 
 std::int64_t nonfinite(const Merged& m) {
@@ -153,10 +163,12 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
 std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOptions& o) {
   const Pair& g = s.first;
   if (!both_tensors(g) || g.kind != Kind::grad || g.cls != Class::different) return std::nullopt;
-  // A NaN/Inf makes any norm difference meaningless: the nonfinite rule names it.
-  if (!std::isfinite(g.base.m.rec.stats.norm) || !std::isfinite(g.test.m.rec.stats.norm))
+  // A NaN/Inf makes any norm difference meaningless: the nonfinite rule names it. Elements
+  // that moved without changing a figure are no reduction order either.
+  if (!std::isfinite(g.base.m.rec.stats.norm) || !std::isfinite(g.test.m.rec.stats.norm) ||
+      elements_moved(g))
     return std::nullopt;
-  const double bound = sum_order_bound(g, o);
+  const double bound = sum_order_bound(g, s.pairs, o);
   const std::string rel = lf::format_double(g.rel_diff);
   if (mb_grads_equal(g.name, s.pairs)) {
     if (g.rel_diff <= bound)
@@ -208,11 +220,6 @@ std::optional<Cause> nonfinite_cause(std::int64_t step, const std::vector<Pair>&
                                   " inf=" + std::to_string(rec.stats.inf) + ")"};
   }
   return std::nullopt;
-}
-
-bool summation_order_like(const Pair& g, const std::vector<Pair>& pairs, const DiffOptions& o) {
-  return g.kind == Kind::grad && g.cls == Class::different && both_tensors(g) &&
-         mb_grads_equal(g.name, pairs) && g.rel_diff <= sum_order_bound(g, o);
 }
 
 namespace {

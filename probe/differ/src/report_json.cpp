@@ -72,6 +72,29 @@ nlohmann::json pair_json(const Pair& p) {
   j["base"] = side_json(p.base);
   j["test"] = side_json(p.test);
   if (!p.note.empty()) j["note"] = p.note;
+  if (!p.why.rule.empty()) {
+    j["explanation"] = {{"category", p.why.bug ? "bug" : "noise"}, {"rule", p.why.rule}};
+    if (p.why.bound > 0) j["explanation"]["bound"] = num_json(p.why.bound);
+    if (p.why.roots > 0) j["explanation"]["noise_roots"] = num_json(p.why.roots);
+  }
+  return j;
+}
+
+nlohmann::json cause_json(const Cause& c) {
+  nlohmann::json evidence = nlohmann::json::object();
+  for (const auto& e : c.evidence) std::visit([&](const auto& v) { evidence[e.key] = v; }, e.value);
+  return {{"rule", c.rule}, {"message", c.message}, {"evidence", evidence}};
+}
+
+nlohmann::json noise_json(const NoiseSummary& n) {
+  auto figures = [](const NoiseSummary::Figures& f) {
+    return nlohmann::json{{"pairs", f.pairs}, {"max_rel_diff", num_json(f.max_rel_diff)}};
+  };
+  nlohmann::json j = figures(n.all);
+  j["bug_pairs"] = n.bug_pairs;
+  auto& kinds = j["by_kind"] = nlohmann::json::object();
+  for (const auto& [kind, f] : n.by_kind) kinds[std::string(kind_name(kind))] = figures(f);
+  j["by_rule"] = n.by_rule;
   return j;
 }
 
@@ -113,6 +136,10 @@ nlohmann::json options_json(const DiffOptions& opt) {
           {"atol", opt.cmp.atol},
           {"sum_order_rtol", opt.sum_order_rtol},
           {"sum_order_rtol_lowp", opt.sum_order_rtol_lowp},
+          {"sum_order_fixed", opt.sum_order_fixed},
+          {"noise_amplification", opt.noise_amplification},
+          {"update_amplification", opt.update_amplification},
+          {"strict", opt.strict},
           {"kinds", kinds},
           {"steps", {optional_json(opt.step_min), optional_json(opt.step_max)}},
           {"name", opt.name_filter_text},
@@ -193,11 +220,16 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   j["summary"] = summary_json(r);
   j["first_divergence"] = r.first_divergence ? pair_json(*r.first_divergence) : nlohmann::json(nullptr);
   auto& causes = j["likely_causes"] = nlohmann::json::array();
-  for (const auto& c : r.causes) {
-    nlohmann::json evidence = nlohmann::json::object();
-    for (const auto& e : c.evidence) std::visit([&](const auto& v) { evidence[e.key] = v; }, e.value);
-    causes.push_back({{"rule", c.rule}, {"message", c.message}, {"evidence", evidence}});
+  for (const auto& c : r.causes) causes.push_back(cause_json(c));
+  // The first divergence with a bug-class explanation (null when every difference is noise),
+  // with that cause; the headline unless --strict.
+  nlohmann::json unexplained = nullptr;
+  if (r.first_unexplained) {
+    unexplained = pair_json(*r.first_unexplained);
+    if (r.unexplained_cause) unexplained["cause"] = cause_json(*r.unexplained_cause);
   }
+  j["first_unexplained_divergence"] = unexplained;
+  j["noise"] = noise_json(r.noise);
   j["summation_order_grads"] = r.summation_order_grads;
   auto& top = j["top"] = nlohmann::json::array();
   for (const auto& p : r.top) top.push_back(pair_json(p));

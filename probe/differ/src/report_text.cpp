@@ -121,6 +121,10 @@ std::string result_text(const Result& r) {
   switch (r.verdict()) {
     case Result::Verdict::different:
       return "differences found";
+    case Result::Verdict::noise:
+      return "differences found, every one explained as noise (" +
+             std::to_string(r.noise.all.pairs) + " pair(s), largest relative difference " +
+             num(r.noise.all.max_rel_diff) + "); --strict counts them as differences";
     case Result::Verdict::run_errors:
       return "the runs agree, but a run has errors (RUN ISSUES)";
     case Result::Verdict::incomplete: {
@@ -228,28 +232,63 @@ void print_summary(const Result& r, std::ostream& out, const Paint& paint) {
   out << "\n";
 }
 
+void print_pair(const char* title, const Pair& p, const std::string& label, std::ostream& out,
+                const Paint& paint) {
+  out << paint(kBold, title) << "  " << paint(kRed, where(p)) << "  [" << class_name(p.cls) << "]"
+      << label << "\n";
+  out << "  base: " << side_text(p.base, p.kind) << "\n";
+  out << "  test: " << side_text(p.test, p.kind) << "\n";
+  if (p.rel_diff > 0 && p.kind != Kind::rng)
+    out << "  relative norm difference: " << rel_diff_text(p) << "\n";
+  if (!p.note.empty()) out << "  note: " << p.note << "\n";
+}
+
+void print_cause(const Cause& c, std::ostream& out) {
+  out << "  [" << c.rule << "] " << c.message << "\n";
+  if (c.evidence.empty()) return;
+  out << "    evidence:";
+  for (const auto& e : c.evidence) out << " " << evidence_text(e);
+  out << "\n";
+}
+
+// "  noise: summation_order (bound 9.5e-07)": how the first divergence is explained, when it
+// is noise.
+std::string noise_label(const Pair& p) {
+  if (p.why.bug || p.why.rule.empty()) return "";
+  std::string s = "  noise: " + std::string(p.why.rule);
+  if (p.why.bound > 0) s += " (within " + num(p.why.bound) + ")";
+  return s;
+}
+
+bool same_pair(const Pair& a, const Pair& b) { return a.step == b.step && a.key == b.key; }
+
+// The headline: the first divergence with a bug-class explanation (unless --strict), then the
+// first divergence of any kind with its noise explanation.
+void print_first_unexplained(const Result& r, std::ostream& out, const Paint& paint) {
+  if (r.strict || !r.first_divergence) return;
+  if (!r.first_unexplained) {
+    out << paint(kBold, "FIRST UNEXPLAINED DIVERGENCE") << "  "
+        << paint(kGreen, "none: every difference is explained as noise (NOISE below)") << "\n";
+    return;
+  }
+  print_pair("FIRST UNEXPLAINED DIVERGENCE", *r.first_unexplained, "", out, paint);
+  if (r.unexplained_cause) print_cause(*r.unexplained_cause, out);
+  out << "\n";
+}
+
 void print_first_divergence(const Result& r, std::ostream& out, const Paint& paint) {
-  if (r.first_divergence) {
-    const Pair& p = *r.first_divergence;
-    out << paint(kBold, "FIRST DIVERGENCE") << "  " << paint(kRed, where(p)) << "  ["
-        << class_name(p.cls) << "]\n";
-    out << "  base: " << side_text(p.base, p.kind) << "\n";
-    out << "  test: " << side_text(p.test, p.kind) << "\n";
-    if (p.rel_diff > 0 && p.kind != Kind::rng)
-      out << "  relative norm difference: " << rel_diff_text(p) << "\n";
-    if (!p.note.empty()) out << "  note: " << p.note << "\n";
-  } else {
+  print_first_unexplained(r, out, paint);
+  const bool headlined = !r.strict && r.first_divergence && r.first_unexplained &&
+                         same_pair(*r.first_divergence, *r.first_unexplained);
+  if (r.first_divergence && !headlined) {
+    print_pair("FIRST DIVERGENCE", *r.first_divergence, r.strict ? "" : noise_label(*r.first_divergence),
+               out, paint);
+  } else if (!r.first_divergence) {
     out << paint(kBold, "FIRST DIVERGENCE") << "  " << paint(kGreen, "none") << "\n";
   }
   if (!r.causes.empty()) {
-    out << paint(kBold, "LIKELY CAUSE") << "\n";
-    for (const auto& c : r.causes) {
-      out << "  [" << c.rule << "] " << c.message << "\n";
-      if (c.evidence.empty()) continue;
-      out << "    evidence:";
-      for (const auto& e : c.evidence) out << " " << evidence_text(e);
-      out << "\n";
-    }
+    out << paint(kBold, headlined || r.strict ? "LIKELY CAUSE" : "LIKELY CAUSE OF THE FIRST DIVERGENCE") << "\n";
+    for (const auto& c : r.causes) print_cause(c, out);
   }
   if (r.summation_order_grads > 0)
     out << "  " << r.summation_order_grads
@@ -276,6 +315,22 @@ void print_ops(const OpReport& ops, std::ostream& out, const Paint& paint) {
       out << "    ... and " << count - static_cast<std::int64_t>(list->size()) << " more\n";
   }
   out << "\n";
+}
+
+// What noise explains: how many pairs, how large, by kind and by rule.
+void print_noise(const Result& r, std::ostream& out, const Paint& paint) {
+  const NoiseSummary& n = r.noise;
+  if (n.all.pairs == 0) return;
+  out << paint(kBold, "NOISE") << "  " << n.all.pairs << " divergent pair(s) explained as noise, largest "
+      << "relative difference " << num(n.all.max_rel_diff);
+  if (n.bug_pairs > 0) out << "; " << n.bug_pairs << " pair(s) with a bug-class explanation";
+  out << "\n";
+  for (const auto& [kind, f] : n.by_kind)
+    out << "  " << pad(std::string(kind_name(kind)), 11) << pad(std::to_string(f.pairs), 10, true)
+        << "  max " << num(f.max_rel_diff) << "\n";
+  out << "  by rule:";
+  for (const auto& [rule, count] : n.by_rule) out << " " << rule << " " << count;
+  out << "\n\n";
 }
 
 void print_issues(const Result& r, std::ostream& out, const Paint& paint) {
@@ -412,6 +467,7 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   print_summary(r, out, paint);
   print_first_divergence(r, out, paint);
   print_ops(r.ops, out, paint);
+  print_noise(r, out, paint);
   print_issues(r, out, paint);
   print_one_sided(r, out, paint);
   print_top(r, out, paint);

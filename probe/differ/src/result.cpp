@@ -32,10 +32,24 @@ std::int64_t Result::count(Class c) const {
   return n;
 }
 
+void NoiseSummary::add(const Pair& p) {
+  if (p.why.bug) {
+    ++bug_pairs;
+    return;
+  }
+  for (Figures* f : {&all, &by_kind[p.kind]}) {
+    ++f->pairs;
+    f->max_rel_diff = std::max(f->max_rel_diff, p.rel_diff);
+  }
+  ++by_rule[std::string(p.why.rule)];
+}
+
 Result::Verdict Result::verdict() const {
-  if (any_divergence()) return Verdict::different;
+  const bool diverges = any_divergence();
+  if (diverges && (strict || noise.bug_pairs > 0)) return Verdict::different;
   if (base_issues.errors > 0 || test_issues.errors > 0) return Verdict::run_errors;
   if (truncated_at) return Verdict::incomplete;
+  if (diverges) return Verdict::noise;
   if (records_compared == count(Class::unsupported)) return Verdict::nothing_compared;
   if (count(Class::within_tol) > 0) return Verdict::within_tolerance;
   return Verdict::equal;
@@ -46,6 +60,7 @@ std::string_view Result::verdict_name() const {
     case Verdict::different: return "different";
     case Verdict::run_errors: return "run_errors";
     case Verdict::incomplete: return "incomplete";
+    case Verdict::noise: return "noise";
     case Verdict::nothing_compared: return "nothing_compared";
     case Verdict::within_tolerance: return "within_tolerance";
     case Verdict::equal: break;
@@ -58,6 +73,7 @@ int Result::exit_code() const {
     case Verdict::equal:
     case Verdict::within_tolerance: return 0;
     case Verdict::nothing_compared: return 2;
+    case Verdict::noise: return 4;
     default: return 1;
   }
 }

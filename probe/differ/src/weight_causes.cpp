@@ -1,6 +1,8 @@
 // The [init] and [optimizer] causes (weight_causes.h).
 #include "differ/detail/weight_causes.h"
 
+#include "differ/detail/explain.h"
+
 #include <string>
 
 namespace probe::differ {
@@ -29,12 +31,6 @@ KindCount count_kind(const std::vector<Pair>& pairs, Kind kind) {
 std::string agreement(std::int64_t within_tol) {
   return within_tol == 0 ? "bitwise"
                          : "within tolerance (" + std::to_string(within_tol) + " not bitwise)";
-}
-
-// The parameter an optimizer state record belongs to: "<param>.<state>" without ".<state>".
-std::string parameter_of_state(const std::string& name) {
-  const auto dot = name.rfind('.');
-  return dot == std::string::npos ? name : name.substr(0, dot);
 }
 
 // First divergence: a parameter at step s+1 whose update of step s read agreeing gradients.

@@ -57,10 +57,25 @@ void add_options(CLI::App& app, Cli& c) {
   app.add_option("--name", c.name_re, "compare only names matching this regular expression");
   app.add_option("--top", c.diff.top, "how many largest differences to list")->capture_default_str();
   app.add_option("--max-series", c.text.max_series, "tensor norm series shown on the terminal")->capture_default_str();
-  app.add_option("--sum-order-rtol", c.diff.sum_order_rtol, "relative norm difference bound of the summation-order rule, fp32/fp64 grads")
-      ->check(kNonNegative)->capture_default_str();
+  // Given, either sets the summation-order bound everywhere (sum_order_fixed), not only where
+  // a grad's mb_grads are missing.
+  auto fix_bound = [&c](const auto&) { c.diff.sum_order_fixed = true; };
+  app.add_option("--sum-order-rtol", c.diff.sum_order_rtol,
+                 "summation-order bound (relative norm difference) of fp32/fp64 grads and scalars; "
+                 "default: derived from the mb_grads' count and norms and the dtype, this value "
+                 "where a grad has no mb_grads")
+      ->check(kNonNegative)->capture_default_str()->each(fix_bound);
   app.add_option("--sum-order-rtol-lowp", c.diff.sum_order_rtol_lowp, "the same bound for bf16/fp16/fp8 grads")
+      ->check(kNonNegative)->capture_default_str()->each(fix_bound);
+  app.add_option("--noise-amplification", c.diff.noise_amplification,
+                 "inherited noise: how many times the noise it descends from a difference may grow")
       ->check(kNonNegative)->capture_default_str();
+  app.add_option("--update-amplification", c.diff.update_amplification,
+                 "an optimizer update (param, optim records): how many times the largest difference of "
+                 "the gradient, weights and state it is computed from it may be")
+      ->check(kNonNegative)->capture_default_str();
+  app.add_flag("--strict", c.diff.strict,
+               "headline the first divergence of any kind and exit 1 on any difference, noise included");
   app.add_option("--model-name", c.run.model_name,
                  "the name the probe run gives the model's forward output (ProbeOptions::model_name): "
                  "a NumericsLogger log's [mb<N> fwd out] is the output record of that name, microbatch N")
@@ -160,8 +175,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "diff_logs: compare two numprobe runs (run directories of rank<R>/diff.log, or log "
       "files) and report where they stop agreeing.\nExit status: 0 equal (or within "
-      "tolerance), 1 differences found, a run with errors or a truncated run, 2 nothing "
-      "compared, bad input or usage."};
+      "tolerance), 1 differences with a bug-class explanation (any difference with --strict), "
+      "a run with errors or a truncated run, 2 nothing compared, bad input or usage, 4 "
+      "differences that are all explained as noise."};
   Cli c;
   add_options(app, c);
   // Every rank's log is open at once where the limit allows: thousands of ranks need more

@@ -41,8 +41,19 @@ struct DiffOptions {
   std::optional<std::regex> name_filter;
   std::string name_filter_text;
   std::size_t top = 10;
+  // The summation-order bound where a grad's mb_grads are not recorded (and of scalars);
+  // where they are, the bound follows from their count, their norms and the dtype, unless
+  // sum_order_fixed (--sum-order-rtol given) makes these the bound everywhere.
   double sum_order_rtol = 1e-5;       // fp32/fp64 grads
   double sum_order_rtol_lowp = 1e-2;  // bf16/fp16 grads
+  bool sum_order_fixed = false;
+  // Inherited noise stays within this factor of the noise it descends from (Explanation::roots).
+  double noise_amplification = 1e4;
+  // An optimizer update (param, optim records) stays within this factor of the largest
+  // difference of the gradient, weights and state it is computed from.
+  double update_amplification = 10;
+  // Headline the first divergence of any kind and exit 1 on any difference, noise included.
+  bool strict = false;
   // Called with every compared pair once it is classified, in execution order, with the index
   // of its series in Result::series: for reports that draw every pair (--html's heat map),
   // while the Result keeps aggregates only.

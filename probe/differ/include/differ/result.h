@@ -95,6 +95,14 @@ struct Side {  // one side of a pair as reported
   Merged m;
 };
 
+// Noise or bug (docs/diff-logs.md, "Noise or bug"): the one explanation a divergent pair gets.
+struct Explanation {
+  bool bug = false;       // a bug-class explanation; false: noise
+  std::string_view rule;  // summation_order, inherited, unreduced_gradient, ... (static text)
+  double bound = 0;       // the noise bound the pair was held to (0: none applied)
+  double roots = 0;       // inherited: the largest relative difference of the noise it descends from
+};
+
 struct Pair {
   std::int64_t step = 0;
   Kind kind = Kind::scalar;
@@ -105,6 +113,7 @@ struct Pair {
   double rel_diff = 0;  // relative difference of norms (tensors) or values (scalars)
   std::string note;
   std::string key;  // internal: the series/alignment key
+  Explanation why;  // set on divergent pairs
 };
 
 // One figure a cause rests on: a count or step (number), or a name (text).
@@ -148,6 +157,19 @@ struct OpReport {
   std::optional<std::string> trace_hint;
 };
 
+// What the noise explanations cover: how many divergent pairs, how large, by kind and rule.
+struct NoiseSummary {
+  struct Figures {
+    std::int64_t pairs = 0;
+    double max_rel_diff = 0;
+  };
+  Figures all;
+  std::map<Kind, Figures> by_kind;
+  std::map<std::string, std::int64_t> by_rule;
+  std::int64_t bug_pairs = 0;  // divergent pairs with a bug-class explanation
+  void add(const Pair& p);
+};
+
 struct RunInfo {
   std::string path, setup, torch_version;
   int world_size = 1, ranks_found = 0;
@@ -162,6 +184,12 @@ struct Result {
   std::array<std::array<std::int64_t, kClassCount>, kKindCount> counts{};
   std::optional<Pair> first_divergence;
   std::vector<Cause> causes;
+  // The first divergence, in execution order, with a bug-class explanation, and that cause
+  // with its evidence: the headline unless --strict.
+  std::optional<Pair> first_unexplained;
+  std::optional<Cause> unexplained_cause;
+  NoiseSummary noise;
+  bool strict = false;  // --strict: any divergence is a difference, as before noise was told apart
   std::int64_t summation_order_grads = 0;  // grads matching the summation-order rule
   std::vector<Pair> top;                  // by rel_diff, largest first
   std::vector<std::pair<SeriesKey, SeriesStats>> series;  // first-seen order
@@ -181,14 +209,16 @@ struct Result {
     different,         // a pair is different, only_* or none_one_side
     run_errors,        // the runs agree, but one has an error issue (replica mismatch, ...)
     incomplete,        // no difference, but a run is truncated: later steps were not compared
+    noise,             // differences, every one explained as noise (not with --strict)
     nothing_compared,  // no pair passed the filters, or every pair is unsupported
     within_tolerance,  // every pair equal or within --rtol/--atol
     equal,             // every compared pair bitwise equal
   };
   Verdict verdict() const;
   std::string_view verdict_name() const;  // "different", "run_errors", ... (the JSON's "result")
-  // 0 equal or within tolerance; 1 different, run errors or incomplete; 2 nothing compared
-  // (like bad input: the question was not answered).
+  // 0 equal or within tolerance; 1 different (a bug-class explanation), run errors or
+  // incomplete; 2 nothing compared (like bad input: the question was not answered); 4 every
+  // difference explained as noise (1 with --strict).
   int exit_code() const;
 };
 

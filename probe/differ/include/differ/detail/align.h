@@ -12,6 +12,7 @@
 #include "differ/detail/op_align.h"
 #include "differ/options.h"
 #include "differ/result.h"
+#include "differ/detail/explain.h"
 #include "differ/detail/weight_causes.h"
 
 namespace probe::differ {
@@ -36,6 +37,9 @@ class Aligner {
   void note_one_sided_kinds();
   void note_one_sided_names();
   void order_causes();
+  void note_noise_or_bug(std::int64_t step, bool first_step, const std::vector<Pair>& pairs);
+  Cause headline_cause(std::int64_t step, bool first_step, const std::vector<Pair>& pairs,
+                       const Pair& p) const;
 
   const DiffOptions& options_;
   Result& result_;
@@ -49,9 +53,10 @@ class Aligner {
   // often not the first divergence (a reduction order differs at step 0, a NaN comes later).
   std::optional<Cause> first_nonfinite_;
   std::int64_t first_nonfinite_step_ = 0;
-  // The last step compared before the first divergence: [optimizer] reads its gradients.
+  // The step compared before this one: [optimizer] reads its gradients.
   std::optional<StepDigest> previous_step_;
   OpAnalysis op_analysis_;  // op records: root cause, set-aside ops, trace hint
+  Explainer explainer_;
 };
 
 }  // namespace probe::differ

@@ -41,7 +41,4 @@ std::optional<Cause> nonfinite_cause(std::int64_t step, const std::vector<Pair>&
 std::optional<Cause> absence_cause(const Result& r, const DiffOptions& o, bool step_one_sided,
                                    bool series_one_sided);
 
-// A grad that differs at summation-order size while its mb_grads are bitwise equal.
-bool summation_order_like(const Pair& g, const std::vector<Pair>& pairs, const DiffOptions& o);
-
 }  // namespace probe::differ

@@ -1,0 +1,89 @@
+// Noise or bug (docs/diff-logs.md, "Noise or bug"): every divergent pair gets one explanation,
+// noise (summation order, or inherited from noise within an amplification bound) or a bug
+// class (unreduced gradient, none, NaN/Inf, rng, data, init, optimizer, unexplained, ...).
+// The rules read what a pair depends on: the step's parameters (or, without param records, the
+// steps before), the records of its microbatch that ran before it, a grad's mb_grads, and for
+// parameters and optimizer state the previous step's gradients, parameters and state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "differ/options.h"
+#include "differ/result.h"
+
+namespace probe::differ {
+
+// What a record depends on, as far as it diverges.
+struct Upstream {
+  std::int64_t pairs = 0;  // divergent pairs among them
+  bool bug = false;        // one of them has a bug-class explanation
+  double roots = 0;        // the largest relative difference of the noise they descend from
+  double largest = 0;      // their own largest relative difference (at least a rounding)
+  void add(const Pair& p);
+  void add(const Upstream& u);
+};
+
+// The summation-order bound of a grad whose mb_grads are known: two runs, each within
+// n * u * sum of the summands' norms of the exact sum (u: the unit roundoff of the dtype).
+// Without mb_grads (n = 0), or when --sum-order-rtol was given, the fixed option bound.
+double summation_order_bound(const Pair& grad, std::int64_t summands, double summand_norms,
+                             const DiffOptions& o);
+double unit_roundoff(const std::string& dtype);
+
+// The hash differs while every statistic is bitwise equal: the same values in other places
+// (a wrong shard offset, a permutation). Rounding noise moves the norm; this never is noise.
+bool elements_moved(const Pair& p);
+
+class Explainer {
+ public:
+  explicit Explainer(const DiffOptions& options) : options_(options) {}
+
+  // Sets `why` on every divergent pair of the step (pairs in execution order). `first_step`:
+  // the first step both runs recorded (parameters there are the initialization).
+  void explain_step(std::int64_t step, bool first_step, std::vector<Pair>& pairs);
+
+  // The evidence of a bug-class explanation, for the headline: what the pair depends on and
+  // how it compares (built once, for the pair that is headlined).
+  Cause cause_of(std::int64_t step, const Pair& p) const;
+
+  // Grads explained by summation order with their mb_grads compared, bitwise equal.
+  std::int64_t summation_order_grads() const { return summation_order_grads_; }
+
+ private:
+  struct MbGrads {
+    std::int64_t count = 0;
+    double norms = 0;
+    Upstream diverging;
+  };
+  void index_mb_grads(const std::vector<Pair>& pairs);
+  Explanation explain(const Pair& p, std::int64_t step, bool first_step);
+  Explanation explain_param(const Pair& p, std::int64_t step, bool first_step) const;
+  Explanation explain_grad(const Pair& p);
+  Explanation explain_optim(const Pair& p) const;
+  Explanation from_upstream(const Pair& p, const Upstream& up, Explanation none_upstream) const;
+  Explanation from_update(const Pair& p, const Upstream& up) const;
+  Upstream carried() const;  // what the step's computation starts from
+  void carry_to_next_step(std::int64_t step, const std::vector<Pair>& pairs);
+
+  const DiffOptions& options_;
+  // This step, built while its pairs are explained in execution order.
+  Upstream step_params_;                               // diverging param records of the step
+  bool step_has_params_ = false;                       // the step holds param records at all
+  std::unordered_map<std::int64_t, Upstream> by_mb_;   // per microbatch, its records so far
+  Upstream step_so_far_;                               // every record of the step so far
+  std::unordered_map<std::string, MbGrads> mb_grads_;  // per parameter, when a grad differs
+  std::unordered_map<std::string, Upstream> this_step_by_param_;  // grad/param divergence
+  // The steps before.
+  std::int64_t previous_step_ = -1;  // the last step explained (-1: none)
+  std::unordered_map<std::string, Upstream> previous_by_param_;  // its grad/param/optim divergence
+  Upstream earlier_;                                            // every divergence before
+  std::int64_t summation_order_grads_ = 0;
+};
+
+// The parameter an optimizer state record belongs to: "<param>.<state>" without ".<state>".
+std::string parameter_of_state(const std::string& name);
+
+}  // namespace probe::differ

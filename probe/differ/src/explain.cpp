@@ -1,0 +1,331 @@
+// Noise or bug: one explanation per divergent pair (explain.h, docs/diff-logs.md).
+#include "differ/detail/explain.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "differ/detail/classify.h"
+#include "differ/detail/names.h"
+#include "probe/log_format.h"
+
+namespace probe::differ {
+namespace lf = probe::log_format;
+
+namespace {
+
+constexpr std::string_view kSummationOrder = "summation_order";
+constexpr std::string_view kInherited = "inherited";
+constexpr std::string_view kUnexplained = "unexplained";
+
+Explanation bug(std::string_view rule) { return Explanation{true, rule, 0, 0}; }
+
+bool both_tensors(const Pair& p) {
+  return p.base.present && p.test.present && p.base.m.rec.state == Record::State::tensor &&
+         p.test.m.rec.state == Record::State::tensor;
+}
+
+std::int64_t nonfinite(const Side& s) {
+  return s.present && s.m.rec.state == Record::State::tensor ? s.m.rec.stats.nan + s.m.rec.stats.inf : 0;
+}
+
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+
+const std::string& dtype_of(const Pair& p) {
+  return (p.base.present ? p.base.m : p.test.m).rec.stats.dtype;
+}
+
+// A noise root: its own difference, at least one rounding of its dtype (a hash that differs
+// while the norm does not still moved a last bit).
+double root_size(const Pair& p) { return std::max(p.rel_diff, unit_roundoff(dtype_of(p))); }
+
+Explanation summation_order(const Pair& p, double bound) {
+  return Explanation{false, kSummationOrder, bound, root_size(p)};
+}
+
+std::string mb_text(const Pair& p) { return p.mb ? " mb " + std::to_string(*p.mb) : ""; }
+
+std::string what(const Pair& p) {
+  return std::string(kind_name(p.kind)) + " " + p.name + mb_text(p);
+}
+
+}  // namespace
+
+double unit_roundoff(const std::string& dtype) {
+  if (dtype == "float64" || dtype == "double" || dtype == "complex128") return 0x1p-53;
+  if (dtype == "bfloat16") return 0x1p-8;
+  if (dtype == "float16" || dtype == "half") return 0x1p-11;
+  if (dtype.rfind("float8_e5m2", 0) == 0) return 0x1p-3;
+  if (dtype.rfind("float8", 0) == 0) return 0x1p-4;
+  return 0x1p-24;  // float32, and the scalars a run computes in it
+}
+
+double summation_order_bound(const Pair& grad, std::int64_t summands, double summand_norms,
+                             const DiffOptions& o) {
+  const std::string& dtype = dtype_of(grad);
+  if (o.sum_order_fixed || summands == 0) return low_precision(dtype) ? o.sum_order_rtol_lowp : o.sum_order_rtol;
+  const double norm = grad.base.present ? grad.base.m.rec.stats.norm : 0;
+  // Cancellation: the summands' norms over the sum's, at least 1.
+  const double cancellation = norm > 0 ? std::max(1.0, summand_norms / norm) : 1.0;
+  return 2.0 * static_cast<double>(summands) * unit_roundoff(dtype) * cancellation;
+}
+
+bool elements_moved(const Pair& p) {
+  if (!both_tensors(p) || p.cls != Class::different) return false;
+  if (p.base.m.hash_source != HashSource::spec_v1 || p.test.m.hash_source != HashSource::spec_v1)
+    return false;
+  const TensorStats &a = p.base.m.rec.stats, &b = p.test.m.rec.stats;
+  return a.hash != b.hash && same_bits(a.norm, b.norm) && same_bits(a.min, b.min) &&
+         same_bits(a.max, b.max) && same_bits(a.mean, b.mean) && a.nan == b.nan &&
+         a.inf == b.inf && a.shape == b.shape && a.dtype == b.dtype;
+}
+
+std::string parameter_of_state(const std::string& name) {
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+void Upstream::add(const Pair& p) {
+  if (!is_divergence(p.cls)) return;
+  ++pairs;
+  bug = bug || p.why.bug;
+  roots = std::max(roots, p.why.roots);
+  largest = std::max(largest, root_size(p));
+}
+
+void Upstream::add(const Upstream& u) {
+  pairs += u.pairs;
+  bug = bug || u.bug;
+  roots = std::max(roots, u.roots);
+  largest = std::max(largest, u.largest);
+}
+
+Upstream Explainer::carried() const {
+  if (step_has_params_) return step_params_;
+  return earlier_;  // weights not recorded: every divergence of the steps before may reach them
+}
+
+// Inherited: noise when what it depends on is noise and it stays within the amplification
+// bound of the noise it descends from; a consequence of a bug when any of it is a bug.
+Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanation none_upstream) const {
+  if (up.pairs == 0) return none_upstream;
+  if (up.bug) return Explanation{true, kInherited, 0, 0};
+  const double bound = options_.noise_amplification * up.roots;
+  if (p.rel_diff <= bound) return Explanation{false, kInherited, bound, up.roots};
+  return Explanation{true, kUnexplained, bound, up.roots};
+}
+
+// An update whose inputs differ by noise alone but whose result differs beyond that noise's
+// bound differs itself: the optimizer's, not an unexplained computation.
+// An optimizer update: the new weights (or state) from the step's gradient, the weights and
+// the state before. It scales their differences by factors of order one (SGD: |p| + lr |g|
+// over |p'|), so its bound is --update-amplification times the largest of them, not the
+// forward and backward's wider one; beyond it, the update itself differs.
+Explanation Explainer::from_update(const Pair& p, const Upstream& up) const {
+  if (up.pairs == 0) return bug("optimizer");
+  if (up.bug) return Explanation{true, kInherited, 0, 0};
+  const double bound = options_.update_amplification * up.largest;
+  if (p.rel_diff <= bound) return Explanation{false, kInherited, bound, up.roots};
+  return Explanation{true, "optimizer", bound, up.roots};
+}
+
+Explanation Explainer::explain_param(const Pair& p, std::int64_t step, bool first_step) const {
+  if (first_step) return bug("init");
+  if (previous_step_ == step - 1) {
+    const auto it = previous_by_param_.find(p.name);
+    // Its gradient, value and optimizer state of the step before all agree: the update differs.
+    if (it == previous_by_param_.end()) return bug("optimizer");
+    return from_update(p, it->second);
+  }
+  // The step before was not compared: what happened there is unknown.
+  return from_upstream(p, earlier_, bug(kUnexplained));
+}
+
+Explanation Explainer::explain_grad(const Pair& p) {
+  const auto it = mb_grads_.find(p.name);
+  if (it != mb_grads_.end() && it->second.count > 0) {
+    const MbGrads& mb = it->second;
+    if (mb.diverging.pairs > 0) return from_upstream(p, mb.diverging, bug(kUnexplained));
+    const double bound = summation_order_bound(p, mb.count, mb.norms, options_);
+    if (p.rel_diff > bound) return bug("wrong_reduction");
+    ++summation_order_grads_;
+    return summation_order(p, bound);
+  }
+  Upstream up = carried();
+  up.add(step_so_far_);
+  const double bound = summation_order_bound(p, 0, 0, options_);
+  return from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(kUnexplained));
+}
+
+Explanation Explainer::explain_optim(const Pair& p) const {
+  const std::string param = parameter_of_state(p.name);
+  Upstream up;
+  if (auto it = this_step_by_param_.find(param); it != this_step_by_param_.end()) up.add(it->second);
+  if (auto it = previous_by_param_.find(p.name); it != previous_by_param_.end()) up.add(it->second);
+  if (auto it = previous_by_param_.find(param); it != previous_by_param_.end()) up.add(it->second);
+  return from_update(p, up);
+}
+
+Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step) {
+  // Bug classes a pair shows by itself, whatever it depends on.
+  if (p.cls == Class::none_one_side) return bug(p.kind == Kind::grad ? "none_gradient" : "none");
+  if (p.cls == Class::only_base || p.cls == Class::only_test) return bug("missing_record");
+  if ((nonfinite(p.base) == 0) != (nonfinite(p.test) == 0)) return bug("nonfinite");
+  if ((p.base.present && p.base.m.replicas_disagree) || (p.test.present && p.test.m.replicas_disagree)) {
+    const auto it = mb_grads_.find(p.name);
+    const bool mb_equal = p.kind == Kind::grad && it != mb_grads_.end() && it->second.count > 0 &&
+                          it->second.diverging.pairs == 0;
+    return bug(mb_equal ? "unreduced_gradient" : "replica_mismatch");
+  }
+  if (p.kind == Kind::rng) return bug("rng");
+  if (p.kind == Kind::input) return bug("data");
+  if (elements_moved(p)) return bug("elements_moved");
+  switch (p.kind) {
+    case Kind::param: return explain_param(p, step, first_step);
+    case Kind::grad: return explain_grad(p);
+    case Kind::optim: return explain_optim(p);
+    case Kind::scalar: {
+      // A scalar (the loss) is computed from the step's records, and reduced over ranks.
+      Upstream up = carried();
+      up.add(step_so_far_);
+      const double bound = summation_order_bound(p, 0, 0, options_);
+      return from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(kUnexplained));
+    }
+    default: {
+      // Forward and backward records of a microbatch: its weights and its records before.
+      Upstream up = carried();
+      if (p.mb) {
+        if (auto it = by_mb_.find(*p.mb); it != by_mb_.end()) up.add(it->second);
+      } else {
+        up.add(step_so_far_);
+      }
+      return from_upstream(p, up, bug(kUnexplained));
+    }
+  }
+}
+
+void Explainer::index_mb_grads(const std::vector<Pair>& pairs) {
+  mb_grads_.clear();
+  const bool grad_differs = std::any_of(pairs.begin(), pairs.end(), [](const Pair& p) {
+    return p.kind == Kind::grad && is_divergence(p.cls);
+  });
+  if (!grad_differs) return;
+  for (const auto& p : pairs) {
+    if (p.kind != Kind::mb_grad) continue;
+    MbGrads& mb = mb_grads_[p.name];
+    ++mb.count;
+    const Side& s = p.base.present ? p.base : p.test;
+    if (s.m.rec.state == Record::State::tensor && std::isfinite(s.m.rec.stats.norm))
+      mb.norms += s.m.rec.stats.norm;
+  }
+}
+
+void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pair>& pairs) {
+  step_params_ = {};
+  step_so_far_ = {};
+  by_mb_.clear();
+  this_step_by_param_.clear();
+  step_has_params_ = std::any_of(pairs.begin(), pairs.end(), [](const Pair& p) {
+    return p.kind == Kind::param && p.base.present && p.test.present;
+  });
+  index_mb_grads(pairs);
+  // Optimizer state is updated from the step's gradients: explained once they are.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& p : pairs) {
+      if ((p.kind == Kind::optim) != (pass == 1) || !is_divergence(p.cls)) continue;
+      // An op of one run only (a collective, a re-layout) is set aside, not a divergence.
+      if (p.kind == Kind::op && !(p.base.present && p.test.present)) continue;
+      p.why = explain(p, step, first_step);
+      step_so_far_.add(p);
+      if (p.kind == Kind::param) step_params_.add(p);
+      if (p.kind == Kind::param || p.kind == Kind::grad) this_step_by_param_[p.name].add(p);
+      if (p.kind == Kind::mb_grad)
+        if (auto it = mb_grads_.find(p.name); it != mb_grads_.end()) it->second.diverging.add(p);
+      if (p.mb) by_mb_[*p.mb].add(p);
+    }
+  }
+  carry_to_next_step(step, pairs);
+}
+
+void Explainer::carry_to_next_step(std::int64_t step, const std::vector<Pair>& pairs) {
+  previous_by_param_ = std::move(this_step_by_param_);
+  this_step_by_param_.clear();
+  for (const auto& p : pairs)
+    if (p.kind == Kind::optim && is_divergence(p.cls)) previous_by_param_[parameter_of_state(p.name)].add(p);
+  earlier_.add(step_so_far_);
+  previous_step_ = step;
+}
+
+Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
+  const std::string rel = lf::format_double(p.rel_diff);
+  const std::string s = std::to_string(step);
+  std::vector<Evidence> ev = {{"step", step}, {"kind", std::string(kind_name(p.kind))}, {"name", p.name}};
+  if (p.mb) ev.push_back({"mb", *p.mb});
+  ev.push_back({"rel_diff", rel});
+  const std::string rule(p.why.rule);
+  if (rule == kUnexplained) {
+    if (p.why.roots > 0) {
+      ev.push_back({"noise_roots", lf::format_double(p.why.roots)});
+      ev.push_back({"bound", lf::format_double(p.why.bound)});
+      return Cause{rule,
+                   what(p) + " differs by relative norm " + rel + " at step " + s +
+                       ", beyond what the noise it depends on explains (at most " +
+                       lf::format_double(options_.noise_amplification) + " x " +
+                       lf::format_double(p.why.roots) + " = " + lf::format_double(p.why.bound) +
+                       "): a difference of its own adds to the inherited one",
+                   std::move(ev)};
+    }
+    const bool gap = p.kind == Kind::param;
+    return Cause{rule,
+                 what(p) + " differs by relative norm " + rel + " at step " + s +
+                     (gap ? " while the step before it was not compared: what changed it is unknown"
+                          : " while everything it depends on (the step's parameters or the steps "
+                            "before, and the records of its microbatch before it) is equal: the "
+                            "computation itself differs (a kernel, an op order, the code)"),
+                 std::move(ev)};
+  }
+  if (rule == "optimizer" && p.why.roots > 0) {
+    ev.push_back({"noise_roots", lf::format_double(p.why.roots)});
+    ev.push_back({"bound", lf::format_double(p.why.bound)});
+    return Cause{rule,
+                 what(p) + " differs by relative norm " + rel + " at step " + s +
+                     ", beyond what the noise in the gradients, weights and state it is updated "
+                     "from explains (at most " + lf::format_double(p.why.bound) +
+                     "): the optimizer update differs (learning rate, weight decay, epsilon, "
+                     "fused/foreach vs per-tensor kernels, optimizer state)",
+                 std::move(ev)};
+  }
+  if (rule == "elements_moved")
+    return Cause{rule,
+                 what(p) + " holds other elements at step " + s +
+                     " (the hash differs) while its norm, min, max, mean and NaN/Inf counts are "
+                     "bitwise equal: the same values in other places (a wrong shard offset, a "
+                     "permutation, a transposed copy), never rounding noise",
+                 std::move(ev)};
+  if (rule == "replica_mismatch") {
+    const bool in_test = p.test.present && p.test.m.replicas_disagree;
+    ev.push_back({"ranks", format_ranks((in_test ? p.test : p.base).m.ranks)});
+    return Cause{rule,
+                 what(p) + " differs between replicas of the " + (in_test ? "test" : "base") +
+                     " run at step " + s + ": ranks that hold the same values logged different ones",
+                 std::move(ev)};
+  }
+  if (rule == "missing_record")
+    return Cause{rule,
+                 what(p) + " is in the " + (p.cls == Class::only_base ? "base" : "test") +
+                     " run only at step " + s,
+                 std::move(ev)};
+  if (rule == "nonfinite") {
+    const bool in_test = nonfinite(p.test) > 0;
+    const Record& r = (in_test ? p.test : p.base).m.rec;
+    return Cause{rule,
+                 "NaN/Inf in " + what(p) + " at step " + s + ", " + (in_test ? "test" : "base") +
+                     " run only (nan=" + std::to_string(r.stats.nan) +
+                     " inf=" + std::to_string(r.stats.inf) + ")",
+                 std::move(ev)};
+  }
+  return Cause{rule, what(p) + " differs at step " + s, std::move(ev)};
+}
+
+}  // namespace probe::differ

@@ -1,0 +1,228 @@
+// Noise or bug: every divergent pair's explanation, the headline (first unexplained divergence),
+// the NOISE summary, exit status 4 and --strict. Each rule fires in one test and, where a
+// neighbouring case must not be called noise, is held back in another.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "differ/report.h"
+#include "differ_test_util.h"
+
+using namespace differ_test;
+using namespace probe::differ;
+
+namespace {
+
+// A float32 grad "w" of norm `grad_norm` over `mbs` equal mb_grads of norm 1 each, with a
+// forward output per microbatch: a data-parallel step whose reduction order may differ.
+std::vector<Record> reduction_step(std::int64_t step, int mbs, double grad_norm, std::uint64_t grad_hash,
+                                   std::uint64_t out_hash = 70, double out_norm = 3.0) {
+  std::vector<Record> r;
+  for (int mb = 0; mb < mbs; ++mb) {
+    r.push_back(tensor(step, Kind::output, "model", out_hash + static_cast<std::uint64_t>(mb), out_norm, mb));
+    r.push_back(tensor(step, Kind::mb_grad, "w", 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
+  }
+  r.push_back(tensor(step, Kind::grad, "w", grad_hash, grad_norm));
+  return r;
+}
+
+Result compare(const std::filesystem::path& dir, const std::vector<Record>& a, const std::vector<Record>& b,
+               DiffOptions opt = {}) {
+  write_run(dir / "a", {a});
+  write_run(dir / "b", {b});
+  return diff(dir / "a", dir / "b", opt);
+}
+
+std::string text_of(const Result& r) {
+  std::ostringstream out;
+  print_text(r, out, {});
+  return out.str();
+}
+
+// The summation-order bound of 8 float32 mb_grads of norm 1 summing to norm 8: 2 * 8 * 2^-24.
+constexpr double kBound8 = 2.0 * 8 * 0x1p-24;
+
+}  // namespace
+
+TEST(NoiseOrBug, GradWithinTheSummationOrderBoundIsNoiseAndExitsFour) {
+  auto dir = fresh_dir("noise_within");
+  auto r = compare(dir, reduction_step(0, 8, 8.0, 1), reduction_step(0, 8, 8.0 * (1 + 0.9 * kBound8), 2));
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_FALSE(r.first_divergence->why.bug);
+  EXPECT_EQ(r.first_divergence->why.rule, "summation_order");
+  EXPECT_DOUBLE_EQ(r.first_divergence->why.bound, kBound8);
+  EXPECT_FALSE(r.first_unexplained);
+  EXPECT_EQ(r.verdict(), Result::Verdict::noise);
+  EXPECT_EQ(r.exit_code(), 4);
+  EXPECT_EQ(r.noise.all.pairs, 1);
+  EXPECT_EQ(r.noise.by_rule.at("summation_order"), 1);
+  const std::string text = text_of(r);
+  EXPECT_TRUE(says(text, "FIRST UNEXPLAINED DIVERGENCE none: every difference is explained as noise")) << text;
+  EXPECT_TRUE(says(text, "noise: summation_order (within")) << text;
+  EXPECT_TRUE(says(text, "NOISE 1 divergent pair(s) explained as noise")) << text;
+}
+
+TEST(NoiseOrBug, GradJustBeyondTheSummationOrderBoundIsAWrongReduction) {
+  auto dir = fresh_dir("noise_beyond");
+  auto r = compare(dir, reduction_step(0, 8, 8.0, 1), reduction_step(0, 8, 8.0 * (1 + 1.1 * kBound8), 2));
+  ASSERT_TRUE(r.first_unexplained);
+  EXPECT_EQ(r.first_unexplained->why.rule, "wrong_reduction");
+  ASSERT_TRUE(r.unexplained_cause);
+  EXPECT_EQ(r.unexplained_cause->rule, "wrong_reduction");
+  EXPECT_EQ(r.exit_code(), 1);
+}
+
+TEST(NoiseOrBug, CancellingContributionsWidenTheBound) {
+  // 8 contributions of norm 1 that cancel to a grad of norm 0.5: the rounding of each
+  // summand counts against a smaller sum, 16x the bound.
+  auto dir = fresh_dir("noise_cancel");
+  auto r = compare(dir, reduction_step(0, 8, 0.5, 1), reduction_step(0, 8, 0.5 * (1 + 10 * kBound8), 2));
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_EQ(r.first_divergence->why.rule, "summation_order");
+  EXPECT_DOUBLE_EQ(r.first_divergence->why.bound, 16 * kBound8);
+  EXPECT_EQ(r.exit_code(), 4);
+}
+
+TEST(NoiseOrBug, ElementsThatMovedAreNeverNoise) {
+  // The hash differs, norm, min, max and mean are bitwise equal: a permutation or a wrong
+  // shard offset, although its size (relative difference 0) is within every bound.
+  auto dir = fresh_dir("noise_moved");
+  auto r = compare(dir, reduction_step(0, 8, 8.0, 1), reduction_step(0, 8, 8.0, 2));
+  ASSERT_TRUE(r.first_unexplained);
+  EXPECT_EQ(r.first_unexplained->why.rule, "elements_moved");
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.summation_order_grads, 0);
+  for (const auto& c : r.causes) EXPECT_NE(c.rule, "summation_order") << c.message;
+  EXPECT_TRUE(says(text_of(r), "[elements_moved] grad w holds other elements at step 0")) << text_of(r);
+}
+
+TEST(NoiseOrBug, InheritedNoiseStaysNoiseWithinTheAmplificationBound) {
+  // Step 0: the grad differs by summation order (a root of 1e-7); step 1 has no param records,
+  // so its outputs inherit every divergence before, and differ by 1e-5 (100x the root).
+  auto dir = fresh_dir("noise_inherit");
+  auto a = reduction_step(0, 8, 8.0, 1);
+  auto b = reduction_step(0, 8, 8.0 * (1 + 1e-7), 2);
+  for (auto& rec : reduction_step(1, 8, 8.0, 3)) a.push_back(rec);
+  for (auto& rec : reduction_step(1, 8, 8.0, 3, 170, 3.0 * (1 + 1e-5))) b.push_back(rec);
+  auto r = compare(dir, a, b);
+  EXPECT_FALSE(r.first_unexplained) << text_of(r);
+  EXPECT_EQ(r.exit_code(), 4);
+  EXPECT_EQ(r.noise.by_rule.at("inherited"), 8);  // the outputs of step 1
+  EXPECT_EQ(r.noise.by_kind.at(Kind::output).pairs, 8);
+
+  // The same, with an amplification bound below 100: the outputs differ by more than the noise
+  // they depend on explains.
+  DiffOptions tight;
+  tight.noise_amplification = 50;
+  auto t = compare(fresh_dir("noise_inherit_tight"), a, b, tight);
+  ASSERT_TRUE(t.first_unexplained);
+  EXPECT_EQ(t.first_unexplained->step, 1);
+  EXPECT_EQ(t.first_unexplained->kind, Kind::output);
+  EXPECT_EQ(t.first_unexplained->why.rule, "unexplained");
+  ASSERT_TRUE(t.unexplained_cause);
+  EXPECT_NE(t.unexplained_cause->message.find("beyond what the noise it depends on explains"), std::string::npos)
+      << t.unexplained_cause->message;
+  EXPECT_EQ(t.exit_code(), 1);
+}
+
+TEST(NoiseOrBug, AForwardOutputThatDiffersWithEqualWeightsAndInputsIsUnexplained) {
+  auto dir = fresh_dir("noise_forward");
+  auto a = reduction_step(0, 2, 2.0, 1);
+  auto b = reduction_step(0, 2, 2.0, 1, 170, 3.0 * (1 + 1e-12));
+  for (auto* run : {&a, &b}) {
+    run->push_back(tensor(0, Kind::param, "w", 5, 1.0));
+    run->push_back(tensor(0, Kind::input, "tokens", 6, 1.0, 0));
+  }
+  auto r = compare(dir, a, b);
+  ASSERT_TRUE(r.first_unexplained);
+  EXPECT_EQ(r.first_unexplained->kind, Kind::output);
+  EXPECT_EQ(r.first_unexplained->why.rule, "unexplained");
+  EXPECT_NE(r.unexplained_cause->message.find("the computation itself differs"), std::string::npos);
+  EXPECT_EQ(r.exit_code(), 1);
+}
+
+TEST(NoiseOrBug, ConsequencesOfABugAreBugsAndTheRootHeadlines) {
+  // Step 0: an rng fingerprint differs (a bug); the output and grads after it inherit it.
+  auto dir = fresh_dir("noise_consequence");
+  auto a = reduction_step(0, 2, 2.0, 1);
+  auto b = reduction_step(0, 2, 2.0 * (1 + 1e-9), 2, 170, 3.1);
+  for (int mb = 1; mb >= 0; --mb) {  // before each microbatch's forward, as the probe logs them
+    a.insert(a.begin(), tensor(0, Kind::rng, "cpu", 50, 1.0, mb));
+    b.insert(b.begin(), tensor(0, Kind::rng, "cpu", 51, 1.0, mb));
+  }
+  auto r = compare(dir, a, b);
+  ASSERT_TRUE(r.first_unexplained);
+  EXPECT_EQ(r.first_unexplained->kind, Kind::rng);
+  EXPECT_EQ(*r.first_unexplained->mb, 0);
+  EXPECT_EQ(r.unexplained_cause->rule, "rng");
+  EXPECT_EQ(r.noise.bug_pairs, 2 + 2);  // two rng fingerprints and the two outputs after them
+  EXPECT_EQ(r.noise.all.pairs, 1);      // the grad: equal mb_grads, summation order
+  EXPECT_EQ(r.exit_code(), 1);
+}
+
+TEST(NoiseOrBug, StrictRestoresTheFirstDivergenceHeadlineAndExitOne) {
+  auto dir = fresh_dir("noise_strict");
+  DiffOptions strict;
+  strict.strict = true;
+  auto r = compare(dir, reduction_step(0, 8, 8.0, 1), reduction_step(0, 8, 8.0 * (1 + 1e-7), 2), strict);
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.verdict(), Result::Verdict::different);
+  const std::string text = text_of(r);
+  EXPECT_EQ(text.find("FIRST UNEXPLAINED"), std::string::npos) << text;
+  EXPECT_TRUE(says(text, "FIRST DIVERGENCE step 0 step end grad w [different]\n")) << text;
+  EXPECT_TRUE(says(text, "LIKELY CAUSE\n [summation_order]")) << text;
+}
+
+TEST(NoiseOrBug, JsonCarriesTheHeadlineTheNoiseAndEveryPairsExplanation) {
+  auto dir = fresh_dir("noise_json");
+  auto a = reduction_step(0, 8, 8.0, 1);
+  auto b = reduction_step(0, 8, 8.0 * (1 + 1e-7), 2);
+  a.push_back(tensor(0, Kind::param, "v", 5, 1.0));  // an initialization difference
+  b.push_back(tensor(0, Kind::param, "v", 6, 1.5));
+  auto r = compare(dir, a, b);
+  const auto j = nlohmann::json::parse(to_json(r, {}));
+  EXPECT_EQ(j["result"], "different");
+  const auto& u = j["first_unexplained_divergence"];
+  ASSERT_TRUE(u.is_object()) << j.dump(1);
+  EXPECT_EQ(u["kind"], "param");
+  EXPECT_EQ(u["explanation"]["category"], "bug");
+  EXPECT_EQ(u["cause"]["rule"], "init");
+  EXPECT_EQ(j["noise"]["pairs"], 1);
+  EXPECT_EQ(j["noise"]["bug_pairs"], 1);
+  EXPECT_EQ(j["noise"]["by_rule"]["summation_order"], 1);
+  EXPECT_EQ(j["noise"]["by_kind"]["grad"]["pairs"], 1);
+  EXPECT_EQ(j["first_divergence"]["explanation"]["category"], "bug");  // param comes first
+  // Every noise-only comparison says so with a null headline.
+  auto n = compare(fresh_dir("noise_json_noise"), reduction_step(0, 8, 8.0, 1),
+                   reduction_step(0, 8, 8.0 * (1 + 1e-7), 2));
+  const auto jn = nlohmann::json::parse(to_json(n, {}));
+  EXPECT_TRUE(jn["first_unexplained_divergence"].is_null());
+  EXPECT_EQ(jn["result"], "noise");
+  EXPECT_EQ(jn["exit_code"], 4);
+  EXPECT_EQ(jn["first_divergence"]["explanation"]["rule"], "summation_order");
+}
+
+TEST(NoiseOrBug, WeightsAfterAnAgreeingStepAreTheOptimizers) {
+  // Step 0 all equal; step 1's param differs: its gradient, value and state of step 0 agreed.
+  auto dir = fresh_dir("noise_optimizer");
+  auto a = reduction_step(0, 2, 2.0, 1);
+  auto b = reduction_step(0, 2, 2.0, 1);
+  a.push_back(tensor(0, Kind::param, "w", 5, 1.0));
+  b.push_back(tensor(0, Kind::param, "w", 5, 1.0));
+  a.push_back(tensor(1, Kind::param, "w", 7, 0.9));
+  b.push_back(tensor(1, Kind::param, "w", 8, 0.95));
+  auto r = compare(dir, a, b);
+  ASSERT_TRUE(r.first_unexplained);
+  EXPECT_EQ(r.first_unexplained->step, 1);
+  EXPECT_EQ(r.first_unexplained->why.rule, "optimizer");
+  EXPECT_EQ(r.unexplained_cause->rule, "optimizer");
+  EXPECT_EQ(r.exit_code(), 1);
+  // The same weights after a step whose grad differed by summation order: inherited noise.
+  auto c = reduction_step(0, 2, 2.0 * (1 + 1e-8), 2);
+  c.push_back(tensor(0, Kind::param, "w", 5, 1.0));
+  c.push_back(tensor(1, Kind::param, "w", 8, 0.9 * (1 + 1e-9)));
+  auto n = compare(fresh_dir("noise_optimizer_inherited"), a, c);
+  EXPECT_FALSE(n.first_unexplained) << text_of(n);
+  EXPECT_EQ(n.exit_code(), 4);
+}
