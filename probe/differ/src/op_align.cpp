@@ -197,6 +197,8 @@ std::optional<std::string> scope_regex_for(Kind kind, const std::string& raw_nam
       return std::string();  // somewhere in the model: every scope
     case Kind::rng:
     case Kind::op:
+    case Kind::param:  // weights and optimizer state differ before any op runs: init, optimizer
+    case Kind::optim:
       return std::nullopt;
   }
   return std::nullopt;
