@@ -259,6 +259,29 @@ TEST(Probe, EnvironmentConfiguresTheProbe) {
   for (const char* v : {"PROBE_EVERY", "PROBE_KINDS", "PROBE_ENABLE", "RANK", "WORLD_SIZE"}) ::unsetenv(v);
 }
 
+// RANK counts from 0; WORLD_SIZE and PROBE_EVERY from 1: a zero there is refused, naming it.
+TEST(Probe, EnvironmentRefusesZeroWhereACountMustBePositive) {
+  const auto error_of = [](const char* var, const char* value) -> std::string {
+    ::setenv(var, value, 1);
+    std::string what = "accepted";
+    try {
+      probe::ProbeOptions::from_env();
+    } catch (const std::invalid_argument& e) {
+      what = e.what();
+    }
+    ::unsetenv(var);
+    return what;
+  };
+  ::setenv("RANK", "0", 1);
+  EXPECT_EQ(probe::ProbeOptions::from_env().rank, 0);
+  ::unsetenv("RANK");
+  EXPECT_NE(error_of("WORLD_SIZE", "0").find("WORLD_SIZE='0' is not an integer from 1"), std::string::npos);
+  EXPECT_NE(error_of("PROBE_EVERY", "0").find("PROBE_EVERY='0' is not an integer from 1"), std::string::npos);
+  EXPECT_NE(error_of("RANK", "-1").find("RANK='-1' is not an integer from 0"), std::string::npos);
+  EXPECT_NE(error_of("RANK", "3000000000").find("RANK='3000000000'"), std::string::npos);
+  EXPECT_NE(error_of("WORLD_SIZE", " 4").find("WORLD_SIZE=' 4'"), std::string::npos);
+}
+
 TEST(Probe, DisabledProbeWritesNothingAndTapIsANoOp) {
   auto dir = fresh_dir("disabled");
   auto o = options_in(dir);
