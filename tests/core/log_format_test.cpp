@@ -128,13 +128,14 @@ TEST(LogFormat, HeaderRoundTripsAndRejectsOtherVersions) {
   EXPECT_EQ(back.format_version, lf::kVersion);
   EXPECT_EQ(lf::parse_header("#numprobe format=1 hash_spec=1 rank=0 world_size=1").format_version, 1);
   EXPECT_EQ(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1").format_version, 2);
-  for (const char* other : {"#numprobe format=3 hash_spec=1 rank=0 world_size=1",
+  EXPECT_EQ(lf::parse_header("#numprobe format=3 hash_spec=1 rank=0 world_size=1").format_version, 3);
+  for (const char* other : {"#numprobe format=4 hash_spec=1 rank=0 world_size=1",
                             "#numprobe format=0 hash_spec=1 rank=0 world_size=1"}) {
     try {
       lf::parse_header(other);
       ADD_FAILURE() << "accepted " << other;
     } catch (const lf::ParseError& e) {
-      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 2)"),
+      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 3)"),
                 std::string::npos)
           << e.what();
     }
@@ -192,4 +193,38 @@ TEST(LogFormat, StepEndRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(message_of("#end step=1 records=2 bytes=9"), "unknown field 'bytes' in step end");
   EXPECT_EQ(message_of("#end step=1 records=2 done"), "unexpected token 'done' in step end");
   EXPECT_EQ(message_of("#end step=-1 records=2"), "negative step or records in step end");
+}
+
+TEST(LogFormat, SparseRecordCarriesItsNnzAndOlderRecordsHaveNone) {
+  probe::Record r;
+  r.step = 2;
+  r.kind = probe::Kind::grad;
+  r.name = "tok_embeddings.weight";
+  r.stats.hash = 0x0123456789abcdefULL;
+  r.stats.norm = 3;
+  r.stats.dtype = "float32";
+  r.stats.shape = {50, 8};
+  r.stats.nnz = 3;
+  const std::string line = lf::format_record(r);
+  EXPECT_NE(line.find(" shape=[50,8] nnz=3"), std::string::npos) << line;
+  EXPECT_EQ(lf::parse_record(line).stats.nnz, 3);
+  r.stats.nnz.reset();
+  EXPECT_EQ(lf::format_record(r).find("nnz"), std::string::npos);
+  EXPECT_FALSE(lf::parse_record(lf::format_record(r)).stats.nnz);
+  EXPECT_EQ(parse_error_of(lf::parse_record, "step=0 kind=grad name=w hash=0000000000000000 dtype=float32 shape=[2] nnz=-1"),
+            "negative nnz");
+}
+
+TEST(LogFormat, StopLineRoundTripsAndBadOnesSayWhatIsWrong) {
+  const std::string line = lf::format_stopped({7, "No space left on device"});
+  EXPECT_EQ(line, "#stopped step=7 reason=No%20space%20left%20on%20device");
+  EXPECT_TRUE(lf::is_stopped(line));
+  EXPECT_FALSE(lf::is_stopped("#stoppedx step=1"));
+  const lf::Stopped back = lf::parse_stopped(line);
+  EXPECT_EQ(back.step, 7);
+  EXPECT_EQ(back.reason, "No space left on device");
+  EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=1"), "stop line lacks step= or reason=");
+  EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=-1 reason=x"), "negative step in stop line");
+  EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=1 reason=x junk"),
+            "unexpected token 'junk' in stop line");
 }

@@ -14,6 +14,8 @@
 #include <functional>
 #include <iterator>
 
+#include "small_file_system.h"
+
 namespace lf = probe::log_format;
 
 namespace {
@@ -135,7 +137,7 @@ TEST(LogIo, EachStepEndsWithItsEndMarkerAndAnEmptyStepWritesNothing) {
     writer.write_step(1, {});
     writer.write_step(2, {lf::format_record(scalar(2, 3.0))});
   }
-  EXPECT_EQ(read_all(path), header_line(2) + lf::format_record(scalar(0, 1.0)) + "\n" +
+  EXPECT_EQ(read_all(path), header_line(lf::kVersion) + lf::format_record(scalar(0, 1.0)) + "\n" +
                                 lf::format_record(scalar(0, 2.0)) + "\n#end step=0 records=2\n" +
                                 lf::format_record(scalar(2, 3.0)) + "\n#end step=2 records=1\n");
 }
@@ -192,11 +194,11 @@ TEST(LogIo, WriteErrorThrowsNamingTheFileInsteadOfHanging) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(LogIo, WriteErrorInAStepThrowsThenEveryLaterStepThrows) {
+TEST(LogIo, StepPastTheFileSizeLimitThrowsThenEveryLaterStepThrows) {
   auto path = fresh_dir("fsize") / "diff.log";
   auto result = in_child([&] {
-    // A file size limit makes the second step's write() come short and then fail (EFBIG).
-    ::signal(SIGXFSZ, SIG_IGN);
+    // Not ignoring SIGXFSZ: a write() past the limit would kill this process, so the writer
+    // must not issue one.
     rlimit limit{};
     ::getrlimit(RLIMIT_FSIZE, &limit);
     limit.rlim_cur = 4096;
@@ -208,27 +210,111 @@ TEST(LogIo, WriteErrorInAStepThrowsThenEveryLaterStepThrows) {
       try {
         writer.write_step(step, std::vector<std::string>(200, lf::format_record(scalar(step, 2.0))));
         out += "no error\n";
-      } catch (const std::runtime_error& e) {
-        out += std::string(e.what()) + "\n";
+      } catch (const probe::LogWriteError& e) {
+        out += std::string(e.what()) + (e.stop_line_written ? " [stop line]\n" : "\n");
       }
     }
     return out;
   });
   ASSERT_TRUE(result) << "LogWriter hung on a write error";
-  const std::string error =
-      "numprobe: cannot write log file '" + path.string() + "': " + std::strerror(EFBIG);
-  EXPECT_EQ(*result, error + "\n" + error + "\n");
-  // Step 0 is whole; step 1's lines that made it have no end marker.
+  const std::string error = "numprobe: cannot write log file '" + path.string() +
+                            "': the step would exceed the file size limit (RLIMIT_FSIZE, 4096 bytes)";
+  EXPECT_EQ(*result, error + " [stop line]\n" + error + " [stop line]\n");
+  // Step 0 is whole, and the stop line says why step 1 is missing.
   probe::LogReader reader(path);
   std::vector<std::int64_t> steps;
   while (auto r = reader.next()) steps.push_back(r->step);
-  ASSERT_GE(steps.size(), 2u);
-  EXPECT_EQ(steps[0], 0);
-  EXPECT_EQ(steps.back(), 1);
+  EXPECT_EQ(steps, std::vector<std::int64_t>{0});
   EXPECT_TRUE(reader.truncated());
-  ASSERT_TRUE(reader.unterminated());
-  EXPECT_EQ(reader.unterminated()->step, 1);
-  EXPECT_EQ(reader.unterminated()->line, 4);
+  EXPECT_FALSE(reader.unterminated());
+  ASSERT_TRUE(reader.stopped());
+  EXPECT_EQ(reader.stopped()->step, 1);
+  EXPECT_EQ(reader.stopped()->reason, "the step would exceed the file size limit (RLIMIT_FSIZE, 4096 bytes)");
+  EXPECT_EQ(reader.stopped()->line, 4);
+}
+
+// A full file system (a tmpfs of 8 KiB where one can be mounted, else a file-size limit): the
+// step that does not fit leaves nothing behind, not even part of a line, and the log's last line
+// says which step is missing and why. The stop line fits in the failed step's place (or the
+// room reserved for it) though the disk is full.
+TEST(LogIo, AFullDiskCutsTheFailedStepBackAndRecordsWhy) {
+  for (auto kind : test_support::SmallFileSystem::kinds()) {
+    const std::string what = test_support::SmallFileSystem::name(kind);
+    test_support::SmallFileSystem fs("log_io", kind, 8 * 1024);
+    ASSERT_TRUE(fs.ready()) << what;
+    const auto path = fs.dir() / "rank0" / "diff.log";
+    std::int64_t failed = -1;
+    std::string message;
+    bool stop_line_written = false;
+    {
+      probe::LogWriter writer(path, lf::Header{});
+      for (std::int64_t step = 0; step < 20 && failed < 0; ++step) {
+        try {
+          writer.write_step(step, std::vector<std::string>(13, lf::format_record(scalar(step, 0.1 * step))));
+        } catch (const probe::LogWriteError& e) {
+          failed = step;
+          message = e.what();
+          stop_line_written = e.stop_line_written;
+        }
+      }
+      ASSERT_GT(failed, 0) << what << ": the file system never filled";
+      EXPECT_THROW(writer.write_step(failed + 1, {lf::format_record(scalar(failed + 1, 1.0))}),
+                   probe::LogWriteError);
+    }
+    EXPECT_NE(message.find(path.string()), std::string::npos) << what << ": " << message;
+    EXPECT_NE(message.find(fs.expected_reason()), std::string::npos) << what << ": " << message;
+    EXPECT_TRUE(stop_line_written) << what;
+    const std::string text = read_all(path);
+    ASSERT_FALSE(text.empty());
+    EXPECT_EQ(text.back(), '\n') << what << ": a half line is left";
+    const std::string last = text.substr(text.rfind('\n', text.size() - 2) + 1);
+    EXPECT_EQ(last.rfind("#stopped step=" + std::to_string(failed) + " reason=", 0), 0u) << what << ": " << last;
+    probe::LogReader reader(path);
+    std::int64_t records = 0, last_step = -1;
+    while (auto r = reader.next()) {
+      ++records;
+      last_step = r->step;
+    }
+    EXPECT_EQ(records, 13 * failed) << what;
+    EXPECT_EQ(last_step, failed - 1) << what;
+    EXPECT_TRUE(reader.truncated()) << what;
+    EXPECT_FALSE(reader.unterminated()) << what;
+    ASSERT_TRUE(reader.stopped()) << what;
+    EXPECT_EQ(reader.stopped()->step, failed) << what;
+    EXPECT_NE(reader.stopped()->reason.find(fs.expected_reason()), std::string::npos) << what;
+  }
+}
+
+// When not even the stop line fits (the limit falls exactly at a step's end), the log still
+// ends at its last complete step, without a partial line; the caller learns the reason is not
+// in it.
+TEST(LogIo, NoRoomForTheStopLineLeavesTheLogAtItsLastCompleteStep) {
+  auto dir = fresh_dir("exact_limit");
+  const std::vector<std::string> lines{lf::format_record(scalar(0, 1.0))};
+  {
+    probe::LogWriter measure(dir / "measure.log", lf::Header{});
+    measure.write_step(0, lines);
+  }
+  const auto exact = static_cast<rlim_t>(std::filesystem::file_size(dir / "measure.log"));
+  const auto path = dir / "diff.log";
+  auto result = in_child([&] {
+    rlimit limit{};
+    ::getrlimit(RLIMIT_FSIZE, &limit);
+    limit.rlim_cur = exact;
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return std::string("setrlimit failed");
+    probe::LogWriter writer(path, lf::Header{});
+    writer.write_step(0, lines);
+    try {
+      writer.write_step(1, {lf::format_record(scalar(1, 2.0))});
+    } catch (const probe::LogWriteError& e) {
+      return std::string(e.stop_line_written ? "stop line" : "no stop line");
+    }
+    return std::string("no error");
+  });
+  ASSERT_TRUE(result);
+  EXPECT_EQ(*result, "no stop line");
+  EXPECT_EQ(read_all(path), read_all(dir / "measure.log"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LogIo, TruncatedLastLineIsReportedAndSkipped) {

@@ -67,4 +67,50 @@ TEST(CudaProbe, RecordsEveryKindOfACudaStepWithTheCpuKernelsHashes) {
   std::filesystem::remove_all(dir);
 }
 
+// An MoE expert that received no tokens, on the GPU, with the compatibility hash on: every
+// kind is recorded with an empty tensor's figures, and nothing throws.
+TEST(CudaProbe, ZeroElementTensorsAreRecordedForEveryKind) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto dir = std::filesystem::temp_directory_path() / ("numprobe_cuda_empty_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  torch::manual_seed(6);
+  torch::nn::Linear net(4, 5);
+  net->to(torch::kCUDA);
+  auto empty = torch::zeros({0, 5}, torch::kCUDA).set_requires_grad(true);
+  {
+    probe::ProbeOptions o;
+    o.run_dir = dir;
+    o.rank = 0;
+    o.world_size = 1;
+    o.torch_hash = true;
+    probe::Probe p(o);
+    p.watch(*net);
+    p.watch_parameter("empty", empty, probe::Shard::along({3, 5}, 0, 3));
+    for (int mb = 0; mb < 2; ++mb) {
+      auto out = p.forward(mb, net, torch::empty({0, 4}, torch::kCUDA));
+      p.tap("scores", torch::empty({3, 0, 2}, torch::kCUDA));
+      p.backward(mb, torch::cat({out, empty}).sum());
+      p.scalar("tokens", torch::empty({0}, torch::kCUDA));
+    }
+    p.end_step();
+  }
+  probe::LogReader reader(dir / "rank0" / "diff.log");
+  std::map<probe::Kind, int> count;
+  while (auto r = reader.next()) {
+    ++count[r->kind];
+    if (r->kind == probe::Kind::rng || r->stats.numel() != 0) continue;
+    EXPECT_TRUE(r->stats.supported()) << r->name;
+    EXPECT_EQ(r->stats.hash, 0u) << r->name;
+    EXPECT_EQ(r->stats.torch_hash, std::optional<std::uint64_t>(0)) << r->name;
+  }
+  EXPECT_EQ(count[probe::Kind::input], 2);
+  EXPECT_EQ(count[probe::Kind::output], 2);
+  EXPECT_EQ(count[probe::Kind::tap], 2);
+  EXPECT_EQ(count[probe::Kind::output_grad], 2);
+  EXPECT_EQ(count[probe::Kind::mb_grad], 2 * 3);
+  EXPECT_EQ(count[probe::Kind::grad], 3);
+  EXPECT_EQ(count[probe::Kind::scalar], 2);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace

@@ -308,3 +308,73 @@ TEST(CudaStats, StatsBatchInputFreedRightAfterAddIsNotReusedBeforeItIsRead) {
   EXPECT_EQ(batch.stats(entry).hash, expected);
   EXPECT_NE(batch.stats(entry).hash, probe::tensor_stats(reuse.cpu()).hash);
 }
+
+// Tensors without elements on the GPU: the documented figures under every option, from
+// tensor_stats(), a StatsBatch and the CUDA kernel itself (which writes them without launching
+// a grid of zero blocks).
+TEST(CudaStats, EmptyTensorsGiveTheDocumentedFigures) {
+  SKIP_WITHOUT_GPU();
+  auto kernel = probe::detail::device_kernel(c10::DeviceType::CUDA);
+  ASSERT_NE(kernel, nullptr);
+  for (auto type : kTypes) {
+    at::Tensor base = random_of(type, {4, 3});
+    const auto cuda = base.options();
+    for (const at::Tensor& t : {at::empty({0}, cuda), at::empty({0, 5}, cuda), at::empty({3, 0, 2}, cuda),
+                                base.narrow(0, 2, 0), base.t().narrow(1, 4, 0)})
+      for (bool torch_hash : {false, true}) {
+        const std::string what = at::toString(type) + std::string(" ") + c10::str(t.sizes()) +
+                                 (torch_hash ? " torch_hash" : "");
+        probe::StatsOptions options;
+        options.torch_hash = torch_hash;
+        probe::StatsBatch batch(options);
+        const std::size_t entry = batch.add(t);
+        batch.resolve();
+        for (const probe::TensorStats& s : {probe::tensor_stats(t, {}, options), batch.stats(entry)}) {
+          EXPECT_TRUE(s.supported()) << what;
+          EXPECT_EQ(s.hash, 0u) << what;
+          EXPECT_EQ(s.norm, 0.0) << what;
+          EXPECT_TRUE(std::isnan(s.min) && std::isnan(s.max) && std::isnan(s.mean)) << what;
+          EXPECT_EQ(s.shape, t.sizes().vec()) << what;
+          const bool has = torch_hash && probe::detail::has_torch_hash_kernel(type);
+          EXPECT_EQ(s.torch_hash, has ? std::optional<std::uint64_t>(0) : std::nullopt) << what;
+        }
+        probe::detail::PreparedTensor prepared;
+        prepared.data = t;
+        at::Tensor out = at::full({probe::detail::kPackedSlots}, 7, cuda.dtype(at::kLong));
+        kernel(prepared, torch_hash, out);
+        probe::TensorStats unpacked;
+        unpacked.shape = t.sizes().vec();
+        probe::detail::unpack_figures(out.cpu().const_data_ptr<std::int64_t>(), torch_hash, unpacked);
+        EXPECT_EQ(unpacked.hash, 0u) << what;
+        EXPECT_EQ(unpacked.norm, 0.0) << what;
+        EXPECT_TRUE(std::isnan(unpacked.min) && std::isnan(unpacked.max)) << what;
+        if (torch_hash) EXPECT_EQ(unpacked.torch_hash, std::optional<std::uint64_t>(0)) << what;
+      }
+  }
+}
+
+// A sparse CUDA tensor: read on the host from its coalesced indices and values, so every figure
+// is the CPU kernel's on its dense equivalent, bit for bit.
+TEST(CudaStats, SparseTensorFiguresAreTheDenseEquivalentsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  at::manual_seed(12);
+  probe::StatsOptions options;
+  options.torch_hash = true;
+  for (auto type : {at::kFloat, at::kBFloat16, at::kLong})
+    for (double density : {0.0, 0.05, 1.0}) {
+      at::Tensor dense = random_of(type, {3, 70001});
+      dense = at::where(at::rand(dense.sizes(), dense.options().dtype(at::kFloat)) < density, dense,
+                        at::zeros({}, dense.options()));
+      const std::string what = at::toString(type) + std::string(" density ") + std::to_string(density);
+      const auto gpu = probe::tensor_stats(dense.to_sparse(), {}, options);
+      const auto cpu = probe::tensor_stats(dense.cpu(), {}, options);
+      EXPECT_TRUE(gpu.supported()) << what;
+      EXPECT_EQ(gpu.hash, cpu.hash) << what;
+      EXPECT_EQ(bits(gpu.norm), bits(cpu.norm)) << what;
+      EXPECT_EQ(bits(gpu.mean), bits(cpu.mean)) << what;
+      EXPECT_EQ(bits(gpu.min), bits(cpu.min)) << what;
+      EXPECT_EQ(bits(gpu.max), bits(cpu.max)) << what;
+      EXPECT_EQ(gpu.torch_hash, cpu.torch_hash) << what;
+      EXPECT_EQ(gpu.nnz, dense.count_nonzero().item<std::int64_t>()) << what;
+    }
+}

@@ -2,6 +2,7 @@
 
 #include <iterator>
 
+#include "../core/small_file_system.h"
 #include "differ_test_util.h"
 
 using namespace differ_test;
@@ -117,9 +118,9 @@ TEST(BadInput, DifferentHashSpecVersionsAreAClearError) {
 
 TEST(BadInput, OtherFormatVersionIsAClearError) {
   auto dir = fresh_dir("format");
-  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=3 hash_spec=1 rank=0 world_size=1\n");
+  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=4 hash_spec=1 rank=0 world_size=1\n");
   write_run(dir / "b", {{scalar(0, "loss", 1)}});
-  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 3 is not supported"),
+  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 4 is not supported"),
             std::string::npos);
 }
 
@@ -230,20 +231,28 @@ TEST(BadInput, FormatOneLogsWithoutEndMarkersStillCompare) {
   EXPECT_EQ(res.first_divergence->step, 1);
 }
 
-TEST(BadInput, FormatOneRunComparesWithFormatTwoRun) {
-  auto dir = fresh_dir("format12");
+TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
+  auto dir = fresh_dir("format123");
   std::vector<std::vector<Record>> ranks(2);
   for (int s = 0; s < 3; ++s)
     for (std::size_t r = 0; r < 2; ++r) {
       ranks[r].push_back(sharded(tensor(s, Kind::grad, "w", 1 + r, 1.0), 2 * static_cast<std::int64_t>(r), 2));
       ranks[r].push_back(scalar(s, "loss", 1));
     }
-  for (int r = 0; r < 2; ++r)
-    write_file(dir / "v1" / ("rank" + std::to_string(r)) / "diff.log",
-               format1_log(ranks[static_cast<std::size_t>(r)], r, 2));
-  write_run(dir / "v2", ranks);
-  ASSERT_EQ(read_all(dir / "v2" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=2 ");
-  for (auto [a, b] : {std::pair{"v1", "v2"}, std::pair{"v2", "v1"}}) {
+  for (int r = 0; r < 2; ++r) {
+    const auto& records = ranks[static_cast<std::size_t>(r)];
+    write_file(dir / "v1" / ("rank" + std::to_string(r)) / "diff.log", format1_log(records, r, 2));
+    std::string v2 = header(r, 2, 1, 2);  // step ends, no nnz or stop line
+    for (int s = 0; s < 3; ++s) {
+      for (const auto& rec : records)
+        if (rec.step == s) v2 += lf::format_record(rec) + "\n";
+      v2 += lf::format_step_end(s, 2) + "\n";
+    }
+    write_file(dir / "v2" / ("rank" + std::to_string(r)) / "diff.log", v2);
+  }
+  write_run(dir / "v3", ranks);
+  ASSERT_EQ(read_all(dir / "v3" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=3 ");
+  for (auto [a, b] : {std::pair{"v1", "v3"}, std::pair{"v3", "v1"}, std::pair{"v2", "v3"}}) {
     auto res = diff(dir / a, dir / b);
     EXPECT_EQ(res.exit_code(), 0) << a << " vs " << b;
     EXPECT_EQ(res.paired_steps, 3);
@@ -285,4 +294,48 @@ TEST(BadInput, SingleLogFileIsAcceptedAsARun) {
   write_run(dir / "a", {{scalar(0, "loss", 1)}});
   auto res = diff(dir / "a" / "rank0" / "diff.log", dir / "a");
   EXPECT_EQ(res.exit_code(), 0);
+}
+
+// A run whose log filled its disk (the probe's stop line ends it): truncated at the step the
+// probe could not write, with the probe's reason, and every step before it compared.
+TEST(BadInput, LogThatFilledItsDiskIsTruncatedAtTheStepThatFailedWithTheReason) {
+  for (auto kind : test_support::SmallFileSystem::kinds()) {
+    const std::string what = test_support::SmallFileSystem::name(kind);
+    auto dir = fresh_dir("full_disk");
+    std::vector<Record> records;
+    for (int s = 0; s < 30; ++s)
+      for (int i = 0; i < 8; ++i) records.push_back(tensor(s, Kind::grad, "w" + std::to_string(i), 100 + i, 1.0));
+    write_run(dir / "a", {records});
+    test_support::SmallFileSystem fs("differ", kind, 8 * 1024);
+    ASSERT_TRUE(fs.ready()) << what;
+    std::int64_t failed = -1;
+    {
+      lf::Header h;
+      h.setup = "test";
+      probe::LogWriter w(fs.dir() / "rank0" / "diff.log", h);
+      for (int s = 0; s < 30 && failed < 0; ++s) {
+        std::vector<std::string> lines;
+        for (const auto& r : records)
+          if (r.step == s) lines.push_back(lf::format_record(r));
+        try {
+          w.write_step(s, lines);
+        } catch (const probe::LogWriteError&) {
+          failed = s;
+        }
+      }
+    }
+    ASSERT_GT(failed, 0) << what;
+    auto res = diff(dir / "a", fs.dir());
+    EXPECT_EQ(res.truncated_at, failed) << what;
+    EXPECT_EQ(res.paired_steps, failed) << what;
+    EXPECT_FALSE(res.first_divergence) << what;
+    EXPECT_EQ(res.verdict(), Result::Verdict::incomplete) << what;
+    ASSERT_EQ(res.test_issues.count_by_type["truncated"], 1) << what;
+    const std::string& message = res.test_issues.detail[0].message;
+    EXPECT_NE(message.find("the probe stopped recording at step " + std::to_string(failed) + ": "),
+              std::string::npos) << what << ": " << message;
+    EXPECT_NE(message.find(fs.expected_reason()), std::string::npos) << what << ": " << message;
+    EXPECT_NE(message.find("steps before " + std::to_string(failed) + " are used"), std::string::npos)
+        << what << ": " << message;
+  }
 }

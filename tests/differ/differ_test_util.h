@@ -67,7 +67,7 @@ inline Record scalar(std::int64_t step, const std::string& name, double v) {
   return r;
 }
 
-// Writes rank<R>/diff.log for each rank through LogWriter (format 2), one write_step per step.
+// Writes rank<R>/diff.log for each rank through LogWriter (the current format), one write_step per step.
 inline void write_run(const std::filesystem::path& dir, const std::vector<std::vector<Record>>& ranks,
                       int world_size = -1, int hash_spec = 1) {
   const int world = world_size < 0 ? static_cast<int>(ranks.size()) : world_size;

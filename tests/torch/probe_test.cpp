@@ -5,12 +5,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include "probe/log_io.h"
+#include "../core/small_file_system.h"
 
 namespace {
 
@@ -229,6 +233,170 @@ TEST(Probe, ScalarTensorIsTheValueAtTheCall) {
   EXPECT_EQ(value, (std::map<std::string, double>{{"loss", 0.25}, {"grad_norm", 3.0}, {"lr", 1e-3}}));
 }
 
+// An MoE expert that received no tokens: every tensor it sees has no elements, and one of its
+// parameters has none either.
+struct IdleExpertImpl : torch::nn::Module {
+  torch::Tensor w, empty;
+  IdleExpertImpl() {
+    w = register_parameter("w", torch::randn({4, 5}));
+    empty = register_parameter("empty", torch::randn({0, 5}));
+  }
+  torch::Tensor forward(torch::Tensor tokens) {  // [0, 4]
+    probe::tap("routed", tokens);
+    probe::tap("routed.view", tokens.t().narrow(0, 1, 2));          // [2, 0], a view
+    probe::tap("scores", torch::zeros({3, 0, 2}));
+    probe::tap("w.none", w.narrow(0, 1, 0));                        // a 0-row slice of [4, 5]
+    return torch::cat({tokens.matmul(w), empty});                   // [0, 5]
+  }
+};
+TORCH_MODULE(IdleExpert);
+
+TEST(Probe, ZeroElementTensorsAreRecordedForEveryKindAndOption) {
+  for (bool torch_hash : {false, true})
+    for (const char* kinds : {"all", "-mb_grad", "tap,grad,scalar"}) {
+      const std::string what = std::string(torch_hash ? "torch_hash " : "") + kinds;
+      auto dir = fresh_dir("empty");
+      auto o = options_in(dir);
+      o.torch_hash = torch_hash;
+      o.kinds = probe::KindSet::parse(kinds);
+      torch::manual_seed(1);
+      IdleExpert expert;
+      {
+        probe::Probe p(o);
+        p.watch(*expert, "expert.", {{"expert.empty", probe::Shard::along({6, 5}, 0, 6)}});
+        for (int step = 0; step < 2; ++step) {
+          for (int mb = 0; mb < 2; ++mb) {
+            auto out = p.forward(mb, expert, torch::empty({0, 4}));
+            p.backward(mb, out.sum());
+            p.scalar("tokens", torch::empty({0}));
+            p.record(probe::Kind::tap, "shard", mb, torch::empty({0, 5}), probe::Shard::along({4, 5}, 0, 4));
+          }
+          p.end_step();
+        }
+      }
+      std::map<probe::Kind, int> count;
+      for (const auto& r : read_all(dir / "rank0" / "diff.log")) {
+        ++count[r.kind];
+        if (r.kind == probe::Kind::rng) continue;
+        const std::string name = what + " " + std::string(probe::kind_name(r.kind)) + " " + r.name;
+        ASSERT_EQ(r.state, probe::Record::State::tensor) << name;
+        if (r.stats.numel() != 0) continue;  // w's gradients
+        EXPECT_TRUE(r.stats.supported()) << name;
+        EXPECT_EQ(r.stats.hash, 0u) << name;
+        EXPECT_EQ(r.stats.norm, 0.0) << name;
+        EXPECT_TRUE(std::isnan(r.stats.min) && std::isnan(r.stats.max) && std::isnan(r.stats.mean)) << name;
+        EXPECT_EQ(r.stats.dtype, "float32") << name;
+        EXPECT_EQ(r.stats.torch_hash, torch_hash ? std::optional<std::uint64_t>(0) : std::nullopt) << name;
+        if (r.name == "expert.empty") {
+          EXPECT_EQ(r.stats.shard, probe::Shard::along({6, 5}, 0, 6)) << name;
+        }
+      }
+      const probe::KindSet set = probe::KindSet::parse(kinds);
+      auto expected = [&](probe::Kind k, int n) { return set.contains(k) ? n : 0; };
+      EXPECT_EQ(count[probe::Kind::rng], expected(probe::Kind::rng, 4)) << what;
+      EXPECT_EQ(count[probe::Kind::input], expected(probe::Kind::input, 4)) << what;
+      EXPECT_EQ(count[probe::Kind::output], expected(probe::Kind::output, 4)) << what;
+      EXPECT_EQ(count[probe::Kind::tap], expected(probe::Kind::tap, 4 * 5)) << what;
+      EXPECT_EQ(count[probe::Kind::output_grad], expected(probe::Kind::output_grad, 4)) << what;
+      EXPECT_EQ(count[probe::Kind::mb_grad], expected(probe::Kind::mb_grad, 4 * 2)) << what;
+      EXPECT_EQ(count[probe::Kind::grad], expected(probe::Kind::grad, 2 * 2)) << what;
+      EXPECT_EQ(count[probe::Kind::scalar], expected(probe::Kind::scalar, 4)) << what;
+    }
+}
+
+// A full disk (a tmpfs of 16 KiB, or a file-size limit where no tmpfs can be mounted) under the
+// default on_error: the error is reported once on stderr with the path and the reason, recording
+// stops, training goes on undisturbed, and every step the log keeps is complete and readable.
+TEST(Probe, AFullDiskStopsRecordingButNotTraining) {
+  const auto undisturbed = train(nullptr, 6);
+  for (auto kind : test_support::SmallFileSystem::kinds()) {
+    const std::string what = test_support::SmallFileSystem::name(kind);
+    test_support::SmallFileSystem fs("full_disk", kind, 16 * 1024);
+    ASSERT_TRUE(fs.ready()) << what;
+    std::vector<torch::Tensor> params;
+    std::filesystem::path log;
+    testing::internal::CaptureStderr();
+    {
+      probe::Probe p(options_in(fs.dir() / "run"));
+      log = p.log_path();
+      EXPECT_NO_THROW(params = train(&p, 6)) << what;
+      EXPECT_FALSE(p.enabled()) << what;
+    }
+    const std::string err = testing::internal::GetCapturedStderr();
+    ASSERT_EQ(params.size(), undisturbed.size());
+    for (std::size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(params[i].equal(undisturbed[i])) << what;
+    EXPECT_NE(err.find(log.string()), std::string::npos) << what << ": " << err;
+    EXPECT_NE(err.find(fs.expected_reason()), std::string::npos) << what << ": " << err;
+    EXPECT_EQ(err.find("numprobe"), err.rfind("numprobe: cannot write")) << what << ": reported more than once: " << err;
+    // The log: whole steps 0..k-1 (k >= 1), no partial one, and marked as cut short.
+    probe::LogReader reader(log);
+    std::set<std::int64_t> steps;
+    std::map<std::int64_t, int> records;
+    while (auto r = reader.next()) {
+      steps.insert(r->step);
+      ++records[r->step];
+    }
+    ASSERT_FALSE(steps.empty()) << what;
+    EXPECT_LT(*steps.rbegin(), 5) << what;
+    EXPECT_EQ(static_cast<std::int64_t>(steps.size()), *steps.rbegin() + 1) << what;
+    for (const auto& [step, n] : records) EXPECT_EQ(n, records.begin()->second) << what << " step " << step;
+    EXPECT_TRUE(reader.truncated()) << what;
+    EXPECT_FALSE(reader.unterminated()) << what;
+  }
+}
+
+// A sparse=true embedding's gradient is a sparse COO tensor (uncoalesced: one row per token,
+// repeated ids repeated): logged with its dense shape and compared as its dense equivalent, it
+// equals the gradient of the same embedding with sparse=false.
+TEST(Probe, SparseEmbeddingGradientIsLoggedAsItsDenseEquivalent) {
+  auto dir = fresh_dir("sparse_embedding");
+  torch::manual_seed(4);
+  torch::nn::Embedding sparse(torch::nn::EmbeddingOptions(50, 8).sparse(true));
+  torch::nn::Embedding dense(torch::nn::EmbeddingOptions(50, 8));
+  {
+    torch::NoGradGuard no_grad;
+    dense->weight.copy_(sparse->weight);
+  }
+  auto o = options_in(dir);
+  o.torch_hash = true;
+  {
+    probe::Probe p(o);
+    p.watch(*sparse, "sparse.");
+    p.watch(*dense, "dense.");
+    // Ids repeat within a microbatch, not across: summing a row's repeats is then exact in any
+    // order, so the sparse and dense sums agree bit for bit.
+    const auto ids = torch::tensor({{3, 7, 3, 49}, {0, 12, 12, 20}}, torch::kLong);
+    for (int mb = 0; mb < 2; ++mb) {
+      p.backward(mb, (sparse(ids[mb]) * (mb + 1.5)).pow(2).sum());
+      p.backward(mb, (dense(ids[mb]) * (mb + 1.5)).pow(2).sum());
+    }
+    ASSERT_TRUE(sparse->weight.grad().is_sparse());
+    p.end_step();
+  }
+  std::map<std::string, probe::Record> by_name;
+  for (const auto& r : read_all(dir / "rank0" / "diff.log"))
+    by_name[std::string(probe::kind_name(r.kind)) + " " + r.name + " " + std::to_string(r.microbatch.value_or(-1))] = r;
+  int compared = 0;
+  for (const auto& [key, r] : by_name) {
+    if (key.find(" sparse.") == std::string::npos) continue;
+    std::string twin_key = key;
+    twin_key.replace(twin_key.find(" sparse."), 8, " dense.");
+    const probe::Record& twin = by_name.at(twin_key);
+    EXPECT_TRUE(r.stats.supported()) << key << ": " << r.stats.unsupported.value_or("");
+    EXPECT_EQ(r.stats.shape, (std::vector<std::int64_t>{50, 8})) << key;
+    EXPECT_EQ(r.stats.hash, twin.stats.hash) << key;
+    EXPECT_EQ(r.stats.norm, twin.stats.norm) << key;
+    EXPECT_EQ(r.stats.min, twin.stats.min) << key;
+    EXPECT_EQ(r.stats.max, twin.stats.max) << key;
+    EXPECT_EQ(r.stats.mean, twin.stats.mean) << key;
+    EXPECT_EQ(r.stats.torch_hash, twin.stats.torch_hash) << key;
+    EXPECT_EQ(r.stats.nnz, r.kind == probe::Kind::grad ? 6 : 3) << key;  // rows, once coalesced
+    EXPECT_FALSE(twin.stats.nnz) << key;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 3);  // two mb_grad records and the grad
+}
+
 TEST(Probe, EnvironmentConfiguresTheProbe) {
   ::setenv("PROBE_EVERY", "3", 1);
   ::setenv("PROBE_KINDS", "-rng", 1);
@@ -296,13 +464,71 @@ TEST(Probe, DisabledProbeWritesNothingAndTapIsANoOp) {
 TEST(Probe, UnwritableRunDirectoryIsAnErrorNamingThePath) {
   auto blocker = fresh_dir("unwritable");
   std::ofstream(blocker.string()) << "not a directory";
+  auto o = options_in(blocker / "run");
+  o.on_error = probe::ProbeOptions::OnError::throw_error;
   try {
-    probe::Probe p(options_in(blocker / "run"));
+    probe::Probe p(o);
     FAIL();
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find(blocker.string()), std::string::npos) << e.what();
   }
+  // By default the trainer goes on without a log, told why once.
+  testing::internal::CaptureStderr();
+  {
+    probe::Probe p(options_in(blocker / "run"));
+    EXPECT_FALSE(p.enabled());
+    EXPECT_NE(p.log_error().find(blocker.string()), std::string::npos) << p.log_error();
+    p.tap("x", torch::ones({2}));
+    p.end_step();
+    EXPECT_EQ(p.step(), 1);
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find(blocker.string()), std::string::npos) << err;
+  EXPECT_NE(err.find("no log was written"), std::string::npos) << err;
   std::filesystem::remove(blocker);
+}
+
+// PROBE_ON_ERROR=throw keeps a failing log's error for tests and CI: end_step() throws it,
+// naming the file and the reason, and so does every later end_step(); the log keeps its
+// complete steps and says why the rest is missing.
+TEST(Probe, OnErrorThrowThrowsTheLogsErrorFromEndStep) {
+  ::setenv("PROBE_ON_ERROR", "throw", 1);
+  auto o = probe::ProbeOptions::from_env();
+  ::setenv("PROBE_ON_ERROR", "explode", 1);
+  EXPECT_THROW(probe::ProbeOptions::from_env(), std::invalid_argument);
+  ::unsetenv("PROBE_ON_ERROR");
+  EXPECT_EQ(o.on_error, probe::ProbeOptions::OnError::throw_error);
+  EXPECT_EQ(probe::ProbeOptions::from_env().on_error, probe::ProbeOptions::OnError::report);
+  for (auto kind : test_support::SmallFileSystem::kinds()) {
+    const std::string what = test_support::SmallFileSystem::name(kind);
+    test_support::SmallFileSystem fs("throw", kind, 16 * 1024);
+    ASSERT_TRUE(fs.ready()) << what;
+    auto options = options_in(fs.dir() / "run");
+    options.on_error = probe::ProbeOptions::OnError::throw_error;
+    probe::Probe p(options);
+    torch::manual_seed(2);
+    Net net;
+    p.watch(*net);
+    std::int64_t failed = -1;
+    for (int step = 0; step < 10 && failed < 0; ++step) {
+      for (int mb = 0; mb < 2; ++mb) p.backward(mb, p.forward(mb, net, torch::randn({4, 8})).sum());
+      try {
+        p.end_step();
+      } catch (const probe::LogWriteError& e) {
+        failed = step;
+        EXPECT_NE(std::string(e.what()).find(p.log_path().string()), std::string::npos) << what << ": " << e.what();
+        EXPECT_NE(std::string(e.what()).find(fs.expected_reason()), std::string::npos) << what << ": " << e.what();
+      }
+    }
+    ASSERT_GT(failed, 0) << what;
+    EXPECT_THROW(p.end_step(), probe::LogWriteError) << what;
+    probe::LogReader reader(p.log_path());
+    std::int64_t last = -1;
+    while (auto r = reader.next()) last = r->step;
+    EXPECT_EQ(last, failed - 1) << what;
+    ASSERT_TRUE(reader.stopped()) << what;
+    EXPECT_EQ(reader.stopped()->step, failed) << what;
+  }
 }
 
 TEST(Probe, RanksOfOneLaunchAgreeOnTheNextFreeRunDirectory) {

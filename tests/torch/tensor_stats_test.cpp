@@ -156,6 +156,86 @@ TEST(TensorStats, EmptyTensorHasHashZero) {
   EXPECT_EQ(s.shape, (std::vector<std::int64_t>{0, 5}));
 }
 
+// Tensors without elements (an MoE expert that received no tokens): the documented figures,
+// never an error, whatever the dtype, option, shape, view or shard.
+std::vector<std::pair<std::string, at::Tensor>> empty_tensors_of(at::ScalarType type) {
+  at::Tensor base = random_of(type, {4, 3});
+  return {{"[0]", at::empty({0}, type)},
+          {"[0,5]", at::empty({0, 5}, type)},
+          {"[3,0,2]", at::empty({3, 0, 2}, type)},
+          {"slice of [4,3]", base.narrow(0, 2, 0)},
+          {"transposed slice", base.t().narrow(1, 4, 0)}};
+}
+
+void expect_empty_figures(const probe::TensorStats& s, const at::Tensor& t, bool torch_hash,
+                          const std::string& what) {
+  EXPECT_TRUE(s.supported()) << what << ": " << s.unsupported.value_or("");
+  EXPECT_EQ(s.hash, 0u) << what;
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(s.norm), 0u) << what;  // +0
+  EXPECT_TRUE(std::isnan(s.min) && std::isnan(s.max) && std::isnan(s.mean)) << what;
+  EXPECT_EQ(s.nan, 0) << what;
+  EXPECT_EQ(s.inf, 0) << what;
+  EXPECT_EQ(s.shape, t.sizes().vec()) << what;
+  if (torch_hash && probe::detail::has_torch_hash_kernel(t.scalar_type())) {
+    ASSERT_TRUE(s.torch_hash) << what;
+    EXPECT_EQ(*s.torch_hash, 0u) << what;  // the XOR reduction's identity
+  } else {
+    EXPECT_FALSE(s.torch_hash) << what;
+  }
+}
+
+TEST(TensorStats, EmptyTensorsGiveTheDocumentedFiguresUnderEveryOption) {
+  std::vector<at::ScalarType> types = kHashableTypes;
+  types.push_back(at::kComplexFloat);
+  for (auto type : types)
+    for (const auto& [shape, t] : empty_tensors_of(type))
+      for (bool torch_hash : {false, true}) {
+        probe::StatsOptions options;
+        options.torch_hash = torch_hash;
+        const std::string what = at::toString(type) + std::string(" ") + shape +
+                                 (torch_hash ? " torch_hash" : "");
+        expect_empty_figures(probe::tensor_stats(t, {}, options), t, torch_hash, what);
+        // As a shard at the global tensor's end, and in a StatsBatch with other entries.
+        std::vector<std::int64_t> global = t.sizes().vec(), offset(global.size(), 0);
+        global[0] += 2;
+        offset[0] = global[0] - t.size(0);
+        const probe::Shard shard{global, offset};
+        const auto sharded = probe::tensor_stats(t, shard, options);
+        expect_empty_figures(sharded, t, torch_hash, what + " shard");
+        EXPECT_EQ(sharded.shard, shard) << what;
+        probe::StatsBatch batch(options);
+        batch.add(at::ones({2}));
+        const std::size_t entry = batch.add(t);
+        batch.resolve();
+        expect_empty_figures(batch.stats(entry), t, torch_hash, what + " batch");
+      }
+}
+
+// The device paths (the ATen fallback here, on CPU tensors; tests/cuda run the CUDA kernel)
+// write an empty tensor's figures too, on the device, instead of an empty grid or amin's error.
+TEST(TensorStats, DevicePathsWriteAnEmptyTensorsFigures) {
+  using Access = probe::detail::StatsBatchAccess;
+  for (auto type : {at::kFloat, at::kBFloat16, at::kLong, at::kBool})
+    for (const auto& [shape, t] : empty_tensors_of(type))
+      for (bool torch_hash : {false, true}) {
+        const std::string what = at::toString(type) + std::string(" ") + shape;
+        probe::detail::PreparedTensor prepared;
+        prepared.data = t;
+        at::Tensor packed = at::full({probe::detail::kPackedSlots}, 7, at::kLong);
+        probe::detail::packed_figures_aten(prepared, torch_hash, packed);
+        probe::TensorStats stats;
+        stats.shape = t.sizes().vec();
+        probe::detail::unpack_figures(packed.const_data_ptr<std::int64_t>(), torch_hash, stats);
+        expect_empty_figures(stats, t, torch_hash, what + " aten");
+        probe::StatsOptions options;
+        options.torch_hash = torch_hash;
+        probe::StatsBatch batch(options);
+        const std::size_t entry = Access::add_through_device_buffer(batch, t);
+        batch.resolve();
+        expect_empty_figures(batch.stats(entry), t, torch_hash, what + " device buffer");
+      }
+}
+
 TEST(TensorStats, FiguresAreBitwiseTheSameForAnyThreadCount) {
   at::Tensor t = at::randn({3, 1 << 19});
   const int threads = at::get_num_threads();
@@ -182,10 +262,114 @@ TEST(TensorStats, ComplexTensorsHashAsTheirRealView) {
   EXPECT_EQ(halves, s.hash);
 }
 
+// Every figure of a sparse tensor is its dense equivalent's, bit for bit, though no dense copy
+// is made: the zeros' hash terms come from the shape, their sums from replaying the kernel's
+// order over the stored elements only.
+void expect_same_figures(const probe::TensorStats& got, const probe::TensorStats& dense,
+                         const std::string& what) {
+  EXPECT_TRUE(got.supported()) << what << ": " << got.unsupported.value_or("");
+  EXPECT_EQ(got.hash, dense.hash) << what;
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.norm), std::bit_cast<std::uint64_t>(dense.norm)) << what << " norm " << got.norm << " vs " << dense.norm;
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.min), std::bit_cast<std::uint64_t>(dense.min)) << what << " min " << got.min << " vs " << dense.min;
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.max), std::bit_cast<std::uint64_t>(dense.max)) << what << " max " << got.max << " vs " << dense.max;
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.mean), std::bit_cast<std::uint64_t>(dense.mean)) << what << " mean " << got.mean << " vs " << dense.mean;
+  EXPECT_EQ(got.nan, dense.nan) << what;
+  EXPECT_EQ(got.inf, dense.inf) << what;
+  EXPECT_EQ(got.dtype, dense.dtype) << what;
+  EXPECT_EQ(got.shape, dense.shape) << what;
+  EXPECT_EQ(got.shard, dense.shard) << what;
+}
+
+// A dense tensor with about `density` of its elements nonzero (0: none, 1: all).
+at::Tensor sparse_pattern_of(at::ScalarType type, at::IntArrayRef shape, double density) {
+  at::Tensor values = random_of(type, shape);
+  if (type == at::kBool) values = at::ones(shape, at::kBool);
+  else values = at::where(values == 0, at::ones({}, values.options()), values);  // stored means nonzero
+  at::Tensor keep = at::rand(shape, at::kDouble) < density;
+  return at::where(keep, values, at::zeros({}, values.options()));
+}
+
+TEST(TensorStats, SparseTensorFiguresAreTheDenseEquivalentsBitwise) {
+  at::manual_seed(11);
+  for (auto type : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kInt, at::kLong,
+                    at::kChar, at::kByte, at::kShort, at::kBool, at::kComplexFloat})
+    for (const std::vector<std::int64_t>& shape :
+         {std::vector<std::int64_t>{7}, {5, 9}, {3, 4, 5}, {3, 70001}})  // the last spans 4 chunks
+      for (double density : {0.0, 0.01, 0.3, 1.0}) {
+        const at::Tensor dense = sparse_pattern_of(type, shape, density);
+        const std::string what = at::toString(type) + std::string(" ") + c10::str(dense.sizes()) +
+                                 " density " + std::to_string(density);
+        const auto sparse = probe::tensor_stats(dense.to_sparse());
+        expect_same_figures(sparse, probe::tensor_stats(dense), what);
+        EXPECT_EQ(sparse.nnz, dense.count_nonzero().item<std::int64_t>()) << what;
+        EXPECT_FALSE(probe::tensor_stats(dense).nnz) << what;
+        // Hybrid: dims after the first stored densely in each value (not for the large shape:
+        // ATen's to_sparse(1) takes seconds there).
+        if (shape.size() > 1 && dense.numel() < 1000)
+          expect_same_figures(probe::tensor_stats(dense.to_sparse(1)), probe::tensor_stats(dense), what + " hybrid");
+        // As a shard of a larger global tensor: the global indices seed the hash and the runs.
+        std::vector<std::int64_t> global = shape, offset(shape.size(), 0);
+        global.back() += 3;
+        offset.back() = 2;
+        const probe::Shard shard{global, offset};
+        expect_same_figures(probe::tensor_stats(dense.to_sparse(), shard),
+                            probe::tensor_stats(dense, shard), what + " shard");
+      }
+}
+
+TEST(TensorStats, SparseSpecialValuesDuplicatesAndNegativeZero) {
+  // NaN and infinities among the stored values.
+  at::Tensor dense = sparse_pattern_of(at::kFloat, {40, 33}, 0.2);
+  dense[3][4] = std::numeric_limits<float>::quiet_NaN();
+  dense[17][0] = -std::numeric_limits<float>::infinity();
+  expect_same_figures(probe::tensor_stats(dense.to_sparse()), probe::tensor_stats(dense), "nan/inf");
+  // Uncoalesced, with duplicate indices: coalescing sums them, which is the dense equivalent.
+  at::Tensor indices = at::tensor({0, 5, 5, 2, 9, 0, 5}, at::kLong).view({1, 7});
+  at::Tensor values = at::tensor({1.5f, -2.0f, 0.25f, 3.0f, 7.0f, 0.5f, 1e-3f});
+  at::Tensor repeated = at::sparse_coo_tensor(indices, values, {12});
+  ASSERT_FALSE(repeated.is_coalesced());
+  expect_same_figures(probe::tensor_stats(repeated), probe::tensor_stats(repeated.coalesce().to_dense()),
+                      "duplicates");
+  EXPECT_EQ(probe::tensor_stats(repeated).nnz, 4);  // 0, 2, 5, 9 once coalesced
+  at::Tensor int_repeated = at::sparse_coo_tensor(indices.repeat({2, 1}), at::arange(7, at::kLong), {10, 10});
+  expect_same_figures(probe::tensor_stats(int_repeated), probe::tensor_stats(int_repeated.to_dense()),
+                      "int64 duplicates");
+  // Duplicates that cancel, and a stored -0: the dense tensor holds +0 there (0 + value).
+  at::Tensor cancel = at::sparse_coo_tensor(at::tensor({1, 1, 3}, at::kLong).view({1, 3}),
+                                            at::tensor({2.0, -2.0, -0.0}, at::kDouble), {4});
+  expect_same_figures(probe::tensor_stats(cancel), probe::tensor_stats(cancel.to_dense()), "-0 and cancel");
+  // Compressed layouts are read through their COO form.
+  at::Tensor matrix = sparse_pattern_of(at::kFloat, {6, 8}, 0.3);
+  expect_same_figures(probe::tensor_stats(matrix.to_sparse_csr()), probe::tensor_stats(matrix), "csr");
+  expect_same_figures(probe::tensor_stats(matrix.to_sparse_csc()), probe::tensor_stats(matrix), "csc");
+}
+
+TEST(TensorStats, SparseTorchCompatibleHashIsTheDenseEquivalents) {
+  probe::StatsOptions options;
+  options.torch_hash = true;
+  for (auto type : {at::kFloat, at::kDouble, at::kLong, at::kBool, at::kBFloat16})
+    for (double density : {0.0, 0.1, 1.0}) {
+      const at::Tensor dense = sparse_pattern_of(type, {9, 13}, density);
+      const auto s = probe::tensor_stats(dense.to_sparse(), {}, options);
+#if NUMPROBE_TORCH_AT_LEAST(2, 9)
+      ASSERT_TRUE(s.torch_hash) << at::toString(type);
+      EXPECT_EQ(*s.torch_hash, torch_hash_of(dense)) << at::toString(type) << " density " << density;
+#else
+      EXPECT_FALSE(s.torch_hash);
+#endif
+    }
+  at::Tensor negative_zero = at::sparse_coo_tensor(at::tensor({0, 2}, at::kLong).view({1, 2}),
+                                                   at::tensor({-0.0f, 1.0f}), {3});
+  const auto s = probe::tensor_stats(negative_zero, {}, options);
+#if NUMPROBE_TORCH_AT_LEAST(2, 9)
+  ASSERT_TRUE(s.torch_hash);
+  EXPECT_EQ(*s.torch_hash, torch_hash_of(negative_zero.to_dense()));
+#else
+  EXPECT_FALSE(s.torch_hash);
+#endif
+}
+
 TEST(TensorStats, UnhashableTensorsSaySoInsteadOfCrashing) {
-  at::Tensor sparse = at::eye(3).to_sparse();
-  EXPECT_EQ(probe::tensor_stats(sparse).unsupported, "layout Sparse");
-  EXPECT_EQ(probe::tensor_stats(sparse).dtype, "float32");
   at::Tensor quantized = at::quantize_per_tensor(at::randn({4}), 0.1, 0, at::kQInt8);
   EXPECT_EQ(probe::tensor_stats(quantized).unsupported, "quantized dtype");
   at::Tensor meta = at::empty({2}, at::TensorOptions().device(at::kMeta));

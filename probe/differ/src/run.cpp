@@ -212,13 +212,19 @@ void Run::advance(RankSource& src) {
   }
 }
 
-// A rank's log that ends without its last step's end (format 2) or mid-line: the first step
-// that may be incomplete, from which on the runs are not compared.
+// A rank's log that ends without its last step's end (format 2), mid-line, or with the
+// probe's stop line (format 3): the first step that may be incomplete, from which on the runs
+// are not compared.
 void Run::note_truncation(const RankSource& src) {
   const LogReader& reader = *src.reader;
   std::int64_t from = 0;
   std::string where, what;
-  if (auto open = reader.unterminated()) {
+  if (const auto& stop = reader.stopped()) {
+    // Format 3: the probe could not write step `stop->step` and said why.
+    from = std::max(stop->step, src.last_step + 1);
+    where = reader.path().string() + ":" + std::to_string(stop->line);
+    what = "the probe stopped recording at step " + std::to_string(stop->step) + ": " + stop->reason;
+  } else if (auto open = reader.unterminated()) {
     // Format 2: the step without its end is the incomplete one (when none of its lines
     // parsed, the step after the last complete one).
     from = open->step ? *open->step : src.last_step + 1;

@@ -1,6 +1,7 @@
-// Log format v2 (docs/log-format.md): a header line, then one record per line of
-// space-separated key=value fields, each step closed by a step-end line. Version 1 (no
-// step-end lines) stays readable. Torch-free; the probe writes it, the differ reads it.
+// Log format v3 (docs/log-format.md): a header line, then one record per line of
+// space-separated key=value fields, each step closed by a step-end line, and a last line saying
+// why when the probe stopped recording. Versions 1 (no step-end lines) and 2 (no nnz= field, no
+// stop line) stay readable. Torch-free; the probe writes it, the differ reads it.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +13,11 @@
 
 namespace probe::log_format {
 
-inline constexpr int kVersion = 2;        // written
+inline constexpr int kVersion = 3;        // written
 inline constexpr int kOldestVersion = 1;  // oldest still read
 inline constexpr std::string_view kHeaderTag = "#numprobe";
 inline constexpr std::string_view kStepEndTag = "#end";
+inline constexpr std::string_view kStoppedTag = "#stopped";
 
 struct Header {
   int format_version = kVersion;
@@ -30,6 +32,13 @@ struct Header {
 struct StepEnd {
   std::int64_t step = 0;
   std::int64_t records = 0;
+};
+
+// Why the probe stopped recording (format 3): "#stopped step=<N> reason=<escaped text>", the
+// log's last line, after the last complete step; step N is the one it could not write.
+struct Stopped {
+  std::int64_t step = 0;
+  std::string reason;
 };
 
 struct ParseError : std::runtime_error {
@@ -62,6 +71,15 @@ inline bool is_step_end(std::string_view line) {
 }
 // Throws ParseError (saying what is wrong) for a line that is not a step end.
 StepEnd parse_step_end(std::string_view line);
+
+std::string format_stopped(const Stopped& stopped);
+// True for a line starting with "#stopped " (well-formed or not).
+inline bool is_stopped(std::string_view line) {
+  return line.size() > kStoppedTag.size() && line.substr(0, kStoppedTag.size()) == kStoppedTag &&
+         line[kStoppedTag.size()] == ' ';
+}
+// Throws ParseError (saying what is wrong) for a line that is not a stop line.
+Stopped parse_stopped(std::string_view line);
 
 std::string format_record(const Record& record);
 // Throws ParseError (saying which field is wrong) for a line that is not a record.

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +14,15 @@
 #include "probe/log_format.h"
 
 namespace probe {
+
+// What LogWriter throws when the log cannot be written (a full disk, a file-size limit): the
+// message names the file and the reason ("numprobe: cannot write log file '<path>': <reason>").
+struct LogWriteError : std::runtime_error {
+  LogWriteError(const std::string& message, bool stop_line_written)
+      : std::runtime_error(message), stop_line_written(stop_line_written) {}
+  // Whether the log's last line now records the reason (log format 3's stop line).
+  bool stop_line_written;
+};
 
 // Appends steps to a diff.log through an spdlog async logger, so file I/O runs off the
 // training thread. write_step() returns once the step reached the OS: a process killed
@@ -28,8 +38,12 @@ class LogWriter {
   LogWriter& operator=(const LogWriter&) = delete;
 
   // Appends `lines` (step `step`'s records) and the step's end line, in one write(). An empty
-  // step writes nothing. A write error (a full disk) throws std::runtime_error("numprobe:
-  // cannot write log file '<path>': <reason>"), and so does every later call.
+  // step writes nothing. A write error (a full disk), or a step that would pass the file-size
+  // limit (RLIMIT_FSIZE, whose signal would kill the process), throws LogWriteError, and so does
+  // every later call. Before it throws, the file is cut back to its last complete step (no
+  // partial step or half line is left) and, where there is room, ends with a stop line naming
+  // the failed step and the reason; room for it is reserved after each step (fallocate), so on
+  // a full disk it usually fits.
   void write_step(std::int64_t step, const std::vector<std::string>& lines);
   const std::filesystem::path& path() const;
 
@@ -69,6 +83,14 @@ class LogReader {
     std::optional<std::int64_t> step;
   };
   std::optional<Unterminated> unterminated() const;
+  // Format 3, once read: the probe's stop line (it could not write step `step`, for `reason`).
+  // The log is then truncated(): the steps before `step` are complete, later ones are missing.
+  struct Stop {
+    std::int64_t step = 0;
+    std::string reason;
+    std::int64_t line = 0;
+  };
+  const std::optional<Stop>& stopped() const { return stopped_; }
   std::int64_t line_number() const { return line_number_; }
 
   // Closes the file, keeping the read position: the next next() reopens it there. For readers
@@ -78,6 +100,7 @@ class LogReader {
 
  private:
   void end_step(std::string_view line);
+  void read_stop_line(std::string_view line);
   void reopen();
 
   std::filesystem::path path_;
@@ -88,6 +111,7 @@ class LogReader {
   std::int64_t line_number_ = 0;
   bool truncated_ = false;
   bool cut_mid_line_ = false;
+  std::optional<Stop> stopped_;
   std::string line_;  // the line buffer, kept between next() calls
   // Format 2: the lines since the last step end (the step being read).
   bool step_ends_ = false;  // the format has step ends

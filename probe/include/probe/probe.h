@@ -62,23 +62,33 @@ struct ProbeOptions {
   std::string setup;    // free text for the log header ("zero3 x4, seed 42")
   bool torch_hash = false;            // also log at::hash_tensor (Python tooling's hash)
   std::string model_name = "model";   // record name of forward() inputs and outputs
+  // A log that cannot be created or written (a full disk, a file-size limit, a run directory
+  // that cannot be made): `report` prints the error once on stderr (the path and the reason),
+  // stops recording and lets training go on, every complete step staying readable; `throw`
+  // throws it from the call that hit it (Probe's constructor, end_step()), for tests and CI.
+  enum class OnError { report, throw_error };
+  OnError on_error = OnError::report;
 
   // `defaults` overridden by PROBE_ENABLE, PROBE_DIR, PROBE_EVERY, PROBE_KINDS,
-  // PROBE_TORCH_HASH, PROBE_SETUP, RANK and WORLD_SIZE where set. Throws
-  // std::invalid_argument naming the variable for a bad value.
+  // PROBE_TORCH_HASH, PROBE_ON_ERROR (report or throw), PROBE_SETUP, RANK and WORLD_SIZE where
+  // set. Throws std::invalid_argument naming the variable for a bad value.
   static ProbeOptions from_env(ProbeOptions defaults);
   static ProbeOptions from_env() { return from_env(ProbeOptions()); }
 };
 
 class Probe {
  public:
-  // Opens the log (when enabled). Throws std::runtime_error naming the path if it cannot.
+  // Opens the log (when enabled). When it cannot: with on_error = throw, throws
+  // std::runtime_error naming the path; by default reports it and records nothing.
   explicit Probe(ProbeOptions options = ProbeOptions::from_env());
   ~Probe();
   Probe(const Probe&) = delete;
   Probe& operator=(const Probe&) = delete;
 
+  // Whether it records: enabled in its options, and its log has not failed.
   bool enabled() const;
+  // The error that stopped recording (a log that could not be written), or empty.
+  std::string log_error() const;
   const ProbeOptions& options() const;
   // <run_dir>/rank<R>/diff.log (empty when disabled).
   const std::filesystem::path& log_path() const;
@@ -100,6 +110,7 @@ class Probe {
   // Records every watched parameter's .grad() (or `none`), resolves device figures with one
   // copy per device, and returns once the step's lines reached the OS. Call it after the step's
   // backward passes returned: hooks of a backward still running would land in the next step.
+  // A write error stops recording (ProbeOptions::on_error says whether it also throws).
   void end_step();
   std::int64_t step() const;
 
@@ -137,6 +148,7 @@ class Probe {
   void tap(const std::string& name, const at::Tensor& t, const Shard& shard = {});
   // Named values of this step (loss, grad_norm, lr). A one-element tensor's value is taken now
   // (on a device: copied there, no host sync) and read back with the step's figures at end_step().
+  // A tensor without elements has no value: its record carries the tensor's figures (hash 0).
   void scalar(const std::string& name, double value);
   void scalar(const std::string& name, const at::Tensor& value);
 

@@ -23,9 +23,11 @@ struct TensorStats {
   std::int64_t nan = 0;    // NaN count
   std::int64_t inf = 0;    // +-Inf count
   std::string dtype;       // torch's name: float32, bfloat16, int64, bool, complex64 ...
-  std::vector<std::int64_t> shape;  // local shape
+  std::vector<std::int64_t> shape;  // local shape (a sparse tensor's dense shape)
+  // A sparse tensor's stored elements after coalescing (torch's _nnz(): index entries).
+  std::optional<std::int64_t> nnz;
   Shard shard;                      // empty: the tensor is whole
-  // Set when the tensor cannot be hashed (sparse, quantized, sub-byte): the reason.
+  // Set when the tensor cannot be hashed (quantized, sub-byte, nested): the reason.
   std::optional<std::string> unsupported;
   // at::hash_tensor's value (XOR of the elements' bits), when the compatibility hash is on.
   std::optional<std::uint64_t> torch_hash;

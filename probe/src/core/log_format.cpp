@@ -315,6 +315,37 @@ StepEnd parse_step_end(std::string_view line) {
   return end;
 }
 
+std::string format_stopped(const Stopped& stopped) {
+  std::string out(kStoppedTag);
+  out += " step=" + std::to_string(stopped.step);
+  out += " reason=" + escape_value(stopped.reason);
+  return out;
+}
+
+Stopped parse_stopped(std::string_view line) {
+  Stopped stopped;
+  bool has_step = false, has_reason = false, first = true;
+  for_each_field(line, [&](const Field& f) {
+    if (first) {  // the tag
+      first = false;
+      if (!f.bare || f.key != kStoppedTag)
+        fail("stop line does not start with '" + std::string(kStoppedTag) + "'");
+      return;
+    }
+    if (f.bare) fail("unexpected token '" + std::string(f.key) + "' in stop line");
+    if (f.key == "step") {
+      stopped.step = parse_int(f.value, f.key);
+      has_step = true;
+    } else if (f.key == "reason") {
+      stopped.reason = unescape_value(f.value);
+      has_reason = true;
+    }  // other fields are ignored: later additions stay readable
+  });
+  if (!has_step || !has_reason) fail("stop line lacks step= or reason=");
+  if (stopped.step < 0) fail("negative step in stop line");
+  return stopped;
+}
+
 std::string format_record(const Record& record) {
   std::string out = "step=" + std::to_string(record.step);
   out += " kind=";
@@ -345,6 +376,7 @@ std::string format_record(const Record& record) {
   }
   out += " dtype=" + escape_value(s.dtype);
   out += " shape=" + format_dims(s.shape);
+  if (s.nnz) out += " nnz=" + std::to_string(*s.nnz);
   if (!s.shard.empty())
     out += " shard=" + format_dims(s.shard.global_shape) + "@" + format_dims(s.shard.offset);
   if (s.torch_hash) out += " torch_hash=" + format_hash(*s.torch_hash);
@@ -400,6 +432,9 @@ Record parse_record(std::string_view line) {
     } else if (k == "shape") {
       r.stats.shape = parse_dims(v, k);
       has_shape = true;
+    } else if (k == "nnz") {
+      r.stats.nnz = parse_int(v, k);
+      if (*r.stats.nnz < 0) fail("negative nnz");
     } else if (k == "shard") {
       auto at = v.find('@');
       if (at == std::string_view::npos) fail("field 'shard' is not [global]@[offset]");

@@ -6,6 +6,7 @@
 #include <spdlog/details/thread_pool.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -22,6 +24,18 @@ namespace {
 
 std::string write_error(const std::filesystem::path& path, const std::string& reason) {
   return "numprobe: cannot write log file '" + path.string() + "': " + reason;
+}
+
+// Room kept past the last complete step for the stop line (fallocate, where the file system
+// has it): on a full disk the failed step's partial bytes may be fewer than the line needs.
+constexpr off_t kStopLineReserve = 512;
+
+// The soft file-size limit (RLIMIT_FSIZE), or nullopt when there is none: a write() past it
+// would raise SIGXFSZ, whose default action kills the process, so the sink never issues one.
+std::optional<off_t> file_size_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  return static_cast<off_t>(limit.rlim_cur);
 }
 
 // After a failed std::ifstream::open: the path and why (libstdc++ opens with open(2), which
@@ -66,12 +80,39 @@ class CountingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
     return error_;
   }
 
+  // After a failed write, with the writer thread idle: cuts the file back to its last complete
+  // step (no partial step or half line stays) and puts the stop line there if it fits: the bytes
+  // the failed write left and the reserve are the file's already, so an overwrite usually does.
+  // Returns whether the stop line was written. `step`: the step that failed, none for the header.
+  bool stop(std::optional<std::int64_t> step, const std::string& reason) {
+    std::lock_guard lock(mutex_);  // base_sink's: no write runs meanwhile
+    std::string line;
+    if (step) line = log_format::format_stopped({*step, reason}) + "\n";
+    const auto size = static_cast<off_t>(line.size());
+    bool written = false;
+    // pwrite() at an offset needs the descriptor without O_APPEND.
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (!line.empty() && flags >= 0 && ::fcntl(fd_, F_SETFL, flags & ~O_APPEND) == 0 &&
+        (!max_size_ || committed_ + size <= *max_size_)) {
+      const ssize_t n = ::pwrite(fd_, line.data(), line.size(), committed_);
+      written = n == static_cast<ssize_t>(line.size());
+    }
+    written = ::ftruncate(fd_, committed_ + (written ? size : 0)) == 0 && written;
+    return written;
+  }
+
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
     if (failed_) return;  // a step after a failed one would follow a partial step
     try {
       spdlog::memory_buf_t buf;
       formatter_->format(msg, buf);
+      const auto size = static_cast<off_t>(buf.size());
+      if (max_size_ && committed_ + size > *max_size_) {
+        fail("the step would exceed the file size limit (RLIMIT_FSIZE, " +
+             std::to_string(*max_size_) + " bytes)");
+        return;
+      }
       // One write() per message (one step): a short write only on a full disk or a signal.
       const char* data = buf.data();
       std::size_t left = buf.size();
@@ -85,18 +126,23 @@ class CountingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
         data += n;
         left -= static_cast<std::size_t>(n);
       }
+      committed_ += size;
     } catch (const std::exception& e) {  // formatting (out of memory)
       fail(e.what());
     }
   }
   // write() handed the bytes to the OS already: nothing to flush, but the waiter must always
-  // hear that its message was handled.
+  // hear that its message was handled. Then, while training goes on, room for the stop line.
   void flush_() override {
     {
       std::lock_guard lock(flush_mutex_);  // a sleeping waiter cannot miss the notify
       flushed_.fetch_add(1, std::memory_order_release);
     }
     flushed_cv_.notify_all();
+    if (!failed_ && committed_ != reserved_at_) {
+      (void)::fallocate(fd_, FALLOC_FL_KEEP_SIZE, committed_, kStopLineReserve);  // best effort
+      reserved_at_ = committed_;
+    }
   }
 
  private:
@@ -104,15 +150,29 @@ class CountingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
     failed_ = true;
     std::lock_guard lock(flush_mutex_);
     error_ = write_error(path_, reason);
+    reason_ = reason;
   }
+
+ public:
+  std::string reason() {
+    std::lock_guard lock(flush_mutex_);
+    return reason_;
+  }
+
+ private:
 
   std::filesystem::path path_;
   int fd_ = -1;
-  bool failed_ = false;  // only touched by the writing thread
+  std::optional<off_t> max_size_ = file_size_limit();
+  // Only touched by the writing thread, or by stop() once it is idle:
+  bool failed_ = false;
+  off_t committed_ = 0;     // the file's size after the last complete write
+  off_t reserved_at_ = -1;  // where the stop line's room was last reserved
   std::mutex flush_mutex_;
   std::condition_variable flushed_cv_;
   std::atomic<std::uint64_t> flushed_{0};  // polled without the lock, waited on with it
   std::string error_;                      // guarded by flush_mutex_
+  std::string reason_;                     // guarded by flush_mutex_: error_ without the path
 };
 
 }  // namespace
@@ -124,6 +184,7 @@ struct LogWriter::Impl {
   std::shared_ptr<spdlog::async_logger> logger;
   std::uint64_t flushes_requested = 0;
   std::string error;  // the first write error, thrown again by every later write
+  bool stop_line_written = false;
 
   ~Impl() {
     // The logger's worker drains the queue before the pool joins.
@@ -132,14 +193,17 @@ struct LogWriter::Impl {
     pool.reset();
   }
 
-  // Appends `text` and a newline; returns once it reached the OS, or throws.
-  void write(const std::string& text) {
-    if (!error.empty()) throw std::runtime_error(error);
+  // Appends `text` (step `step`'s, or the header) and a newline; returns once it reached the
+  // OS, or throws LogWriteError after cutting the file back to its last complete step.
+  void write(const std::string& text, std::optional<std::int64_t> step) {
+    if (!error.empty()) throw LogWriteError(error, stop_line_written);
     logger->log(spdlog::level::info, spdlog::string_view_t(text.data(), text.size()));
     logger->flush();
     sink->wait_for_flush(++flushes_requested);
     error = sink->error();
-    if (!error.empty()) throw std::runtime_error(error);
+    if (error.empty()) return;
+    stop_line_written = sink->stop(step, sink->reason());  // the writer thread is idle now
+    throw LogWriteError(error, stop_line_written);
   }
 };
 
@@ -162,7 +226,7 @@ LogWriter::LogWriter(const std::filesystem::path& path, const log_format::Header
   impl_->logger->set_level(spdlog::level::info);
   log_format::Header h = header;
   h.format_version = log_format::kVersion;  // the steps written below have step ends
-  impl_->write(log_format::format_header(h));
+  impl_->write(log_format::format_header(h), std::nullopt);
 }
 
 LogWriter::~LogWriter() = default;
@@ -184,7 +248,7 @@ void LogWriter::write_step(std::int64_t step, const std::vector<std::string>& li
     text += '\n';
   }
   text += end;
-  impl_->write(text);
+  impl_->write(text, step);
 }
 
 const std::filesystem::path& LogWriter::path() const { return impl_->path; }
@@ -243,6 +307,10 @@ std::optional<Record> LogReader::next() {
         end_step(line);
         continue;
       }
+      if (header_.format_version >= 3 && log_format::is_stopped(line)) {
+        read_stop_line(line);
+        continue;
+      }
       if (open_lines_++ == 0) {  // once a step, not once a record
         open_first_line_ = line_number_;
         open_first_text_ = line;
@@ -294,6 +362,16 @@ void LogReader::end_step(std::string_view line) {
   if (end.records != records)
     throw error("step end says " + std::to_string(end.records) + " records of step " + s +
                 ", read " + std::to_string(records));
+}
+
+void LogReader::read_stop_line(std::string_view line) {
+  try {
+    const log_format::Stopped stop = log_format::parse_stopped(line);
+    stopped_ = Stop{stop.step, stop.reason, line_number_};
+  } catch (const log_format::ParseError& e) {
+    throw log_format::ParseError(path_.string() + ":" + std::to_string(line_number_) + ": " + e.what());
+  }
+  truncated_ = true;  // steps from stop.step on are missing
 }
 
 std::string_view LogReader::truncated_fragment() const {

@@ -1,5 +1,6 @@
 #include "stats_kernel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -132,18 +133,32 @@ std::uint64_t ContiguousLayout::run_first_global_index(std::int64_t run) const {
 }
 
 StatsPartial ContiguousLayout::chunk_stats(std::int64_t chunk) const {
+  return chunk_stats(chunk, data_ + chunk * kChunkElements * element_size_);
+}
+
+StatsPartial ContiguousLayout::chunk_stats(std::int64_t chunk, const void* chunk_data) const {
   const std::int64_t begin = chunk * kChunkElements;
   const std::int64_t end = std::min(numel_, begin + kChunkElements);
+  const auto* data = static_cast<const unsigned char*>(chunk_data);  // local element `begin`
   StatsPartial out;
   if (run_length_ == 0) return out;
   std::int64_t run = begin / run_length_, pos = begin % run_length_;
   for (std::int64_t i = begin; i < end; ++run, pos = 0) {
     const std::int64_t count = std::min(run_length_ - pos, end - i);
-    out.merge(stats_run(type_, data_ + i * element_size_, count,
+    out.merge(stats_run(type_, data + (i - begin) * element_size_, count,
                         run_first_global_index(run) + static_cast<std::uint64_t>(pos)));
     i += count;
   }
   return out;
+}
+
+std::int64_t ContiguousLayout::segment_first(std::int64_t local) const {
+  const std::int64_t run_first = local - local % run_length_;
+  return std::max(run_first, local - local % kChunkElements);
+}
+
+std::uint64_t ContiguousLayout::global_index(std::int64_t local) const {
+  return run_first_global_index(local / run_length_) + static_cast<std::uint64_t>(local % run_length_);
 }
 
 TensorStats finish_stats(const std::vector<StatsPartial>& chunks, std::int64_t numel) {

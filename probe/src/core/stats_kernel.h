@@ -35,6 +35,12 @@ class ContiguousLayout {
   std::int64_t chunk_count() const { return (numel_ + kChunkElements - 1) / kChunkElements; }
   // Figures of local elements [chunk * kChunkElements, ...) in a fixed order.
   StatsPartial chunk_stats(std::int64_t chunk) const;
+  // The same over the chunk's elements read from `chunk_data` (its first element) instead.
+  StatsPartial chunk_stats(std::int64_t chunk, const void* chunk_data) const;
+  // Where chunk_stats puts local element `local` (row-major): the first local element of its
+  // stats_run call (where the chunk or its run begins, whichever is later), and its global index.
+  std::int64_t segment_first(std::int64_t local) const;
+  std::uint64_t global_index(std::int64_t local) const;
 
   // The run structure, for kernels that walk the same layout (the CUDA one): local element i
   // has global index run_first_global_index(i / run_length) + i % run_length.

@@ -50,6 +50,7 @@ void packed_figures_cuda(const PreparedTensor& view, bool torch_hash, const at::
   TORCH_INTERNAL_ASSERT(packed.device() == view.data.device() && packed.is_contiguous() &&
                         packed.numel() == kPackedSlots && packed.scalar_type() == at::kLong);
   const c10::cuda::CUDAGuard guard(view.data.device());
+  if (view.data.numel() == 0) return write_empty_figures(packed);  // no grid of zero blocks
   PreparedTensor prepared = view;
   tile::MemoryLayout memory = memory_layout_of(prepared.data);
   if (memory.contiguous()) prepared.data = prepared.data.contiguous();  // a no-op unless > 8 dims

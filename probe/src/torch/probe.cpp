@@ -11,6 +11,7 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -139,6 +140,12 @@ ProbeOptions ProbeOptions::from_env(ProbeOptions o) {
     }
   }
   if (const char* v = env("PROBE_TORCH_HASH")) o.torch_hash = parse_bool("PROBE_TORCH_HASH", v);
+  if (const char* v = env("PROBE_ON_ERROR")) {
+    const std::string mode = v;
+    if (mode == "report") o.on_error = ProbeOptions::OnError::report;
+    else if (mode == "throw") o.on_error = ProbeOptions::OnError::throw_error;
+    else throw std::invalid_argument("numprobe: PROBE_ON_ERROR='" + mode + "' is not 'report' or 'throw'");
+  }
   if (const char* v = env("PROBE_SETUP")) o.setup = v;
   if (o.rank < 0)
     if (const char* v = env("RANK")) o.rank = static_cast<int>(parse_at_least("RANK", v, 0, kMaxInt));
@@ -151,6 +158,10 @@ struct Probe::Impl {
   ProbeOptions options;
   std::filesystem::path run_dir, log_path;
   std::unique_ptr<LogWriter> writer;
+  // Set once the log failed (on_error = report): hooks on other threads read it, so the writer
+  // itself stays (it refuses further writes) and this flag stops recording.
+  std::atomic<bool> stopped{false};
+  std::string error;  // why, guarded by `mutex`
 
   std::mutex mutex;  // autograd may run hooks on its device threads
   std::vector<WatchedParameter> parameters;
@@ -166,8 +177,22 @@ struct Probe::Impl {
   };
   std::vector<KeySlot> key_slots;
 
+  bool recording() const { return writer && !stopped.load(std::memory_order_relaxed); }
+
   bool wants(Kind kind) const {
-    return writer && options.kinds.contains(kind) && step % options.every == 0;
+    return recording() && options.kinds.contains(kind) && step % options.every == 0;
+  }
+
+  // A log that cannot be written must not end the training it observes (on_error = report):
+  // say so once, with the path and the reason, and record nothing more.
+  void stop_recording(const std::string& message, const std::string& outcome) {
+    {
+      std::lock_guard lock(mutex);
+      error = message;
+    }
+    stopped.store(true);
+    std::fprintf(stderr, "%s; numprobe stopped recording, training goes on (%s)\n", message.c_str(),
+                 outcome.c_str());
   }
 
   // Stamped with the step under the lock: a hook on another thread sees begin/end_step's step.
@@ -262,14 +287,21 @@ Probe::Probe(ProbeOptions options) : impl_(std::make_shared<Impl>()) {
   if (o.rank >= o.world_size)
     throw std::invalid_argument("numprobe: rank " + std::to_string(o.rank) +
                                 " is outside world size " + std::to_string(o.world_size));
-  impl_->run_dir = o.run_dir.empty() ? next_free_run_dir(o.output_root) : o.run_dir;
-  impl_->log_path = impl_->run_dir / ("rank" + std::to_string(o.rank)) / "diff.log";
-  log_format::Header header;
-  header.rank = o.rank;
-  header.world_size = o.world_size;
-  header.torch_version = TORCH_VERSION;
-  header.setup = o.setup;
-  impl_->writer = std::make_unique<LogWriter>(impl_->log_path, header);
+  try {
+    impl_->run_dir = o.run_dir.empty() ? next_free_run_dir(o.output_root) : o.run_dir;
+    impl_->log_path = impl_->run_dir / ("rank" + std::to_string(o.rank)) / "diff.log";
+    log_format::Header header;
+    header.rank = o.rank;
+    header.world_size = o.world_size;
+    header.torch_version = TORCH_VERSION;
+    header.setup = o.setup;
+    impl_->writer = std::make_unique<LogWriter>(impl_->log_path, header);
+  } catch (const std::exception& e) {  // I/O: the run directory or the log file
+    if (o.on_error == ProbeOptions::OnError::throw_error) throw;
+    impl_->writer.reset();
+    impl_->stop_recording(e.what(), "no log was written");
+    return;
+  }
   StatsOptions stats_options;
   stats_options.torch_hash = o.torch_hash;
   impl_->batch = StatsBatch(stats_options);
@@ -283,7 +315,11 @@ Probe::~Probe() {
   g_active_probe.compare_exchange_strong(self, nullptr);
 }
 
-bool Probe::enabled() const { return impl_->writer != nullptr; }
+bool Probe::enabled() const { return impl_->recording(); }
+std::string Probe::log_error() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->error;
+}
 const ProbeOptions& Probe::options() const { return impl_->options; }
 const std::filesystem::path& Probe::log_path() const { return impl_->log_path; }
 const std::filesystem::path& Probe::run_dir() const { return impl_->run_dir; }
@@ -401,7 +437,16 @@ void Probe::end_step() {
     lines.push_back(log_format::format_record(r.record));
   }
   impl.batch.clear();
-  impl.writer->write_step(step, lines);
+  try {
+    impl.writer->write_step(step, lines);
+  } catch (const LogWriteError& e) {
+    if (impl.options.on_error == ProbeOptions::OnError::throw_error) throw;
+    impl.stop_recording(e.what(), e.stop_line_written
+                                      ? "the log keeps the steps before " + std::to_string(step) +
+                                            " and ends with a line giving this reason"
+                                      : "the log keeps the steps before " + std::to_string(step) +
+                                            "; no room was left to record the reason in it");
+  }
 }
 
 void Probe::begin_forward(const std::string& name, std::int64_t microbatch,
@@ -466,6 +511,9 @@ void Probe::scalar(const std::string& name, double value) {
 void Probe::scalar(const std::string& name, const at::Tensor& value) {
   if (!enabled() || !impl_->wants(Kind::scalar)) return;
   check_name(name, "scalar");
+  // No elements (a per-expert figure of an expert that received no tokens): no value to read,
+  // so the record carries the empty tensor's figures instead, which is what was passed.
+  if (value.defined() && value.numel() == 0) return impl_->add(Kind::scalar, name, std::nullopt, value, {});
   TORCH_CHECK(value.numel() == 1, "numprobe: scalar '", name, "' has ", value.numel(), " elements");
   impl_->add_scalar(name, 0, value);
 }

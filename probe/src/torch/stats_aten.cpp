@@ -23,6 +23,9 @@
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 
+#include <bit>
+#include <limits>
+
 #include "probe/hash_spec.h"
 #include "stats_device.h"
 
@@ -108,7 +111,15 @@ at::Tensor element_hashes(const PreparedTensor& p) {
 
 }  // namespace
 
+void write_empty_figures(const at::Tensor& out) {
+  const double inf = std::numeric_limits<double>::infinity();
+  out.zero_();  // hash, sums, counts, torch hash
+  out.select(0, kMin).fill_(std::bit_cast<std::int64_t>(inf));
+  out.select(0, kMax).fill_(std::bit_cast<std::int64_t>(-inf));
+}
+
 void packed_figures_aten(const PreparedTensor& view, bool torch_hash, const at::Tensor& out) {
+  if (view.data.numel() == 0) return write_empty_figures(out);
   PreparedTensor p = view;
   p.data = view.data.contiguous();
   at::Tensor hash = at::sum(element_hashes(p));

@@ -38,6 +38,12 @@ std::optional<PreparedTensor> prepare(const at::Tensor& t, const Shard& shard, T
 // computed with ATen ops: the device fallback when no fused kernel is registered for the device.
 void packed_figures_aten(const PreparedTensor& prepared, bool torch_hash, const at::Tensor& out);
 
+// Writes the packed figures of a tensor without elements into `out` (hash 0, no sums, min +inf
+// and max -inf, which unpack_figures turns into NaN, torch hash 0), on the device, no host sync.
+// Every device path starts with it for an empty tensor: a kernel over no elements would be
+// launched with an empty grid, and ATen's amin/amax and hash_tensor refuse an empty input.
+void write_empty_figures(const at::Tensor& out);
+
 // A fused kernel for one device type (the CUDA one registers itself at load time). It writes into
 // `out` asynchronously, on the device's current stream.
 using PackedFiguresFn = void (*)(const PreparedTensor& prepared, bool torch_hash, const at::Tensor& out);
@@ -51,6 +57,14 @@ struct StatsBatchAccess {
                                                const Shard& shard = {});
   static std::size_t add_scalar_through_device_buffer(StatsBatch& batch, const at::Tensor& value);
 };
+
+// The CPU kernel's element type for a dtype (after complex is viewed as real); nullopt for
+// dtypes it cannot read (sub-byte, packed, quantized, complex).
+std::optional<kernels::ElementType> element_type(c10::ScalarType type);
+
+// at::hash_tensor's value, read back now (a host sync for a device tensor); 0 for an empty
+// tensor, which at::hash_tensor refuses.
+std::uint64_t torch_hash_now(const at::Tensor& t);
 
 // Whether at::hash_tensor (LibTorch >= 2.9) has a kernel for the dtype (it lacks float8, complex,
 // uint16..64).

@@ -19,13 +19,14 @@
 #include <vector>
 
 #include "stats_device.h"
+#include "stats_sparse.h"
 
 #if NUMPROBE_TORCH_AT_LEAST(2, 9)
 #include <ATen/ops/hash_tensor.h>
 #endif
 
 namespace probe {
-namespace {
+namespace detail {
 
 using kernels::ElementType;
 
@@ -56,6 +57,22 @@ std::optional<ElementType> element_type(c10::ScalarType type) {
   }
 }
 
+// An empty tensor's is 0, the XOR reduction's identity: at::hash_tensor itself refuses a tensor
+// without elements ("Expected reduction dim to be specified for input.numel() == 0").
+std::uint64_t torch_hash_now(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+#if NUMPROBE_TORCH_AT_LEAST(2, 9)
+  return static_cast<std::uint64_t>(at::hash_tensor(t).view(at::kLong).item<std::int64_t>());
+#else
+  (void)t;  // has_torch_hash_kernel() is false for every dtype before 2.9
+  return 0;
+#endif
+}
+
+}  // namespace detail
+
+namespace {
+
 std::mutex& registry_mutex() {
   static std::mutex m;
   return m;
@@ -63,15 +80,6 @@ std::mutex& registry_mutex() {
 std::map<c10::DeviceType, detail::PackedFiguresFn>& registry() {
   static std::map<c10::DeviceType, detail::PackedFiguresFn> r;
   return r;
-}
-
-std::uint64_t torch_hash_now(const at::Tensor& t) {
-#if NUMPROBE_TORCH_AT_LEAST(2, 9)
-  return static_cast<std::uint64_t>(at::hash_tensor(t).view(at::kLong).item<std::int64_t>());
-#else
-  (void)t;  // has_torch_hash_kernel() is false for every dtype before 2.9
-  return 0;
-#endif
 }
 
 }  // namespace
@@ -143,13 +151,13 @@ std::optional<PreparedTensor> prepare(const at::Tensor& t, const Shard& shard, T
     meta.unsupported = "nested tensor";
     return std::nullopt;
   }
+  meta.shape = t.sizes().vec();  // every layout's, sparse ones included
   if (t.layout() != c10::kStrided) {
     std::ostringstream layout;
     layout << t.layout();
     meta.unsupported = "layout " + layout.str();
     return std::nullopt;
   }
-  meta.shape = t.sizes().vec();
   if (t.is_quantized()) {
     meta.unsupported = "quantized dtype";
     return std::nullopt;
@@ -342,6 +350,10 @@ StatsBatch& StatsBatch::operator=(StatsBatch&&) noexcept = default;
 
 std::size_t StatsBatch::add(const at::Tensor& t, const Shard& shard) {
   Impl::Entry entry;
+  if (t.defined() && detail::is_sparse(t)) {  // finished now, from its stored elements
+    detail::sparse_figures(t, shard, impl_->options.torch_hash, entry.stats);
+    return impl_->push(std::move(entry));
+  }
   auto prepared = detail::prepare(t, shard, entry.stats);
   if (prepared && !prepared->data.is_cpu()) {
     auto kernel = detail::device_kernel(prepared->data.device().type());
@@ -349,7 +361,7 @@ std::size_t StatsBatch::add(const at::Tensor& t, const Shard& shard) {
   }
   // On the CPU, or nothing to read (then the figures are an empty tensor's, or `unsupported`).
   if (impl_->options.torch_hash && entry.stats.supported() && detail::has_torch_hash_kernel(t.scalar_type()))
-    entry.stats.torch_hash = torch_hash_now(prepared ? t : at::empty({0}, t.options().device(at::kCPU)));
+    entry.stats.torch_hash = detail::torch_hash_now(t);  // no read of a device tensor: it is empty here
   if (prepared) cpu_figures(*prepared, entry.stats);
   return impl_->push(std::move(entry));
 }
@@ -446,7 +458,12 @@ std::size_t StatsBatchAccess::add_through_device_buffer(StatsBatch& batch, const
                                                         const Shard& shard) {
   StatsBatch::Impl::Entry entry;
   auto prepared = prepare(t, shard, entry.stats);
-  TORCH_CHECK(prepared, "numprobe: add_through_device_buffer needs a tensor with data to read");
+  if (!prepared && entry.stats.supported()) {  // empty: the device path writes its figures
+    prepared.emplace();
+    prepared->data = t;
+    prepared->shard = shard;
+  }
+  TORCH_CHECK(prepared, "numprobe: add_through_device_buffer needs a tensor that can be hashed");
   return batch.impl_->add_on_device(std::move(entry), t, *prepared, packed_figures_aten);
 }
 
