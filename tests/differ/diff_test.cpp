@@ -10,9 +10,6 @@ using namespace differ_test;
 using namespace probe::differ;
 
 namespace {
-std::int64_t count(const Result& r, Kind k, PairClass c) {
-  return r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)];
-}
 std::string text_of(const Result& r) {
   std::ostringstream out;
   print_text(r, out, {});

@@ -12,13 +12,6 @@ using namespace differ_test;
 using namespace probe::differ;
 
 namespace {
-void write_file(const std::filesystem::path& p, const std::string& text) {
-  std::filesystem::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
-}
-std::int64_t count(const Result& r, Kind k, PairClass c) {
-  return r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)];
-}
 const char* kPython =
     "[full batch input] hash=tensor(123, device='cuda:0', dtype=torch.uint64), norm=tensor(42.5000, device='cuda:0')\n"
     "[grad tok_embeddings.weight] hash=tensor(456, device='cuda:0', dtype=torch.uint64), norm=tensor(1.2346e+05, device='cuda:0')\n"
