@@ -435,7 +435,7 @@ TEST(Probe, EnvironmentRefusesZeroWhereACountMustBePositive) {
 }
 
 TEST(Probe, DisabledProbeWritesNothingAndTapIsANoOp) {
-  auto dir = fresh_dir("disabled");
+  auto dir = fresh_dir("disabled") / "run";
   auto o = options_in(dir);
   o.enabled = false;
   probe::Probe p(o);
@@ -446,7 +446,7 @@ TEST(Probe, DisabledProbeWritesNothingAndTapIsANoOp) {
 }
 
 TEST(Probe, UnwritableRunDirectoryIsAnErrorNamingThePath) {
-  auto blocker = fresh_dir("unwritable");
+  auto blocker = fresh_dir("unwritable") / "blocker";
   std::ofstream(blocker.string()) << "not a directory";
   auto o = options_in(blocker / "run");
   o.on_error = probe::ProbeOptions::OnError::throw_error;
