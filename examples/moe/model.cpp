@@ -2,11 +2,13 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/init.h>
 
 #include <cmath>
 
 #include "probe/probe.h"
+#include "probe/scope.h"
 
 namespace moe {
 
@@ -34,6 +36,9 @@ RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", at::ones({dim}));
 }
 
+// Every module's forward runs in a probe::Scope named as in named_modules() (layers.3.attention,
+// layers.3.moe.router, ...): an op trace (PROBE_TRACE) names each op after its module.
+
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
 }
@@ -55,9 +60,38 @@ at::Tensor apply_rope(const at::Tensor& x, double theta) {
   return at::stack({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1).flatten(-2);
 }
 
+// softmax over the last dim whose gradient is y*g - y*sum(g*y) rather than aten's
+// y*(g - sum(g*y)): the same forward bits, a backward that differs in the last bits.
+struct SoftmaxDistributedBackward : torch::autograd::Function<SoftmaxDistributedBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    auto y = at::softmax(x, -1);
+    ctx->save_for_backward({y});
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto y = ctx->get_saved_variables()[0];
+    const auto& g = grads[0];
+    return {y * g - y * (g * y).sum(-1, /*keepdim=*/true)};
+  }
+};
+
+at::Tensor softmax_of(const at::Tensor& scores, const ModelArgs& args, std::int64_t layer) {
+  if (layer != args.alt_softmax_layer) return at::softmax(scores, -1);
+  switch (args.alt_softmax) {
+    case ModelArgs::AltSoftmax::forward:
+      return at::softmax(scores, -1, at::kDouble).to(scores.scalar_type());
+    case ModelArgs::AltSoftmax::backward:
+      return SoftmaxDistributedBackward::apply(scores);
+    case ModelArgs::AltSoftmax::none:
+      break;
+  }
+  return at::softmax(scores, -1);
+}
+
 }  // namespace
 
-AttentionImpl::AttentionImpl(const ModelArgs& a) : args(a) {
+AttentionImpl::AttentionImpl(const ModelArgs& a, std::int64_t layer_) : args(a), layer(layer_) {
   const auto qk_head_dim = a.qk_nope_head_dim + a.qk_rope_head_dim;
   wq = register_module("wq", linear(a.dim, a.n_heads * qk_head_dim));
   wkv_a = register_module("wkv_a", linear(a.dim, a.kv_lora_rank + a.qk_rope_head_dim));
@@ -77,7 +111,10 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
   auto kv = wkv_a(x);
   auto latent = kv.narrow(-1, 0, args.kv_lora_rank);
   auto k_rope = apply_rope(kv.narrow(-1, args.kv_lora_rank, rope).unsqueeze(2), args.rope_theta);
-  auto kv_heads = wkv_b(kv_norm(latent)).view({B, T, H, nope + vdim});
+  auto kv_heads = wkv_b([&] {
+                   probe::Scope scope("kv_norm");
+                   return kv_norm(latent);
+                 }()).view({B, T, H, nope + vdim});
   auto k_nope = kv_heads.narrow(-1, 0, nope), v = kv_heads.narrow(-1, nope, vdim);
 
   auto query = at::cat({q_nope, q_rope}, -1).transpose(1, 2);                         // B H T d
@@ -86,7 +123,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
   auto scores = at::matmul(query, key.transpose(-2, -1)) / std::sqrt(static_cast<double>(nope + rope));
   auto causal = at::ones({T, T}, x.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
-  auto out = at::matmul(at::softmax(scores, -1), v.transpose(1, 2));  // B H T vdim
+  auto out = at::matmul(softmax_of(scores, args, layer), v.transpose(1, 2));  // B H T vdim
   return wo(out.transpose(1, 2).reshape({B, T, H * vdim}));
 }
 
@@ -119,39 +156,69 @@ at::Tensor MoEImpl::forward(const at::Tensor& x) {
   auto tokens = x.reshape({-1, args.dim});  // N dim
 
   // DeepSeek-V3 routing: sigmoid affinities, top-k experts, weights renormalised over the k.
-  auto affinity = at::sigmoid(router->gate(tokens));  // N E
-  auto [top_scores, top_experts] = at::topk(affinity, args.top_k, -1);
-  auto weights = top_scores / top_scores.sum(-1, /*keepdim=*/true);
+  at::Tensor top_experts, weights;
+  {
+    probe::Scope scope("router");
+    auto affinity = at::sigmoid(router->gate(tokens));  // N E
+    auto [top_scores, top] = at::topk(affinity, args.top_k, -1);
+    top_experts = top;
+    weights = top_scores / top_scores.sum(-1, /*keepdim=*/true);
+  }
 
   auto routed = at::zeros_like(tokens);
-  for (std::int64_t e = 0; e < args.n_experts; ++e) {
-    auto hits = at::nonzero(top_experts == e);  // [n, 2]: (token, slot)
-    if (hits.size(0) == 0) continue;
-    auto token_ids = hits.select(1, 0);
-    auto xe = tokens.index_select(0, token_ids);
-    auto w = weights.index({token_ids, hits.select(1, 1)}).unsqueeze(-1);
-    auto h = at::silu(at::matmul(xe, experts->w1[e].t())) * at::matmul(xe, experts->w3[e].t());
-    routed = routed.index_add(0, token_ids, at::matmul(h, experts->w2[e].t()) * w);
+  {
+    probe::Scope scope("experts");
+    for (std::int64_t e = 0; e < args.n_experts; ++e) {
+      auto hits = at::nonzero(top_experts == e);  // [n, 2]: (token, slot)
+      if (hits.size(0) == 0) continue;
+      auto token_ids = hits.select(1, 0);
+      auto xe = tokens.index_select(0, token_ids);
+      auto w = weights.index({token_ids, hits.select(1, 1)}).unsqueeze(-1);
+      auto h = at::silu(at::matmul(xe, experts->w1[e].t())) * at::matmul(xe, experts->w3[e].t());
+      routed = routed.index_add(0, token_ids, at::matmul(h, experts->w2[e].t()) * w);
+    }
   }
-  return (shared_experts(tokens) + routed).view(shape);
+  at::Tensor shared;
+  {
+    probe::Scope scope("shared_experts");
+    shared = shared_experts(tokens);
+  }
+  return (shared + routed).view(shape);
 }
 
-TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a) : dropout(a.dropout) {
+TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, std::int64_t layer) : dropout(a.dropout) {
   attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps));
-  attention = register_module("attention", Attention(a));
+  attention = register_module("attention", Attention(a, layer));
   ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps));
   moe = register_module("moe", MoE(a));
 }
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, std::optional<at::Generator> dropout_generator) {
-  auto a = attention(attention_norm(x));
+  at::Tensor a;
+  {
+    probe::Scope scope("attention_norm");
+    a = attention_norm(x);
+  }
+  {
+    probe::Scope scope("attention");
+    a = attention(a);
+  }
   if (dropout_generator && dropout > 0 && is_training()) {
     // Drawn on the CPU (the generator is a CPU one): the same mask on every device.
     auto keep = at::empty(a.sizes(), a.options().device(at::kCPU)).bernoulli_(1.0 - dropout, *dropout_generator).to(a.device());
     a = a * keep / (1.0 - dropout);
   }
   auto h = x + a;
-  return h + moe(ffn_norm(h));
+  at::Tensor normed, routed;
+  {
+    probe::Scope scope("ffn_norm");
+    normed = ffn_norm(h);
+  }
+  {
+    probe::Scope scope("moe");
+    routed = moe(normed);
+  }
+  return h + routed;
 }
 
 TransformerImpl::TransformerImpl(const ModelArgs& a, std::int64_t first, std::int64_t last)
@@ -159,7 +226,7 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, std::int64_t first, std::in
   TORCH_CHECK(0 <= first && first < last && last <= a.n_layers, "bad layer range [", first, ", ", last, ")");
   if (has_embedding()) tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(a.vocab_size, a.dim));
   layers = register_module("layers", torch::nn::ModuleDict());
-  for (auto i = first; i < last; ++i) layers->update({{std::to_string(i), TransformerBlock(a).ptr()}});
+  for (auto i = first; i < last; ++i) layers->update({{std::to_string(i), TransformerBlock(a, i).ptr()}});
   if (has_output()) {
     norm = register_module("norm", RMSNorm(a.dim, a.norm_eps));
     output = register_module("output", linear(a.dim, a.vocab_size));
@@ -167,13 +234,24 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, std::int64_t first, std::in
 }
 
 at::Tensor TransformerImpl::forward(const at::Tensor& x, const DropoutRng& rng) {
-  auto h = has_embedding() ? tok_embeddings(x) : x;
+  at::Tensor h = x;
+  if (has_embedding()) {
+    probe::Scope scope("tok_embeddings");
+    h = tok_embeddings(x);
+  }
   for (auto i = first_layer; i < last_layer; ++i) {
+    probe::Scope scope("layers." + std::to_string(i));
     auto block = layers[std::to_string(i)]->as<TransformerBlockImpl>();
     h = block->forward(h, rng.for_layer(i));
     probe::tap("layers." + std::to_string(i), h);  // a no-op without an active probe
   }
-  return has_output() ? output(norm(h)) : h;
+  if (!has_output()) return h;
+  {
+    probe::Scope scope("norm");
+    h = norm(h);
+  }
+  probe::Scope scope("output");
+  return output(h);
 }
 
 void init_weights(Transformer& model, std::uint64_t seed) {

@@ -36,6 +36,13 @@ struct ModelArgs {
   double dropout = 0.1;                 // after attention, so the RNG matters
   double norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  // The op fault (--fault op=<layer>, op-backward=<layer>): that layer's attention softmax is
+  // computed another, mathematically equal way. `forward`: in float64, rounded back (last-bit
+  // differences from the forward on); `backward`: the forward as usual, the gradient by a
+  // distributed formula (last-bit differences in the backward only).
+  enum class AltSoftmax { none, forward, backward };
+  AltSoftmax alt_softmax = AltSoftmax::none;
+  std::int64_t alt_softmax_layer = -1;
 };
 
 // Dropout randomness of one global microbatch: every layer draws from its own generator,
@@ -63,9 +70,10 @@ TORCH_MODULE(RMSNorm);
 
 // Multi-head latent attention without query compression (DeepSeek-V3's q_lora_rank = 0).
 struct AttentionImpl : torch::nn::Module {
-  explicit AttentionImpl(const ModelArgs& args);
+  AttentionImpl(const ModelArgs& args, std::int64_t layer);
   at::Tensor forward(const at::Tensor& x);
   ModelArgs args;
+  std::int64_t layer;
   torch::nn::Linear wq{nullptr}, wkv_a{nullptr}, wkv_b{nullptr}, wo{nullptr};
   RMSNorm kv_norm{nullptr};
 };
@@ -103,7 +111,7 @@ struct MoEImpl : torch::nn::Module {
 TORCH_MODULE(MoE);
 
 struct TransformerBlockImpl : torch::nn::Module {
-  explicit TransformerBlockImpl(const ModelArgs& args);
+  TransformerBlockImpl(const ModelArgs& args, std::int64_t layer);
   // `dropout_generator` undefined: no dropout.
   at::Tensor forward(const at::Tensor& x, std::optional<at::Generator> dropout_generator);
   double dropout;

@@ -69,8 +69,9 @@ struct Config {
 
 // --fault: each reproduces a classic divergence that diff_logs must name.
 struct Fault {
-  enum class Kind { none, grads_none, rng_per_rank, nan, skip_reduce } kind = Kind::none;
+  enum class Kind { none, grads_none, rng_per_rank, nan, skip_reduce, op, op_backward } kind = Kind::none;
   std::int64_t step = -1;
+  std::int64_t layer = -1;  // op, op_backward
   std::string param;
 
   static Fault parse(const std::string& text) {
@@ -90,10 +91,21 @@ struct Fault {
     } else if (text.starts_with("skip-reduce=")) {
       f.kind = Kind::skip_reduce;
       f.param = value("skip-reduce=");
+    } else if (text.starts_with("op=") || text.starts_with("op-backward=")) {
+      f.kind = text.starts_with("op=") ? Kind::op : Kind::op_backward;
+      const std::string v = value(f.kind == Kind::op ? "op=" : "op-backward=");
+      std::size_t used = 0;
+      try {
+        f.layer = std::stoll(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (v.empty() || used != v.size() || f.layer < 0)
+        throw std::invalid_argument("--fault '" + text + "': the layer must be a non-negative integer");
     } else {
       throw std::invalid_argument("--fault '" + text +
-                                  "': expected none, grads-none, rng-per-rank, nan=<step>:<param> or "
-                                  "skip-reduce=<param>");
+                                  "': expected none, grads-none, rng-per-rank, nan=<step>:<param>, "
+                                  "skip-reduce=<param>, op=<layer> or op-backward=<layer>");
     }
     return f;
   }
@@ -108,6 +120,9 @@ void check_fault(const Fault& fault, const Config& c, const ProcessGroups& group
     if (std::none_of(params.begin(), params.end(), [&](const auto& item) { return item.key() == fault.param; }))
       throw std::invalid_argument("--fault: no parameter named '" + fault.param + "'");
   }
+  if (fault.layer >= c.model.n_layers)
+    throw std::invalid_argument("--fault: no layer " + std::to_string(fault.layer) + " (the model has " +
+                                std::to_string(c.model.n_layers) + ")");
   std::string why;
   if (fault.kind == Fault::Kind::nan && fault.step >= c.steps)
     why = "step " + std::to_string(fault.step) + " is past the run's last step " + std::to_string(c.steps - 1);
@@ -468,7 +483,7 @@ int main(int argc, char** argv) {
   app.add_option("--out", c.out, "the probe's run directory (default: the next free out/<N>)");
   app.add_option("--probe", c.probe, "probe on or off")->capture_default_str();
   app.add_option("--probe-kinds", c.probe_kinds, "kinds to record: all, a list, or -kind to drop one")->capture_default_str();
-  app.add_option("--fault", c.fault, "none, grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>")->capture_default_str();
+  app.add_option("--fault", c.fault, "none, grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>, op=<layer>, op-backward=<layer>")->capture_default_str();
   app.add_option("--params-out", c.params_out, "write a fingerprint of the final parameters to DIR/rank<R>.txt");
   app.add_option("--die-after-step", c.die_after_step, "SIGKILL --die-rank in the step after this one, once its collectives are done and before it logs the step (tests)")->capture_default_str();
   app.add_option("--die-rank", c.die_rank, "the rank --die-after-step kills")->capture_default_str();
@@ -501,6 +516,11 @@ int main(int argc, char** argv) {
     // Before the probe makes its run directory: a bad --fault leaves nothing behind.
     Fault fault = Fault::parse(c.fault);
     check_fault(fault, c, groups);
+    if (fault.kind == Fault::Kind::op || fault.kind == Fault::Kind::op_backward) {
+      c.model.alt_softmax = fault.kind == Fault::Kind::op ? moe::ModelArgs::AltSoftmax::forward
+                                                          : moe::ModelArgs::AltSoftmax::backward;
+      c.model.alt_softmax_layer = fault.layer;
+    }
 
     probe::ProbeOptions defaults;
     defaults.enabled = c.probe;

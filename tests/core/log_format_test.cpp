@@ -129,13 +129,14 @@ TEST(LogFormat, HeaderRoundTripsAndRejectsOtherVersions) {
   EXPECT_EQ(lf::parse_header("#numprobe format=1 hash_spec=1 rank=0 world_size=1").format_version, 1);
   EXPECT_EQ(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1").format_version, 2);
   EXPECT_EQ(lf::parse_header("#numprobe format=3 hash_spec=1 rank=0 world_size=1").format_version, 3);
-  for (const char* other : {"#numprobe format=4 hash_spec=1 rank=0 world_size=1",
+  EXPECT_EQ(lf::parse_header("#numprobe format=4 hash_spec=1 rank=0 world_size=1").format_version, 4);
+  for (const char* other : {"#numprobe format=5 hash_spec=1 rank=0 world_size=1",
                             "#numprobe format=0 hash_spec=1 rank=0 world_size=1"}) {
     try {
       lf::parse_header(other);
       ADD_FAILURE() << "accepted " << other;
     } catch (const lf::ParseError& e) {
-      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 3)"),
+      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 4)"),
                 std::string::npos)
           << e.what();
     }
@@ -227,4 +228,54 @@ TEST(LogFormat, StopLineRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=-1 reason=x"), "negative step in stop line");
   EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=1 reason=x junk"),
             "unexpected token 'junk' in stop line");
+}
+
+TEST(LogFormat, OpRecordRoundTripsWithPhaseAndInputHashes) {
+  probe::Record r;
+  r.step = 7;
+  r.kind = probe::Kind::op;
+  r.name = "layers.3.attention/aten::softmax#0";
+  r.microbatch = 2;
+  r.phase = probe::Phase::backward;
+  r.inputs = {0x0123456789abcdefULL, std::nullopt, 0};
+  r.stats.hash = 0xfedcba9876543210ULL;
+  r.stats.norm = 1.5;
+  r.stats.dtype = "float32";
+  r.stats.shape = {2, 3};
+  const std::string line = lf::format_record(r);
+  EXPECT_NE(line.find(" phase=backward in=[0123456789abcdef,-,0000000000000000] hash="), std::string::npos) << line;
+  const auto back = lf::parse_record(line);
+  EXPECT_EQ(back.kind, probe::Kind::op);
+  EXPECT_EQ(back.name, r.name);
+  EXPECT_EQ(back.phase, probe::Phase::backward);
+  EXPECT_EQ(back.inputs, r.inputs);
+  EXPECT_EQ(lf::format_record(back), line);
+  EXPECT_EQ(probe::phase_of(back), probe::Phase::backward);
+
+  r.inputs.clear();  // an op without tensor inputs (aten::ones)
+  r.phase = probe::Phase::forward;
+  EXPECT_EQ(lf::parse_record(lf::format_record(r)).inputs.size(), 0u);
+  EXPECT_NE(lf::format_record(r).find(" in=[] "), std::string::npos);
+}
+
+TEST(LogFormat, PhaseAndInputsBelongToOpRecordsOnly) {
+  auto message_of = [](const std::string& line) {
+    return parse_error_of([](const std::string& l) { lf::parse_record(l); }, line);
+  };
+  EXPECT_EQ(message_of("step=1 kind=grad name=w phase=forward in=[] none"),
+            "phase= and in= belong to op records, and only to them");
+  EXPECT_EQ(message_of("step=1 kind=op name=s/aten::add#0 mb=0 phase=forward none"), "op record lacks phase= or in=");
+  EXPECT_EQ(message_of("step=1 kind=op name=s/aten::add#0 phase=sideways in=[] none"),
+            "field 'phase' is not forward or backward");
+  EXPECT_EQ(message_of("step=1 kind=op name=s/aten::add#0 phase=forward in=[12] none"),
+            "hash is not 16 hex digits: '12'");
+  EXPECT_EQ(message_of("step=1 kind=op name=s/aten::add#0 phase=forward in=0000000000000000 none"),
+            "field 'in' is not [hash,...]");
+}
+
+TEST(LogFormat, Version4WritesOpRecordsAndVersion2And3HeadersStayReadable) {
+  EXPECT_EQ(lf::kVersion, 4);
+  EXPECT_EQ(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1").format_version, 2);
+  EXPECT_EQ(lf::parse_header("#numprobe format=3 hash_spec=1 rank=0 world_size=1").format_version, 3);
+  EXPECT_EQ(lf::parse_header("#numprobe format=4 hash_spec=1 rank=0 world_size=1").format_version, 4);
 }

@@ -110,9 +110,9 @@ TEST(BadInput, DifferentHashSpecVersionsAreAClearError) {
 
 TEST(BadInput, OtherFormatVersionIsAClearError) {
   auto dir = fresh_dir("format");
-  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=4 hash_spec=1 rank=0 world_size=1\n");
+  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=5 hash_spec=1 rank=0 world_size=1\n");
   write_run(dir / "b", {{scalar(0, "loss", 1)}});
-  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 4 is not supported"),
+  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 5 is not supported"),
             std::string::npos);
 }
 
@@ -224,7 +224,7 @@ TEST(BadInput, FormatOneLogsWithoutEndMarkersStillCompare) {
 }
 
 TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
-  auto dir = fresh_dir("format123");
+  auto dir = fresh_dir("format1234");
   std::vector<std::vector<Record>> ranks(2);
   for (int s = 0; s < 3; ++s)
     for (std::size_t r = 0; r < 2; ++r) {
@@ -234,17 +234,20 @@ TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
   for (int r = 0; r < 2; ++r) {
     const auto& records = ranks[static_cast<std::size_t>(r)];
     write_file(dir / "v1" / ("rank" + std::to_string(r)) / "diff.log", format1_log(records, r, 2));
-    std::string v2 = header(r, 2, 1, 2);  // step ends, no nnz or stop line
-    for (int s = 0; s < 3; ++s) {
-      for (const auto& rec : records)
-        if (rec.step == s) v2 += lf::format_record(rec) + "\n";
-      v2 += lf::format_step_end(s, 2) + "\n";
+    // Versions 2 (step ends, no nnz or stop line) and 3 (no op records) hold these records alike.
+    for (int version : {2, 3}) {
+      std::string text = header(r, 2, 1, version);
+      for (int s = 0; s < 3; ++s) {
+        for (const auto& rec : records)
+          if (rec.step == s) text += lf::format_record(rec) + "\n";
+        text += lf::format_step_end(s, 2) + "\n";
+      }
+      write_file(dir / ("v" + std::to_string(version)) / ("rank" + std::to_string(r)) / "diff.log", text);
     }
-    write_file(dir / "v2" / ("rank" + std::to_string(r)) / "diff.log", v2);
   }
-  write_run(dir / "v3", ranks);
-  ASSERT_EQ(read_all(dir / "v3" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=3 ");
-  for (auto [a, b] : {std::pair{"v1", "v3"}, std::pair{"v3", "v1"}, std::pair{"v2", "v3"}}) {
+  write_run(dir / "v4", ranks);
+  ASSERT_EQ(read_all(dir / "v4" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=4 ");
+  for (auto [a, b] : {std::pair{"v1", "v4"}, std::pair{"v4", "v1"}, std::pair{"v2", "v4"}, std::pair{"v3", "v4"}}) {
     auto res = diff(dir / a, dir / b);
     EXPECT_EQ(res.exit_code(), 0) << a << " vs " << b;
     EXPECT_EQ(res.paired_steps, 3);

@@ -2,7 +2,8 @@
 """Integration tests of examples/moe: moe_train under torchrun, then diff_logs.
 
     examples_test.py CASE        (CASE: pairs, fault-grads-none, fault-rng-per-rank, fault-nan,
-                                  fault-skip-reduce, killed-rank, probe-off, html-report)
+                                  fault-skip-reduce, fault-op, fault-op-backward, killed-rank,
+                                  probe-off, html-report)
 
 Environment (set by ctest): MOE_TRAIN, DIFF_LOGS, TORCHRUN, WORK (a scratch directory).
 Each case prints what it ran and why it failed; the exit status is the verdict.
@@ -205,6 +206,76 @@ def case_fault_skip_reduce():
     r = diff(a, b, expect=1)
     first_divergence(r, 0, "grad", param)
     cause(r, "wrong_reduction", [param, "every mb_grad"])
+
+
+def follow_trace_hint(name, setup, ranks, fault, *extra):
+    """Compare without a trace, re-run both with the PROBE_TRACE diff_logs prints, compare again."""
+    a = train(name + "_base", setup, ranks, *extra)
+    b = train(name, setup, ranks, *extra, "--fault", fault)
+    r = diff(a, b, expect=1)
+    hint = r["op_trace"]["trace_hint"]
+    if not hint or f"PROBE_TRACE='{hint}'" not in r["text"]:
+        fail(f"no re-run setting printed: {r['op_trace']}")
+    env = {"PROBE_TRACE": hint}
+    a = train(name + "_base_traced", setup, ranks, *extra, env_extra=env)
+    b = train(name + "_traced", setup, ranks, *extra, "--fault", fault, env_extra=env)
+    return diff(a, b, expect=1), hint
+
+
+def check_html_root_cause(a, b, name):
+    """The --html page of the traced comparison shows the root-cause op (when Chromium is here)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "differ"))
+    import html_check
+    chromium = html_check.find_chromium()
+    if not chromium:
+        print("chromium not found: the --html page is not rendered", flush=True)
+        return
+    html = os.path.join(WORK, "op_trace.html")
+    diff(a, b, "--html", html, expect=1)
+    browser = html_check.Browser(chromium)
+    try:
+        dom, log = browser.dump_dom(html)
+    finally:
+        browser.close()
+    problems = html_check.render_problems(dom, log)
+    if html_check.attr(dom, "op-root-cause", "data-name") != name:
+        problems.append(f"the root-cause op panel names {html_check.attr(dom, 'op-root-cause', 'data-name')}")
+    if problems:
+        fail(f"{html}: " + "; ".join(problems))
+    print(f"OK {html} shows the root-cause op {name}", flush=True)
+
+
+def case_fault_op():
+    layer = 1
+    r, hint = follow_trace_hint("single_op", "single", 1, f"op={layer}")
+    if f"scopes=^layers\\.{layer}(" not in hint or not hint.startswith("steps=0;"):
+        fail(f"the hint should trace layer {layer} at step 0: {hint}")
+    root = r["op_trace"]["root_cause"]
+    if not root or not root["name"].startswith(f"layers.{layer}.attention/") or root["phase"] != "forward":
+        fail(f"the root cause should be an op of layers.{layer}.attention in the forward: {r['op_trace']}")
+    if "softmax" not in root["name"]:
+        fail(f"the root cause should be the softmax: {root}")
+    cause(r, "op_root_cause", [f"layers.{layer}.attention/aten::softmax#0"])
+    print(f"OK root cause {root['name']} ({hint})", flush=True)
+    check_html_root_cause(os.path.join(WORK, "single_op_base_traced"), os.path.join(WORK, "single_op_traced"),
+                          root["name"])
+
+    # The observer does not perturb: the traced run's losses equal the untraced run's bitwise.
+    untraced = train("single_op_losses", "single", 1, "--fault", f"op={layer}")
+    traced = os.path.join(WORK, "single_op_traced")
+    same = diff(untraced, traced, "--kinds", "scalar,output,tap,mb_grad,grad", expect=0)
+    if same["result"] != "equal":
+        fail("tracing changed the run's results")
+    print("OK traced and untraced runs bitwise equal", flush=True)
+
+
+def case_fault_op_backward():
+    layer = 2
+    r, hint = follow_trace_hint("single_opb", "single", 1, f"op-backward={layer}")
+    root = r["op_trace"]["root_cause"]
+    if not root or root["phase"] != "backward" or not root["name"].startswith(f"layers.{layer}.attention/aten::softmax#0/"):
+        fail(f"the root cause should be in the backward of layers.{layer}.attention's softmax: {r['op_trace']}")
+    print(f"OK backward root cause {root['name']} ({hint})", flush=True)
 
 
 def case_killed_rank():

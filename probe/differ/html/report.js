@@ -10,9 +10,10 @@
   var DATA = JSON.parse(document.getElementById('numprobe-data').textContent);
   var parsedAt = performance.now();
   var R = DATA.report;
-  var KINDS = ['rng', 'input', 'output', 'tap', 'output_grad', 'mb_grad', 'grad', 'scalar'];
+  var KINDS = ['rng', 'input', 'output', 'tap', 'output_grad', 'mb_grad', 'grad', 'scalar', 'op'];
   var PHASE = {rng: 'forward', input: 'forward', output: 'forward', tap: 'forward',
-               output_grad: 'backward', mb_grad: 'backward', grad: 'step end', scalar: 'step end'};
+               output_grad: 'backward', mb_grad: 'backward', grad: 'step end', scalar: 'step end',
+               op: 'forward'};
   var CLASSES = ['equal', 'within_tol', 'different', 'only_base', 'only_test', 'none_one_side',
                  'unsupported'];
   // Cell codes: the class index, 7 = NaN/Inf on a side, 255 = no record at that step.
@@ -61,8 +62,10 @@
   function seriesTitle(s) {
     return s.kind + ' ' + s.name + (s.mb !== null && s.mb !== undefined ? ' mb=' + s.mb : '');
   }
+  // A pair's phase: its own (an op record runs in forward or backward), else its kind's.
+  function phaseOf(p) { return p.phase ? p.phase.replace('_', ' ') : PHASE[p.kind]; }
   function where(p) {
-    return 'step ' + p.step + '  ' + PHASE[p.kind] + (p.mb !== null ? '  mb ' + p.mb : '') + '  ' +
+    return 'step ' + p.step + '  ' + phaseOf(p) + (p.mb !== null ? '  mb ' + p.mb : '') + '  ' +
            p.kind + ' ' + p.name;
   }
   function decode(b64, Type) {
@@ -176,14 +179,17 @@
     var fields = [['state', 'state'], ['hash', 'hash'], ['torch_hash', 'torch_hash'], ['norm', 'norm'],
                   ['min', 'min'], ['max', 'max'], ['mean', 'mean'], ['value', 'value'],
                   ['nan', 'nan'], ['inf', 'inf'], ['dtype', 'dtype'], ['shape', 'shape'],
-                  ['ranks', 'ranks'], ['unsupported', 'unsupported']];
+                  ['inputs', 'input hashes'], ['ranks', 'ranks'], ['unsupported', 'unsupported']];
     var rows = [el('tr', null, [el('th'), el('th', {text: 'base'}), el('th', {text: 'test'})])];
     fields.forEach(function (f) {
       function val(side) {
         if (side === null) return '(absent)';
         var v = side[f[0]];
         if (v === undefined) return '';
-        if (Array.isArray(v)) return f[0] === 'shape' ? '[' + v.join(',') + ']' : v.join(',');
+        if (Array.isArray(v)) {
+          var items = v.map(function (x) { return x === null ? '-' : x; });
+          return f[0] === 'shape' || f[0] === 'inputs' ? '[' + items.join(',') + ']' : items.join(',');
+        }
         return fmt(v);
       }
       var b = val(p.base), t = val(p.test);
@@ -205,7 +211,7 @@
     return box;
   }
   // Fields a later differ may add, shown when present: first_unexplained_divergence (a pair,
-  // the headline then), noise (an object of figures), root_cause_op (an object or text).
+  // the headline then), noise (an object of figures).
   function objectTable(obj) {
     var rows = Object.keys(obj).map(function (k) {
       var v = obj[k];
@@ -213,6 +219,33 @@
         el('td', {text: typeof v === 'object' && v !== null ? JSON.stringify(v) : fmt(v)})]);
     });
     return el('table', {class: 'kv'}, rows);
+  }
+  // What the op records say (op_trace in the --json): the root-cause op, the first op whose
+  // inputs already differ, the PROBE_TRACE setting of a re-run, the ops of one run only.
+  function opFinding(title, f, id) {
+    var box = el('div', {class: 'op-finding', id: id, 'data-name': f.name, 'data-phase': f.phase});
+    box.appendChild(el('h3', null, [title + '  ', el('span', {class: 'where',
+      text: 'step ' + f.step + '  ' + f.phase + (f.mb !== null ? '  mb ' + f.mb : '') + '  op ' + f.name})]));
+    box.appendChild(el('p', {text: f.message}));
+    return box;
+  }
+  function drawOpTrace(main) {
+    var ops = R.op_trace;
+    if (!ops) return;
+    if (ops.root_cause) main.appendChild(opFinding('Root-cause op', ops.root_cause, 'op-root-cause'));
+    if (ops.inherited) main.appendChild(opFinding('First op with differing inputs', ops.inherited, 'op-inherited'));
+    if (ops.trace_hint) {
+      main.appendChild(el('h3', {text: 'Op trace'}));
+      main.appendChild(el('p', {text: 'The runs diverge where no op was recorded; to find the op, re-run both with'}));
+      main.appendChild(el('pre', {id: 'op-trace-hint', text: "PROBE_TRACE='" + ops.trace_hint + "'"}));
+    }
+    [['only_base', 'base'], ['only_test', 'test']].forEach(function (side) {
+      var n = ops[side[0] + '_count'];
+      if (!n) return;
+      main.appendChild(el('p', {class: 'note', text: n + ' op record(s) in the ' + side[1] +
+        ' run only (set aside: not compared, not a divergence): ' + ops[side[0]].join('; ') +
+        (n > ops[side[0]].length ? '; ...' : '')}));
+    });
   }
   function drawFirstDivergence() {
     var s = section('first-divergence', 'First divergence');
@@ -241,11 +274,7 @@
     if (R.summation_order_grads > 0)
       main.appendChild(el('p', {text: R.summation_order_grads +
         ' grad record(s) differ only at summation-order size with bitwise-equal mb_grads'}));
-    if (R.root_cause_op !== undefined && R.root_cause_op !== null) {
-      main.appendChild(el('h3', {text: 'Root-cause op'}));
-      main.appendChild(typeof R.root_cause_op === 'object' ? objectTable(R.root_cause_op)
-                                                             : el('p', {text: String(R.root_cause_op)}));
-    }
+    drawOpTrace(main);
     if (R.noise !== undefined && R.noise !== null) {
       side.appendChild(el('h3', {text: 'Noise summary'}));
       side.appendChild(typeof R.noise === 'object' ? objectTable(R.noise) : el('p', {text: String(R.noise)}));
@@ -696,7 +725,7 @@
       {title: 'kind'}, {title: 'name'}, {title: 'mb', num: true}, {title: 'class'},
       {title: 'base', num: true}, {title: 'test', num: true}, {title: 'note'}],
       R.top.map(function (p) {
-        return [p.rel_diff, p.step, PHASE[p.kind], p.kind, p.name, p.mb, p['class'],
+        return [p.rel_diff, p.step, phaseOf(p), p.kind, p.name, p.mb, p['class'],
                 fmt(norm(p.base)), fmt(norm(p.test)), p.note || ''];
       })));
     var mism = R.series.filter(function (x) {

@@ -146,8 +146,7 @@ std::vector<Pair> Aligner::pair_up(std::int64_t step, std::vector<Merged>* base,
   // Keep execution order: a stable sort on phase then microbatch puts test-only records
   // among the base ones.
   std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
-    return std::make_pair(phase_of(a.kind), a.mb.value_or(-1)) <
-           std::make_pair(phase_of(b.kind), b.mb.value_or(-1));
+    return std::make_pair(phase_of(a), a.mb.value_or(-1)) < std::make_pair(phase_of(b), b.mb.value_or(-1));
   });
   return pairs;
 }
@@ -185,6 +184,7 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
       p.pair_class = PairClass::only_base;
     else
       classify(p, options_.cmp);
+    if (set_aside_op(p, result_.ops)) continue;
     ++result_.counts[static_cast<std::size_t>(p.kind)][static_cast<std::size_t>(p.pair_class)];
     ++result_.records_compared;
     const std::size_t si = add_to_series(p, base && test);
@@ -196,10 +196,12 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
   for (const auto& p : pairs)
     if (summation_order_like(p, pairs, options_)) ++result_.summation_order_grads;
   note_first_nonfinite(step, pairs);
+  op_analysis_.add_step(step, pairs, result_.ops);
   if (first && !result_.first_divergence) {
     result_.first_divergence = *first;
     first_step_one_sided_ = !base || !test;
     for (auto& c : step_causes({step, pairs, *first}, options_)) result_.causes.push_back(std::move(c));
+    op_analysis_.suggest_trace(*first, pairs, options_.kinds_mask, result_.ops);
   }
 }
 
@@ -213,6 +215,7 @@ void Aligner::finish() {
   note_one_sided_kinds();
   note_one_sided_names();
   order_causes();
+  op_analysis_.add_causes(result_.ops, result_.causes);  // the op's root cause goes first
   std::sort(top_.begin(), top_.end(), heap_less);
   result_.top = std::move(top_);
 }

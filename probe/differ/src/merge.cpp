@@ -20,8 +20,8 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   std::vector<Group> groups;
   group_step(step, groups);
   std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
-    return std::make_tuple(phase_of(a.kind), a.mb.value_or(-1), a.order) <
-           std::make_tuple(phase_of(b.kind), b.mb.value_or(-1), b.order);
+    return std::make_tuple(a.phase, a.mb.value_or(-1), a.order) <
+           std::make_tuple(b.phase, b.mb.value_or(-1), b.order);
   });
 
   MergeContext ctx;
@@ -91,12 +91,13 @@ void Run::group_step(std::int64_t step, std::vector<Group>& groups) {
       // Execution order: ranks ascending in forward and step end, descending in backward
       // (pipeline stages run backward last stage first), then the rank's own line order.
       const std::int64_t rank_order =
-          phase_of(r.kind) == Phase::backward ? world - 1 - src->rank : src->rank;
+          phase_of(r) == Phase::backward ? world - 1 - src->rank : src->rank;
       const std::int64_t order = rank_order * (std::int64_t{1} << 40) + pos++;
       if (inserted) {
         Group g;
         g.key = key;
         g.kind = r.kind;
+        g.phase = phase_of(r);
         g.name = canon;
         g.mb = r.microbatch;
         g.raw_name = r.name;

@@ -28,8 +28,9 @@ int row_group(Kind k) {
     case Kind::tap: return 1;
     case Kind::output_grad: return 2;
     case Kind::scalar: return 3;
+    case Kind::op: return 4;  // traced ops last, in execution order
   }
-  return 3;
+  return 4;
 }
 
 int forward_kind_order(Kind k) {

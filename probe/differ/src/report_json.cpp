@@ -52,6 +52,10 @@ nlohmann::json side_json(const Side& s) {
     j["dtype"] = t.dtype;
     j["shape"] = t.shape;
   }
+  if (r.kind == Kind::op) {  // the op's input hashes, argument order; null: an input without one
+    auto& inputs = j["inputs"] = nlohmann::json::array();
+    for (const auto& h : r.inputs) inputs.push_back(h ? nlohmann::json(lf::format_hash(*h)) : nlohmann::json(nullptr));
+  }
   return j;
 }
 
@@ -59,6 +63,7 @@ nlohmann::json pair_json(const Pair& p) {
   nlohmann::json j;
   j["step"] = p.step;
   j["kind"] = kind_name(p.kind);
+  j["phase"] = phase_name(phase_of(p));
   j["name"] = p.name;
   j["mb"] = p.mb ? nlohmann::json(*p.mb) : nlohmann::json(nullptr);
   j["class"] = pair_class_name(p.pair_class);
@@ -146,6 +151,25 @@ nlohmann::json series_json(const SeriesKey& k, const SeriesStats& s) {
   };
 }
 
+nlohmann::json op_finding_json(const std::optional<OpFinding>& f) {
+  if (!f) return nullptr;
+  return {{"step", f->step},
+          {"mb", optional_json(f->mb)},
+          {"phase", phase_name(f->phase)},
+          {"name", f->name},
+          {"message", f->message}};
+}
+
+nlohmann::json ops_json(const OpReport& ops) {
+  return {{"root_cause", op_finding_json(ops.root_cause)},
+          {"inherited", op_finding_json(ops.inherited)},
+          {"only_base", ops.only_base},
+          {"only_base_count", ops.only_base_count},
+          {"only_test", ops.only_test},
+          {"only_test_count", ops.only_test_count},
+          {"trace_hint", ops.trace_hint ? nlohmann::json(*ops.trace_hint) : nlohmann::json(nullptr)}};
+}
+
 nlohmann::json kinds_json(const std::vector<Kind>& kinds) {
   auto list = nlohmann::json::array();
   for (Kind k : kinds) list.push_back(kind_name(k));
@@ -172,6 +196,7 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   j["summation_order_grads"] = r.summation_order_grads;
   auto& top = j["top"] = nlohmann::json::array();
   for (const auto& p : r.top) top.push_back(pair_json(p));
+  j["op_trace"] = ops_json(r.ops);
   j["names_only_base"] = r.names_only_base;
   j["names_only_test"] = r.names_only_test;
   j["kinds_only_base"] = kinds_json(r.kinds_only_base);

@@ -1,6 +1,6 @@
-// The terminal report: runs, summary per kind, first divergence and likely causes, run issues,
-// one-sided kinds and names, top differences, paired statistics, result. One function per
-// section.
+// The terminal report: runs, summary per kind, first divergence and likely causes, the op
+// trace's re-run setting and set-aside ops, run issues, one-sided kinds and names, top
+// differences, paired statistics, result. One function per section.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -90,7 +90,7 @@ std::string rel_diff_text(const Pair& p) {
 std::string where(const Pair& p) {
   static constexpr std::array<std::string_view, 3> kPhase = {"forward", "backward", "step end"};
   std::string s = "step " + std::to_string(p.step) + "  " +
-                  std::string(kPhase[static_cast<std::size_t>(phase_of(p.kind))]);
+                  std::string(kPhase[static_cast<std::size_t>(phase_of(p))]);
   if (p.mb) s += "  mb " + std::to_string(*p.mb);
   s += "  " + std::string(kind_name(p.kind)) + " " + p.name;
   return s;
@@ -231,6 +231,27 @@ void print_first_divergence(const Result& r, std::ostream& out, const Paint& pai
   out << "\n";
 }
 
+// The op trace's part: the re-run setting that would record the ops where the runs diverge,
+// and the ops of one run only, set aside.
+void print_ops(const OpReport& ops, std::ostream& out, const Paint& paint) {
+  if (ops.trace_hint) {
+    out << paint(kBold, "OP TRACE") << "  the runs diverge where no op was recorded; to find the op, re-run both with\n"
+        << "  PROBE_TRACE='" << *ops.trace_hint << "'\n\n";
+  }
+  if (ops.only_base_count == 0 && ops.only_test_count == 0) return;
+  out << paint(kBold, "OPS IN ONE RUN ONLY") << " (set aside: not compared, not a divergence)\n";
+  for (const auto* list : {&ops.only_base, &ops.only_test}) {
+    const bool base = list == &ops.only_base;
+    const std::int64_t count = base ? ops.only_base_count : ops.only_test_count;
+    if (count == 0) continue;
+    out << "  " << (base ? "base only" : "test only") << " (" << count << ")\n";
+    for (const auto& line : *list) out << "    " << line << "\n";
+    if (count > static_cast<std::int64_t>(list->size()))
+      out << "    ... and " << count - static_cast<std::int64_t>(list->size()) << " more\n";
+  }
+  out << "\n";
+}
+
 void print_issues(const Result& r, std::ostream& out, const Paint& paint) {
   for (const auto* log : {&r.base_issues, &r.test_issues}) {
     if (log->count_by_type.empty()) continue;
@@ -364,6 +385,7 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   print_runs(r, out, paint);
   print_summary(r, out, paint);
   print_first_divergence(r, out, paint);
+  print_ops(r.ops, out, paint);
   print_issues(r, out, paint);
   print_one_sided(r, out, paint);
   print_top(r, out, paint);

@@ -1,7 +1,8 @@
-// Log format v3 (docs/log-format.md): a header line, then one record per line of
+// Log format v4 (docs/log-format.md): a header line, then one record per line of
 // space-separated key=value fields, each step closed by a step-end line, and a last line saying
-// why when the probe stopped recording. Versions 1 (no step-end lines) and 2 (no nnz= field, no
-// stop line) stay readable. Torch-free; the probe writes it, the differ reads it.
+// why when the probe stopped recording. Versions 1 (no step-end lines), 2 (no nnz= field, no
+// stop line) and 3 (no op records) stay readable. Torch-free; the probe writes it, the differ
+// reads it.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@
 
 namespace probe::log_format {
 
-inline constexpr int kVersion = 3;        // written
+inline constexpr int kVersion = 4;        // written (4: op records)
 inline constexpr int kOldestVersion = 1;  // oldest still read
 inline constexpr std::string_view kHeaderTag = "#numprobe";
 inline constexpr std::string_view kStepEndTag = "#end";

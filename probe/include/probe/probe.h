@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "probe/record.h"
+#include "probe/scope.h"
 #include "probe/shard.h"
 #include "probe/tensor_stats.h"
 
@@ -62,6 +63,9 @@ struct ProbeOptions {
   std::string setup;    // free text for the log header ("zero3 x4, seed 42")
   bool torch_hash = false;            // also log at::hash_tensor (Python tooling's hash)
   std::string model_name = "model";   // record name of forward() inputs and outputs
+  // Op trace (kind `op`): which steps, scopes, phases and microbatches record every ATen op
+  // (probe/trace_spec.h, docs/log-format.md). Empty: no op is traced, and no callback is set.
+  std::string trace;
   // A log that cannot be created or written (a full disk, a file-size limit, a run directory
   // that cannot be made): `report` prints the error once on stderr (the path and the reason),
   // stops recording and lets training go on, every complete step staying readable; `throw`
@@ -70,8 +74,8 @@ struct ProbeOptions {
   OnError on_error = OnError::report;
 
   // `defaults` overridden by PROBE_ENABLE, PROBE_DIR, PROBE_EVERY, PROBE_KINDS,
-  // PROBE_TORCH_HASH, PROBE_ON_ERROR (report or throw), PROBE_SETUP, RANK and WORLD_SIZE where
-  // set. Throws std::invalid_argument naming the variable for a bad value.
+  // PROBE_TORCH_HASH, PROBE_ON_ERROR (report or throw), PROBE_SETUP, PROBE_TRACE, RANK and
+  // WORLD_SIZE where set. Throws std::invalid_argument naming the variable for a bad value.
   static ProbeOptions from_env(ProbeOptions defaults);
   static ProbeOptions from_env() { return from_env(ProbeOptions()); }
 };
@@ -115,7 +119,8 @@ class Probe {
   std::int64_t step() const;
 
   // Runs `module->forward(args...)` for global microbatch `microbatch`, recording the RNG
-  // fingerprint and tensor inputs before it and the output (and its gradient) after. Tensors
+  // fingerprint and tensor inputs before it and the output (and its gradient) after, inside a
+  // root probe::Scope named `name` (op records of ops outside the model's own scopes). Tensors
   // inside std::vector, std::tuple and std::pair arguments and results count too; several are
   // named `name.0`, `name.1`, ... in order.
   template <class ModuleHolder, class... Args>
@@ -126,7 +131,10 @@ class Probe {
   auto forward_named(const std::string& name, std::int64_t microbatch, ModuleHolder& module,
                      Args&&... args) {
     begin_forward(name, microbatch, tensor_args(args...));
-    auto output = module->forward(std::forward<Args>(args)...);
+    auto output = [&] {
+      Scope scope(Scope::Root{}, name);
+      return module->forward(std::forward<Args>(args)...);
+    }();
     std::vector<at::Tensor> outputs;
     append_tensors(outputs, output);
     for (std::size_t i = 0; i < outputs.size(); ++i)
@@ -140,7 +148,8 @@ class Probe {
   void record_output(const std::string& name, std::int64_t microbatch, const at::Tensor& output);
 
   // Backward of global microbatch `microbatch`: mb_grad records of this backward carry its id.
-  // Without it, they carry the microbatch of the latest forward.
+  // Without it, they carry the microbatch of the latest forward. Backward ops are traced only
+  // inside this call.
   void backward(std::int64_t microbatch, const at::Tensor& root, const at::Tensor& grad = {});
   void set_backward_microbatch(std::int64_t microbatch);
 
@@ -183,6 +192,7 @@ class Probe {
     return tensors;
   }
 
+  void start_op_trace();
   std::shared_ptr<Impl> impl_;  // shared: hooks hold it weakly, autograd may outlive the probe
 };
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "probe/tensor_stats_record.h"
 
@@ -20,8 +21,9 @@ enum class Kind : std::uint8_t {
   mb_grad,      // one microbatch's gradient contribution to a parameter
   grad,         // a parameter's accumulated .grad() at end_step
   scalar,       // a named value per step (loss, grad_norm, lr)
+  op,           // an ATen op's output inside a traced region (forward or backward: see phase)
 };
-inline constexpr int kKindCount = 8;
+inline constexpr int kKindCount = 9;
 
 std::string_view kind_name(Kind kind);
 std::optional<Kind> parse_kind(std::string_view name);
@@ -33,7 +35,11 @@ std::uint32_t parse_kind_mask(std::string_view text);
 inline constexpr std::uint32_t kAllKinds = (1u << kKindCount) - 1;
 
 enum class Phase : std::uint8_t { forward, backward, step_end };
+// The phase a kind is recorded in; an `op` record carries its own (Record::phase).
 Phase phase_of(Kind kind);
+Phase phase_of(const struct Record& record);
+std::string_view phase_name(Phase phase);
+std::optional<Phase> parse_phase(std::string_view name);
 
 struct Record {
   std::int64_t step = 0;
@@ -49,6 +55,10 @@ struct Record {
   State state = State::tensor;
   TensorStats stats;
   double value = 0;
+  // `op` records only: the phase the op ran in, and the hash (hash spec v1) of each tensor input
+  // in argument order, nullopt for an input without one (undefined, unsupported dtype).
+  std::optional<Phase> phase;
+  std::vector<std::optional<std::uint64_t>> inputs;
 };
 
 }  // namespace probe

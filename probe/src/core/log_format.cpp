@@ -13,7 +13,8 @@ namespace probe::log_format {
 namespace {
 
 constexpr std::array<std::string_view, kKindCount> kKindNames = {
-    "rng", "input", "output", "tap", "output_grad", "mb_grad", "grad", "scalar"};
+    "rng", "input", "output", "tap", "output_grad", "mb_grad", "grad", "scalar", "op"};
+constexpr std::array<std::string_view, 3> kPhaseNames = {"forward", "backward", "step_end"};
 
 [[noreturn]] void fail(const std::string& message) { throw ParseError(message); }
 
@@ -80,6 +81,23 @@ void for_each_field(std::string_view line, F&& f) {
   }
 }
 
+// "[h,h,-]": an op's input hashes, '-' for an input without one.
+std::vector<std::optional<std::uint64_t>> parse_input_hashes(std::string_view v) {
+  if (v.size() < 2 || v.front() != '[' || v.back() != ']') fail("field 'in' is not [hash,...]");
+  v = v.substr(1, v.size() - 2);
+  std::vector<std::optional<std::uint64_t>> hashes;
+  while (!v.empty()) {
+    const std::size_t comma = v.find(',');
+    const std::string_view item = v.substr(0, comma);
+    if (item == "-") hashes.emplace_back();
+    else hashes.emplace_back(parse_hash(item));
+    if (comma == std::string_view::npos) break;
+    v.remove_prefix(comma + 1);
+    if (v.empty()) fail("field 'in' ends with ','");
+  }
+  return hashes;
+}
+
 std::vector<Field> split_fields(std::string_view line) {
   std::vector<Field> fields;
   for_each_field(line, [&](const Field& f) { fields.push_back(f); });
@@ -114,7 +132,7 @@ std::uint32_t parse_kind_mask(std::string_view text) {
       const auto kind = parse_kind(item);
       if (!kind)
         throw std::invalid_argument("unknown record kind '" + std::string(item) +
-                                    "' (kinds: rng,input,output,tap,output_grad,mb_grad,grad,scalar)");
+                                    "' (kinds: rng,input,output,tap,output_grad,mb_grad,grad,scalar,op)");
       const std::uint32_t bit = 1u << static_cast<unsigned>(*kind);
       mask = remove ? mask & ~bit : mask | bit;
     }
@@ -138,8 +156,22 @@ Phase phase_of(Kind kind) {
     case Kind::grad:
     case Kind::scalar:
       return Phase::step_end;
+    case Kind::op:
+      return Phase::forward;  // unless the record says otherwise (phase_of(Record))
   }
   return Phase::step_end;
+}
+
+Phase phase_of(const Record& record) {
+  return record.kind == Kind::op && record.phase ? *record.phase : phase_of(record.kind);
+}
+
+std::string_view phase_name(Phase phase) { return log_format::kPhaseNames[static_cast<std::size_t>(phase)]; }
+
+std::optional<Phase> parse_phase(std::string_view name) {
+  for (std::size_t i = 0; i < log_format::kPhaseNames.size(); ++i)
+    if (log_format::kPhaseNames[i] == name) return static_cast<Phase>(i);
+  return std::nullopt;
 }
 
 }  // namespace probe
@@ -352,6 +384,16 @@ std::string format_record(const Record& record) {
   out += kind_name(record.kind);
   out += " name=" + escape_value(record.name);
   if (record.microbatch) out += " mb=" + std::to_string(*record.microbatch);
+  if (record.kind == Kind::op) {
+    out += " phase=";
+    out += phase_name(record.phase.value_or(Phase::forward));
+    out += " in=[";
+    for (std::size_t i = 0; i < record.inputs.size(); ++i) {
+      if (i) out += ',';
+      out += record.inputs[i] ? format_hash(*record.inputs[i]) : "-";
+    }
+    out += ']';
+  }
   switch (record.state) {
     case Record::State::none:
       out += " none";
@@ -387,7 +429,7 @@ Record parse_record(std::string_view line) {
   Record r;
   bool has_step = false, has_kind = false, has_name = false, has_value = false;
   bool has_hash = false, has_dtype = false, has_shape = false;
-  bool is_none = false;
+  bool is_none = false, has_inputs = false;
   for_each_field(line, [&](const Field& f) {
     if (f.bare) {
       if (f.key != "none") fail("unexpected token '" + std::string(f.key) + "'");
@@ -408,6 +450,12 @@ Record parse_record(std::string_view line) {
       has_name = !r.name.empty();
     } else if (k == "mb") {
       r.microbatch = parse_int(v, k);
+    } else if (k == "phase") {
+      r.phase = parse_phase(v);
+      if (!r.phase || *r.phase == Phase::step_end) fail("field 'phase' is not forward or backward");
+    } else if (k == "in") {
+      r.inputs = parse_input_hashes(v);
+      has_inputs = true;
     } else if (k == "value") {
       r.value = parse_double(v);
       has_value = true;
@@ -455,6 +503,8 @@ Record parse_record(std::string_view line) {
   if (!has_name) fail("record lacks name=");
   if (r.step < 0) fail("negative step");
   if (r.microbatch && *r.microbatch < 0) fail("negative mb");
+  if ((r.phase || has_inputs) != (r.kind == Kind::op)) fail("phase= and in= belong to op records, and only to them");
+  if (r.kind == Kind::op && !(r.phase && has_inputs)) fail("op record lacks phase= or in=");
   const int states = int(is_none) + int(has_value) + int(has_hash || has_dtype);
   if (states != 1)
     fail("record must have exactly one of: 'none', value=, or tensor fields (hash=/dtype=)");

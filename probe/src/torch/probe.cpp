@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "op_trace.h"
 #include "probe/log_io.h"
 
 namespace probe {
@@ -113,6 +114,7 @@ struct WatchedParameter {
 struct PendingRecord {
   Record record;
   std::optional<std::size_t> entry;  // its figures (or scalar value) in the step's StatsBatch
+  std::vector<std::optional<std::size_t>> input_entries;  // an op's inputs, for their hashes
 };
 
 }  // namespace
@@ -147,6 +149,14 @@ ProbeOptions ProbeOptions::from_env(ProbeOptions o) {
     else throw std::invalid_argument("numprobe: PROBE_ON_ERROR='" + mode + "' is not 'report' or 'throw'");
   }
   if (const char* v = env("PROBE_SETUP")) o.setup = v;
+  if (const char* v = env("PROBE_TRACE")) {
+    try {
+      TraceSpec::parse(v);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("numprobe: PROBE_TRACE: ") + e.what());
+    }
+    o.trace = v;
+  }
   if (o.rank < 0)
     if (const char* v = env("RANK")) o.rank = static_cast<int>(parse_at_least("RANK", v, 0, kMaxInt));
   if (o.world_size < 0)
@@ -176,6 +186,7 @@ struct Probe::Impl {
     int seen = 0;
   };
   std::vector<KeySlot> key_slots;
+  std::unique_ptr<detail::OpTracer> tracer;  // only with a trace setting
 
   bool recording() const { return writer && !stopped.load(std::memory_order_relaxed); }
 
@@ -257,6 +268,25 @@ struct Probe::Impl {
     push(std::move(r));
   }
 
+  // The op trace's access to the step: its context, the batch and the record list.
+  detail::OpTracer::Sink op_sink() {
+    detail::OpTracer::Sink sink;
+    sink.context = [this](Phase phase) {
+      std::lock_guard lock(mutex);
+      return detail::OpContext{step, phase == Phase::backward ? backward_microbatch : forward_microbatch};
+    };
+    sink.figures = [this](const at::Tensor& t) {
+      at::NoGradGuard no_grad;
+      return batch.add(t.detach());
+    };
+    sink.push = [this](Record record, std::optional<std::size_t> output,
+                       std::vector<std::optional<std::size_t>> inputs) {
+      PendingRecord r{std::move(record), output, std::move(inputs)};
+      push(std::move(r));
+    };
+    return sink;
+  }
+
   void rng_fingerprint(std::int64_t microbatch, const std::vector<at::Tensor>& inputs) {
     if (!wants(Kind::rng)) return;
     std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
@@ -305,10 +335,23 @@ Probe::Probe(ProbeOptions options) : impl_(std::make_shared<Impl>()) {
   StatsOptions stats_options;
   stats_options.torch_hash = o.torch_hash;
   impl_->batch = StatsBatch(stats_options);
+  start_op_trace();
   g_active_probe.store(this);
 }
 
+void Probe::start_op_trace() {
+  TraceSpec spec;
+  try {
+    spec = TraceSpec::parse(impl_->options.trace);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("numprobe: ProbeOptions::trace: ") + e.what());
+  }
+  if (spec.enabled() && impl_->options.kinds.contains(Kind::op))
+    impl_->tracer = std::make_unique<detail::OpTracer>(std::move(spec), impl_->op_sink());
+}
+
 Probe::~Probe() {
+  impl_->tracer.reset();  // before the records it pushes into go
   for (auto& p : impl_->parameters)
     if (p.hook) p.parameter.remove_hook(*p.hook);
   Probe* self = this;
@@ -426,12 +469,17 @@ void Probe::end_step() {
     impl.forward_microbatch.reset();
     impl.backward_microbatch.reset();
   }
+  if (impl.tracer) impl.tracer->end_step();
   impl.number_repeated_keys(records);
   // Tensor figures and scalar tensors come back in one copy per device: one host sync a step.
   impl.batch.resolve();
   std::vector<std::string> lines;
   lines.reserve(records.size());
   for (auto& r : records) {
+    for (const auto& input : r.input_entries) {  // before any entry's figures move out
+      const TensorStats* in = input ? &impl.batch.stats(*input) : nullptr;
+      r.record.inputs.push_back(in && in->supported() ? std::optional(in->hash) : std::nullopt);
+    }
     if (r.entry && r.record.state == Record::State::scalar) r.record.value = impl.batch.scalar(*r.entry);
     else if (r.entry) r.record.stats = std::move(impl.batch.stats(*r.entry));
     lines.push_back(log_format::format_record(r.record));
@@ -446,6 +494,9 @@ void Probe::end_step() {
                                             " and ends with a line giving this reason"
                                       : "the log keeps the steps before " + std::to_string(step) +
                                             "; no room was left to record the reason in it");
+
+    // Nothing more is written: the op trace would only hash ops into records that are dropped.
+    impl.tracer.reset();
   }
 }
 
@@ -485,6 +536,8 @@ void Probe::set_backward_microbatch(std::int64_t microbatch) {
 
 void Probe::backward(std::int64_t microbatch, const at::Tensor& root, const at::Tensor& grad) {
   set_backward_microbatch(microbatch);
+  std::optional<detail::OpTracer::BackwardRegion> traced;
+  if (impl_->tracer) traced.emplace(impl_->tracer->backward(step(), microbatch));
   if (grad.defined())
     torch::autograd::backward({root}, {grad});
   else

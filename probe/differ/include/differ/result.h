@@ -105,11 +105,38 @@ struct Pair {
   std::string key;  // internal: the series/alignment key
 };
 
+// The phase a pair's records ran in (an op record carries its own).
+Phase phase_of(const Pair& p);
+
 struct Cause {
   std::string rule;  // rng, data, summation_order, wrong_reduction, none_gradient,
                      // unreduced_gradient, nonfinite, step_range, kind_not_recorded,
-                     // names_differ, missing_record
+                     // names_differ, missing_record, op_root_cause, op_inherited
   std::string message;
+};
+
+// What the op records (kind `op`) say (docs/diff-logs.md, "Op traces").
+struct OpFinding {
+  std::int64_t step = 0;
+  std::optional<std::int64_t> mb;
+  Phase phase = Phase::forward;
+  std::string name;     // the op record's name, <scope>/<op>#<k>
+  std::string message;  // what was found, in words
+};
+struct OpReport {
+  // The first op, in execution order, whose inputs agree with the other run and whose output
+  // differs (or, where the runs run different ops, the first op of one run only that feeds an
+  // op whose inputs differ).
+  std::optional<OpFinding> root_cause;
+  // The first op whose output differs and whose inputs already differ, naming their producer.
+  std::optional<OpFinding> inherited;
+  // Op records of one run only ("step 0 mb 1 forward NAME"): set aside, never a divergence.
+  std::vector<std::string> only_base, only_test;
+  std::int64_t only_base_count = 0, only_test_count = 0;
+  static constexpr std::size_t kListed = 50;
+  // A PROBE_TRACE setting that records the ops where the runs first diverge, when they diverge
+  // where neither run has op records.
+  std::optional<std::string> trace_hint;
 };
 
 struct RunInfo {
@@ -132,6 +159,7 @@ struct Result {
   std::vector<std::string> names_only_base, names_only_test;  // kinds below excluded
   // Kinds one run recorded on the steps both runs hold while the other recorded none of them.
   std::vector<Kind> kinds_only_base, kinds_only_test;
+  OpReport ops;
   IssueLog base_issues, test_issues;
   std::int64_t records_compared = 0;
   std::optional<std::int64_t> truncated_at;  // comparison stopped here (a killed rank)

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "differ/detail/op_align.h"
 #include "differ/options.h"
 #include "differ/result.h"
 
@@ -47,6 +48,7 @@ class Aligner {
   // often not the first divergence (a reduction order differs at step 0, a NaN comes later).
   std::optional<Cause> first_nonfinite_;
   std::int64_t first_nonfinite_step_ = 0;
+  OpAnalysis op_analysis_;  // op records: root cause, set-aside ops, trace hint
 };
 
 }  // namespace probe::differ

@@ -41,6 +41,7 @@ struct Part {
 struct Group {
   std::string key;
   Kind kind;
+  Phase phase;       // an op record carries its own
   std::string name;  // canonical
   std::optional<std::int64_t> mb;
   std::string raw_name;

@@ -1,0 +1,230 @@
+// Op records in a comparison (docs/diff-logs.md, "Op traces"): set-aside ops, the root-cause
+// rule, the inherited op and the re-run hint.
+#include "differ/detail/op_align.h"
+
+#include <regex>
+#include <unordered_map>
+
+#include "probe/log_format.h"
+
+namespace probe::differ {
+namespace {
+
+// "step 3 mb 1 forward"
+std::string where(std::int64_t step, std::optional<std::int64_t> mb, Phase phase) {
+  std::string s = "step " + std::to_string(step);
+  if (mb) s += " mb " + std::to_string(*mb);
+  return s + " " + std::string(phase_name(phase));
+}
+
+// The scope of an op record's name: what precedes its first '/' (a backward op's is its
+// forward op's scope).
+std::string scope_of(const std::string& name) { return name.substr(0, name.find('/')); }
+
+bool output_differs(const Pair& p) {
+  return p.pair_class == PairClass::different || p.pair_class == PairClass::none_one_side;
+}
+
+std::string hash_text(const std::optional<std::uint64_t>& h) {
+  return h ? log_format::format_hash(*h) : std::string("-");
+}
+
+// Which op of one run produced each output hash seen so far in the step.
+using Producers = std::unordered_map<std::uint64_t, std::string>;
+
+void note_outputs(const Pair& p, Producers& base, Producers& test) {
+  for (const auto* side : {&p.base, &p.test}) {
+    if (!side->present || side->m.rec.state != Record::State::tensor || side->m.rec.stats.unsupported) continue;
+    // A name with an output index (op.1) still names the op.
+    (side == &p.base ? base : test).try_emplace(side->m.rec.stats.hash, p.name);
+  }
+}
+
+std::string escape_regex(const std::string& text) {
+  static const std::string special = R"(\^$.|?*+()[]{})";
+  std::string out;
+  for (char c : text) {
+    if (special.find(c) != std::string::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+bool in_both(const Pair& p) { return p.base.present && p.test.present; }
+
+// What a step's op records tell about each other: which op of each run produced each output
+// hash, and the ops of one run only.
+struct StepOps {
+  Producers base, test;
+  std::vector<const Pair*> one_sided;
+};
+
+std::string producer_of(const Producers& from, const std::optional<std::uint64_t>& hash) {
+  if (!hash) return "";
+  auto it = from.find(*hash);
+  return it == from.end() ? "" : it->second;
+}
+
+// The first input (argument order) whose hash differs between the runs.
+std::size_t first_differing_input(const Record& b, const Record& t) {
+  std::size_t i = 0;
+  while (i < b.inputs.size() && i < t.inputs.size() && b.inputs[i] == t.inputs[i]) ++i;
+  return i;
+}
+
+OpFinding root_cause_finding(std::int64_t step, const Pair& p) {
+  const Phase phase = phase_of(p);
+  return {step, p.mb, phase, p.name,
+          p.name + " (" + where(step, p.mb, phase) + "): its inputs agree with the other run, its output differs" +
+              (p.note.empty() ? "" : " (" + p.note + ")")};
+}
+
+// "made by X", or by which op in each run; producers empty where no traced op made the input.
+std::string made_by_text(const std::string& base_producer, const std::string& test_producer) {
+  if (base_producer.empty() && test_producer.empty()) return ", made outside the traced ops";
+  if (base_producer == test_producer) return ", made by " + base_producer;
+  return ", made by " + (base_producer.empty() ? "an untraced op" : base_producer) + " in base and " +
+         (test_producer.empty() ? "an untraced op" : test_producer) + " in test";
+}
+
+// Where the runs ran different ops, no op pair has agreeing inputs and a differing output: the
+// op of one run only that made `p`'s differing input `input` is the root cause.
+std::optional<OpFinding> one_sided_root_cause(std::int64_t step, const Pair& p, std::size_t input,
+                                              const std::string& base_producer, const std::string& test_producer,
+                                              const StepOps& ops) {
+  for (const Pair* q : ops.one_sided) {
+    if (q->name != test_producer && q->name != base_producer) continue;
+    const Phase phase = phase_of(*q);
+    const std::string scope = scope_of(q->name);
+    std::string base_ops, test_ops;  // the scope's one-sided ops of that microbatch and phase
+    for (const Pair* o : ops.one_sided) {
+      if (scope_of(o->name) != scope || o->mb != q->mb || phase_of(*o) != phase) continue;
+      std::string& list = o->base.present ? base_ops : test_ops;
+      list += (list.empty() ? "" : ", ") + o->name;
+    }
+    return OpFinding{step, q->mb, phase, q->name,
+                     "the runs execute different ops in " + scope + " (" + where(step, q->mb, phase) +
+                         "): base runs [" + base_ops + "], test runs [" + test_ops + "]; " + q->name +
+                         "'s output feeds " + p.name + ", whose input " + std::to_string(input) + " differs"};
+  }
+  return std::nullopt;
+}
+
+// An op whose output differs and whose inputs already differ; may find the root cause among the
+// one-sided ops that fed it.
+OpFinding inherited_finding(std::int64_t step, const Pair& p, const StepOps& ops, OpReport& report) {
+  const Record &b = p.base.m.rec, &t = p.test.m.rec;
+  const Phase phase = phase_of(p);
+  std::string msg = p.name + " (" + where(step, p.mb, phase) + "): ";
+  if (b.inputs.size() != t.inputs.size()) {
+    msg += "it takes " + std::to_string(b.inputs.size()) + " tensor inputs in base, " +
+           std::to_string(t.inputs.size()) + " in test";
+    return {step, p.mb, phase, p.name, msg};
+  }
+  const std::size_t i = first_differing_input(b, t);
+  msg += "input " + std::to_string(i) + " already differs (base " + hash_text(b.inputs[i]) + ", test " +
+         hash_text(t.inputs[i]) + ")";
+  const std::string pb = producer_of(ops.base, b.inputs[i]), pt = producer_of(ops.test, t.inputs[i]);
+  msg += made_by_text(pb, pt);
+  if (!report.root_cause) report.root_cause = one_sided_root_cause(step, p, i, pb, pt, ops);
+  return {step, p.mb, phase, p.name, msg};
+}
+
+}  // namespace
+
+bool set_aside_op(const Pair& p, OpReport& report) {
+  if (p.kind != Kind::op || (p.base.present && p.test.present)) return false;
+  const bool base = p.base.present;
+  auto& list = base ? report.only_base : report.only_test;
+  ++(base ? report.only_base_count : report.only_test_count);
+  if (list.size() < OpReport::kListed) list.push_back(where(p.step, p.mb, phase_of(p)) + " " + p.name);
+  return true;
+}
+
+void OpAnalysis::add_step(std::int64_t step, const std::vector<Pair>& pairs, OpReport& report) {
+  if (done_) return;
+  StepOps ops;
+  // This step's ops of one run only: test-only records sit after the base records of their
+  // phase and microbatch, not where they ran, so they all count as producers from the start.
+  for (const Pair& p : pairs)
+    if (p.kind == Kind::op && !in_both(p)) {
+      ops.one_sided.push_back(&p);
+      note_outputs(p, ops.base, ops.test);
+    }
+  for (const Pair& p : pairs) {
+    if (p.kind != Kind::op || !in_both(p)) continue;
+    if (output_differs(p)) {
+      const bool inputs_agree = p.base.m.rec.inputs == p.test.m.rec.inputs;
+      if (inputs_agree && !report.root_cause)
+        report.root_cause = root_cause_finding(step, p);
+      else if (!inputs_agree && !report.inherited)
+        report.inherited = inherited_finding(step, p, ops, report);
+    }
+    note_outputs(p, ops.base, ops.test);
+  }
+  done_ = report.root_cause || report.inherited;
+}
+
+std::optional<std::string> scope_regex_for(Kind kind, const std::string& raw_name) {
+  // A repeated key's "#k" is the probe's numbering, not part of the scope.
+  const std::string name = raw_name.substr(0, raw_name.find('#'));
+  switch (kind) {
+    case Kind::tap:
+      return "^" + escape_regex(name) + "(\\.|$)";
+    case Kind::mb_grad:
+    case Kind::grad: {
+      // A parameter's module (its name without the last component), the module's own scopes
+      // and its ancestors' (a model may scope only down to layers.3.attention, not to the
+      // Linear layers.3.attention.wq): ^layers(\.3(\.attention(\.wq(\..*)?)?)?)?$
+      const auto dot = name.rfind('.');
+      if (dot == std::string::npos) return std::string();
+      const std::string module = name.substr(0, dot);
+      std::vector<std::string> parts;
+      for (std::size_t begin = 0;;) {
+        const auto end = module.find('.', begin);
+        parts.push_back(module.substr(begin, end - begin));
+        if (end == std::string::npos) break;
+        begin = end + 1;
+      }
+      std::string re = "(\\..*)?";
+      for (std::size_t i = parts.size(); i-- > 1;) re = "(\\." + escape_regex(parts[i]) + re + ")?";
+      return "^" + escape_regex(parts[0]) + re + "$";
+    }
+    case Kind::input:
+    case Kind::output:
+    case Kind::output_grad:
+    case Kind::scalar:
+      return std::string();  // somewhere in the model: every scope
+    case Kind::rng:
+    case Kind::op:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void OpAnalysis::suggest_trace(const Pair& first, const std::vector<Pair>& pairs, std::optional<std::uint32_t> kinds,
+                               OpReport& report) const {
+  if (report.trace_hint) return;
+  // A record one run lacks, or `none` in one, is no numerical difference for ops to explain; a comparison that
+  // leaves op records out (--kinds) is not looking at them.
+  if (first.pair_class != PairClass::different) return;
+  if (kinds && !(*kinds & (1u << static_cast<unsigned>(Kind::op)))) return;
+  const auto scopes = scope_regex_for(first.kind, first.name);
+  if (!scopes) return;
+  const std::regex re(scopes->empty() ? std::string(".*") : *scopes);
+  for (const Pair& p : pairs)
+    if (p.kind == Kind::op && std::regex_search(scope_of(p.name), re)) return;  // ops there were traced
+  std::string hint = "steps=" + std::to_string(first.step);
+  if (!scopes->empty()) hint += ";scopes=" + *scopes;
+  if (first.mb) hint += ";mb=" + std::to_string(*first.mb);
+  report.trace_hint = hint;
+}
+
+void OpAnalysis::add_causes(const OpReport& report, std::vector<Cause>& causes) const {
+  std::vector<Cause> found;
+  if (report.root_cause) found.push_back({"op_root_cause", report.root_cause->message});
+  if (report.inherited) found.push_back({"op_inherited", "the first op whose inputs already differ: " + report.inherited->message});
+  causes.insert(causes.begin(), found.begin(), found.end());
+}
+
+}  // namespace probe::differ

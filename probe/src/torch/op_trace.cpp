@@ -1,0 +1,322 @@
+// Built with NDEBUG whatever the build type (probe/CMakeLists.txt): RecordFunction's layout and
+// inputs() depend on it, and the release LibTorch the probe links is built with it.
+#include "op_trace.h"
+
+#include <ATen/SequenceNumber.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string_view>
+
+namespace probe::detail {
+namespace {
+
+std::atomic<OpTracer*> g_active_tracer{nullptr};
+
+constexpr std::string_view kEvaluateFunction = "autograd::engine::evaluate_function: ";
+
+// A backward node being evaluated on this thread: the forward op that created it, once its
+// BACKWARD_FUNCTION RecordFunction (which carries the sequence number) has started.
+struct NodeFrame {
+  std::optional<std::string> forward_op;
+  bool from_evaluate_function = false;
+};
+
+struct ThreadTrace {
+  std::uint64_t handle = 0;  // this thread's callback while traced frames are open
+  int traced_frames = 0;
+  OpContext forward;          // step and microbatch of the traced forward frames
+  int op_depth = 0;           // ops started and not ended inside a traced region
+  // The lowest sequence number no recorded forward op claimed yet: a node made between ops (a
+  // custom autograd Function's, made before its forward runs) belongs to the next recorded op.
+  std::int64_t seq_floor = 0;
+  std::vector<NodeFrame> nodes;
+};
+
+ThreadTrace& thread_trace() {
+  thread_local ThreadTrace t;
+  return t;
+}
+
+// What a start callback saw, for its end callback.
+struct OpObservation : at::ObserverContext {
+  enum class What : std::uint8_t { evaluate_function, node, nested, skipped, recorded } what;
+  bool pushed_node = false;
+  Phase phase = Phase::forward;
+  OpContext context;
+  std::string prefix;           // <scope>/<op> (forward), <forward op>/<op> (backward)
+  std::int64_t seq_begin = -1;  // forward: sequence numbers its nodes take start here
+  std::vector<std::optional<std::size_t>> inputs;
+  explicit OpObservation(What w) : what(w) {}
+};
+
+void report_failure(const char* where) {
+  static std::atomic<bool> reported{false};
+  if (reported.exchange(true)) return;
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "numprobe: op trace: %s failed, op records may be missing: %s\n", where, e.what());
+  } catch (...) {
+    std::fprintf(stderr, "numprobe: op trace: %s failed, op records may be missing\n", where);
+  }
+}
+
+// The tensors of an IValue (a tensor, a list of tensors or optional tensors), in order; an
+// undefined tensor is kept as such.
+void append_tensors(std::vector<at::Tensor>& out, const c10::IValue& v) {
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef())
+      if (e.isTensor()) out.push_back(e.toTensor());
+  } else if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements()) append_tensors(out, e);
+  }
+}
+
+std::vector<std::optional<std::size_t>> input_figures(const OpTracer& tracer, const at::RecordFunction& fn) {
+  std::vector<at::Tensor> tensors;
+  for (const c10::IValue& v : fn.inputs()) append_tensors(tensors, v);
+  std::vector<std::optional<std::size_t>> entries;
+  entries.reserve(tensors.size());
+  // The observer's own ATen calls are neither traced nor seen by a profiler.
+  at::DisableRecordFunctionGuard no_callbacks;
+  for (const at::Tensor& t : tensors)
+    entries.push_back(t.defined() ? std::optional(tracer.sink().figures(t)) : std::nullopt);
+  return entries;
+}
+
+// Records of each tensor output: `name`, or `name.<i>` when the op returns several.
+void record_outputs(OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs, const std::string& name) {
+  std::vector<at::Tensor> outputs;
+  for (const c10::IValue& v : fn.outputs()) append_tensors(outputs, v);
+  at::DisableRecordFunctionGuard no_callbacks;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    Record r;
+    r.kind = Kind::op;
+    r.name = outputs.size() == 1 ? name : name + "." + std::to_string(i);
+    r.microbatch = obs.context.microbatch;
+    r.phase = obs.phase;
+    std::optional<std::size_t> entry;
+    if (outputs[i].defined()) entry = tracer.sink().figures(outputs[i]);
+    else r.state = Record::State::none;
+    tracer.sink().push(std::move(r), entry, obs.inputs);
+  }
+}
+
+std::unique_ptr<at::ObserverContext> start_op(OpTracer& tracer, const at::RecordFunction& fn) {
+  using What = OpObservation::What;
+  ThreadTrace& tt = thread_trace();
+  const std::string_view name = fn.name();
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    auto obs = std::make_unique<OpObservation>(What::node);
+    if (tt.nodes.empty() || !tt.nodes.back().from_evaluate_function || tt.nodes.back().forward_op) {
+      tt.nodes.push_back({});
+      obs->pushed_node = true;
+    }
+    if (fn.seqNr() >= 0) tt.nodes.back().forward_op = tracer.forward_op_of(fn.forwardThreadId(), fn.seqNr());
+    return obs;
+  }
+  if (name.substr(0, kEvaluateFunction.size()) == kEvaluateFunction) {
+    tt.nodes.push_back({std::nullopt, true});
+    return std::make_unique<OpObservation>(What::evaluate_function);
+  }
+  const bool in_backward = !tt.nodes.empty();
+  const auto& frames = scope_frames();
+  if (tt.op_depth++ > 0) return std::make_unique<OpObservation>(What::nested);
+  if (!in_backward && (frames.empty() || !frames.back().traced))
+    return std::make_unique<OpObservation>(What::skipped);  // an untraced scope inside a traced one
+
+  auto obs = std::make_unique<OpObservation>(What::recorded);
+  if (in_backward) {
+    const auto context = tracer.backward_context();
+    const auto& forward_op = tt.nodes.back().forward_op;
+    if (!context || !forward_op) {
+      obs->what = What::skipped;  // a node of an untraced forward op (or AccumulateGrad)
+      return obs;
+    }
+    obs->phase = Phase::backward;
+    obs->context = *context;
+    obs->prefix = *forward_op + "/" + std::string(name);
+  } else {
+    obs->phase = Phase::forward;
+    obs->context = tt.forward;
+    obs->prefix = frames.back().name + "/" + std::string(name);
+    obs->seq_begin = std::min(tt.seq_floor, static_cast<std::int64_t>(at::sequence_number::peek()));
+  }
+  if (obs->phase == Phase::backward || tracer.spec().traces_forward()) obs->inputs = input_figures(tracer, fn);
+  return obs;
+}
+
+void end_op(OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs) {
+  using What = OpObservation::What;
+  ThreadTrace& tt = thread_trace();
+  switch (obs.what) {
+    case What::evaluate_function:
+      if (!tt.nodes.empty()) tt.nodes.pop_back();
+      return;
+    case What::node:
+      if (obs.pushed_node && !tt.nodes.empty()) tt.nodes.pop_back();
+      return;
+    case What::nested:
+      --tt.op_depth;
+      return;
+    case What::skipped:
+      if (--tt.op_depth == 0 && tt.nodes.empty()) tt.seq_floor = static_cast<std::int64_t>(at::sequence_number::peek());
+      return;
+    case What::recorded:
+      break;
+  }
+  --tt.op_depth;
+  const std::string name = tracer.numbered(obs.phase, obs.context.microbatch, obs.prefix);
+  if (obs.phase == Phase::forward) {
+    const auto seq_end = static_cast<std::int64_t>(at::sequence_number::peek());
+    tt.seq_floor = seq_end;
+    if (seq_end > obs.seq_begin) tracer.add_forward_op(fn.threadId(), obs.seq_begin, {seq_end, name});
+    if (!tracer.spec().traces_forward()) return;
+  }
+  record_outputs(tracer, fn, obs, name);
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  OpTracer* tracer = g_active_tracer.load(std::memory_order_acquire);
+  if (!tracer) return nullptr;
+  try {
+    return start_op(*tracer, fn);
+  } catch (...) {
+    report_failure("an op's start");
+    return nullptr;
+  }
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  OpTracer* tracer = g_active_tracer.load(std::memory_order_acquire);
+  if (!tracer || !ctx) return;
+  try {
+    end_op(*tracer, fn, static_cast<OpObservation&>(*ctx));
+  } catch (...) {
+    report_failure("an op's end");
+  }
+}
+
+std::uint64_t add_callback() {
+  return at::addThreadLocalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                        .needsInputs(true)
+                                        .needsOutputs(true)
+                                        .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+}
+
+}  // namespace
+
+std::vector<ScopeFrame>& scope_frames() {
+  thread_local std::vector<ScopeFrame> frames;
+  return frames;
+}
+
+void scope_entered() {
+  OpTracer* tracer = g_active_tracer.load(std::memory_order_acquire);
+  if (!tracer) return;  // no op trace: all a scope costs
+  ScopeFrame& frame = scope_frames().back();
+  ThreadTrace& tt = thread_trace();
+  if (tt.traced_frames == 0) {
+    const OpContext context = tracer->sink().context(Phase::forward);
+    const TraceSpec& spec = tracer->spec();
+    if (!spec.traces_step(context.step) || !spec.traces_microbatch(context.microbatch)) return;
+    if (!spec.traces_forward() && !spec.traces_backward()) return;
+    tt.forward = context;
+  }
+  frame.traced = tracer->spec().traces_scope(frame.name);
+  if (frame.traced && tt.traced_frames++ == 0) {
+    tt.seq_floor = static_cast<std::int64_t>(at::sequence_number::peek());
+    if (tt.handle == 0) tt.handle = add_callback();
+  }
+}
+
+void scope_left() {
+  ScopeFrame& frame = scope_frames().back();
+  if (!frame.traced) return;
+  ThreadTrace& tt = thread_trace();
+  if (--tt.traced_frames == 0 && tt.handle != 0) {
+    at::removeCallback(tt.handle);
+    tt.handle = 0;
+    tt.op_depth = 0;
+  }
+}
+
+OpTracer::OpTracer(TraceSpec spec, Sink sink) : spec_(std::move(spec)), sink_(std::move(sink)) {
+  g_active_tracer.store(this, std::memory_order_release);
+}
+
+OpTracer::~OpTracer() {
+  OpTracer* self = this;
+  g_active_tracer.compare_exchange_strong(self, nullptr);
+}
+
+OpTracer::BackwardRegion::BackwardRegion(BackwardRegion&& o) noexcept
+    : tracer_(std::exchange(o.tracer_, nullptr)), handle_(std::exchange(o.handle_, 0)) {}
+
+OpTracer::BackwardRegion::~BackwardRegion() {
+  if (!tracer_) return;
+  if (handle_ != 0) {
+    at::removeCallback(handle_);
+    thread_trace().handle = 0;
+  }
+  std::lock_guard lock(tracer_->mutex_);
+  tracer_->backward_.reset();
+}
+
+OpTracer::BackwardRegion OpTracer::backward(std::int64_t step, std::int64_t microbatch) {
+  BackwardRegion region;
+  if (!spec_.traces_backward() || !spec_.traces_step(step) || !spec_.traces_microbatch(microbatch)) return region;
+  {
+    std::lock_guard lock(mutex_);
+    if (forward_ops_.empty()) return region;  // no traced forward op made a node to run
+    backward_ = OpContext{step, microbatch};
+  }
+  region.tracer_ = this;
+  // Autograd's device threads inherit this thread's callbacks (its thread-local state).
+  ThreadTrace& tt = thread_trace();
+  if (tt.handle == 0) region.handle_ = tt.handle = add_callback();
+  return region;
+}
+
+void OpTracer::end_step() {
+  std::lock_guard lock(mutex_);
+  forward_ops_.clear();
+  occurrences_.clear();
+}
+
+std::optional<std::string> OpTracer::forward_op_of(std::uint64_t thread, std::int64_t seq) {
+  std::lock_guard lock(mutex_);
+  auto it = forward_ops_.upper_bound({thread, seq});
+  if (it == forward_ops_.begin()) return std::nullopt;
+  --it;
+  if (it->first.first != thread || seq >= it->second.seq_end) return std::nullopt;
+  return it->second.name;
+}
+
+void OpTracer::add_forward_op(std::uint64_t thread, std::int64_t seq_begin, ForwardOp op) {
+  std::lock_guard lock(mutex_);
+  forward_ops_[{thread, seq_begin}] = std::move(op);
+}
+
+std::string OpTracer::numbered(Phase phase, std::optional<std::int64_t> mb, const std::string& name) {
+  std::string key = std::to_string(static_cast<int>(phase)) + ":" + (mb ? std::to_string(*mb) : "-") + ":" + name;
+  std::lock_guard lock(mutex_);
+  return name + "#" + std::to_string(occurrences_[key]++);
+}
+
+std::optional<OpContext> OpTracer::backward_context() {
+  std::lock_guard lock(mutex_);
+  return backward_;
+}
+
+}  // namespace probe::detail

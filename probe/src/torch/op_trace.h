@@ -1,0 +1,102 @@
+// The op trace behind kind `op` (docs/log-format.md, "Op records"): RecordFunction callbacks,
+// registered on a thread only while a traced scope is open there or a traced backward runs, that
+// record the outermost ATen op's tensor outputs and its inputs' hashes. Backward ops are named
+// after the forward op whose autograd node runs them, found by sequence number as the profiler
+// links them. Private to the library; Probe owns the one active tracer.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "probe/record.h"
+#include "probe/trace_spec.h"
+
+namespace probe::detail {
+
+// One open probe::Scope on a thread.
+struct ScopeFrame {
+  std::string name;     // joined name
+  bool root = false;    // children do not join it
+  bool traced = false;  // ops directly inside are recorded (set by scope_entered)
+};
+std::vector<ScopeFrame>& scope_frames();  // this thread's, innermost last
+// Called by Scope right after pushing its frame / right before popping it.
+void scope_entered();
+void scope_left();
+
+// Where an op runs: the step and the microbatch the probe is in.
+struct OpContext {
+  std::int64_t step = 0;
+  std::optional<std::int64_t> microbatch;
+};
+
+class OpTracer {
+ public:
+  struct Sink {  // the probe's side
+    // The step and current microbatch of `phase` (forward: the latest forward's; backward: the
+    // running backward's).
+    std::function<OpContext(Phase)> context;
+    // Starts computing a tensor's figures; returns its entry in the step's batch.
+    std::function<std::size_t(const at::Tensor&)> figures;
+    // A record whose figures are entry `output` (none: the record says `none`) and whose
+    // inputs' hashes are those entries' (nullopt: no hash).
+    std::function<void(Record, std::optional<std::size_t> output,
+                       std::vector<std::optional<std::size_t>> inputs)>
+        push;
+  };
+
+  // Becomes the process's active tracer (the latest constructed).
+  OpTracer(TraceSpec spec, Sink sink);
+  ~OpTracer();
+  OpTracer(const OpTracer&) = delete;
+  OpTracer& operator=(const OpTracer&) = delete;
+
+  const TraceSpec& spec() const { return spec_; }
+
+  // While alive, a backward of `microbatch` at `step` is traced (if the setting says so).
+  class BackwardRegion {
+   public:
+    BackwardRegion() = default;
+    BackwardRegion(BackwardRegion&&) noexcept;
+    ~BackwardRegion();
+
+   private:
+    friend class OpTracer;
+    OpTracer* tracer_ = nullptr;
+    std::uint64_t handle_ = 0;
+  };
+  BackwardRegion backward(std::int64_t step, std::int64_t microbatch);
+
+  // The step ended: forget its forward ops and occurrence counters.
+  void end_step();
+
+  // Internal to the callbacks (op_trace.cpp).
+  struct ForwardOp {
+    std::int64_t seq_end = 0;  // the op created autograd nodes with sequence numbers [key, seq_end)
+    std::string name;          // its record name, <scope>/<op>#<k>
+  };
+  std::optional<std::string> forward_op_of(std::uint64_t thread, std::int64_t seq);
+  void add_forward_op(std::uint64_t thread, std::int64_t seq_begin, ForwardOp op);
+  std::string numbered(Phase phase, std::optional<std::int64_t> mb, const std::string& name);
+  std::optional<OpContext> backward_context();
+  const Sink& sink() const { return sink_; }
+
+ private:
+  TraceSpec spec_;
+  Sink sink_;
+  std::mutex mutex_;  // backward ops may run on autograd's device threads
+  std::map<std::pair<std::uint64_t, std::int64_t>, ForwardOp> forward_ops_;
+  std::unordered_map<std::string, int> occurrences_;
+  std::optional<OpContext> backward_;
+};
+
+}  // namespace probe::detail
