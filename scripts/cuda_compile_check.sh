@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI's CUDA compile check (no GPU needed): configures build-cuda/ against a CUDA 13 build of
-# torch (pip torch==2.14.1, installed once into a cached venv) with -DPROBE_CUDA=ON, and builds
+# torch (pip torch==2.14.1, installed once into a cached venv) with -DNUMPROBE_CUDA=ON, and builds
 # the CUDA targets: libnumprobe with the fused kernel, the GPU tests, the GPU benchmark and
 # moe_train with ProcessGroupNCCL, then reports the kernels' instructions per element from
 # their SASS (scripts/sass_report.sh --check; NUMPROBE_SASS_REPORT=0 skips it).
@@ -44,7 +44,7 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -
 
 log "configuring $BUILD against $TORCH_PREFIX"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DNUMPROBE_TORCH=ON -DPROBE_CUDA=ON -DNUMPROBE_WERROR=ON \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DNUMPROBE_TORCH=ON -DNUMPROBE_CUDA=ON -DNUMPROBE_WERROR=ON \
   -DCMAKE_CUDA_COMPILER="$CUDA_ROOT/bin/nvcc" -DCUDA_TOOLKIT_ROOT_DIR="$CUDA_ROOT" \
   -DCUDAToolkit_ROOT="$CUDA_ROOT" -DCMAKE_CXX_FLAGS="$EXTRA_CXX" -DCMAKE_CUDA_FLAGS="$EXTRA_CUDA" \
   "${launcher[@]}" "$@" >/dev/null

@@ -77,7 +77,7 @@ note() { results+=("$*"); stamp "$*"; }
 stamp "configure"
 configure() {
   cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMPROBE_TORCH=ON \
-    -DPROBE_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" -DCUDA_TOOLKIT_ROOT_DIR="$CUDA_ROOT" -DCUDAToolkit_ROOT="$CUDA_ROOT" \
+    -DNUMPROBE_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" -DCUDA_TOOLKIT_ROOT_DIR="$CUDA_ROOT" -DCUDAToolkit_ROOT="$CUDA_ROOT" \
     "${prefix_args[@]}" "${extra[@]}" "$@"
 }
 # Without the examples' dependencies (CLI11, gloo headers) the kernel checks still run.
@@ -99,7 +99,7 @@ stamp "CPU/ATen tests in the same build"
 timeout "$(phase_limit 60)" "$B/tests/torch_tests" --gtest_brief=1 --gtest_output=xml:"$OUT/torch_tests.xml"
 note "torch_tests rc=$?"
 stamp "benchmark"
-timeout "$(phase_limit 150)" "$B/bench/cuda/stats_cuda_bench" --quick | tee "$OUT/bench.txt"
+timeout "$(phase_limit 150)" "$B/bin/stats_cuda_bench" --quick | tee "$OUT/bench.txt"
 note "stats_cuda_bench rc=${PIPESTATUS[0]}"
 
 if [ -x "$B/examples/moe_train" ] && [ -x "$B/bin/diff_logs" ]; then

@@ -215,22 +215,22 @@ at::Device device_of(const Config& c) {
 class Trainer {
  public:
   Trainer(Config config, ProcessGroups& groups, probe::Probe& probe, Fault fault)
-      : c_(std::move(config)), g_(groups), probe_(probe), fault_(std::move(fault)) {
-    zero3_ = c_.setup == "zero3";
-    device_ = device_of(c_);
-    if (c_.microbatches % g_.dp_size != 0)
-      throw std::invalid_argument("--microbatches " + std::to_string(c_.microbatches) +
-                                  " is not divisible by the data-parallel size " + std::to_string(g_.dp_size));
-    if (c_.model.n_layers < g_.stages)
+      : config_(std::move(config)), groups_(groups), probe_(probe), fault_(std::move(fault)) {
+    zero3_ = config_.setup == "zero3";
+    device_ = device_of(config_);
+    if (config_.microbatches % groups_.dp_size != 0)
+      throw std::invalid_argument("--microbatches " + std::to_string(config_.microbatches) +
+                                  " is not divisible by the data-parallel size " + std::to_string(groups_.dp_size));
+    if (config_.model.n_layers < groups_.stages)
       throw std::invalid_argument("more pipeline stages than layers");
     // Stage s holds layers [s*L/S, (s+1)*L/S).
-    const auto L = c_.model.n_layers;
-    model_ = Transformer(c_.model, g_.stage * L / g_.stages, (g_.stage + 1) * L / g_.stages);
-    moe::init_weights(model_, c_.rng_seed);
+    const auto L = configroups_.model.n_layers;
+    model_ = Transformer(configroups_.model, groups_.stage * L / groups_.stages, (groups_.stage + 1) * L / groups_.stages);
+    moe::init_weights(model_, configroups_.rng_seed);
     if (fault_.kind == Fault::Kind::init) initialize_from_another_seed(fault_.param);
     // Module constructors drew from the default generator, differently per stage; reset it so
     // its fingerprint (the probe's `rng cpu` record) is the same on every rank and setup.
-    at::manual_seed(c_.rng_seed);
+    at::manual_seed(config_.rng_seed);
     model_->to(device_);  // initialised on the CPU: the same values on every device
     model_->train();
 
@@ -250,25 +250,25 @@ class Trainer {
 
   void train() {
     double total_ms = 0;
-    for (std::int64_t step = 0; step < c_.steps; ++step) {
+    for (std::int64_t step = 0; step < config_.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
       const double loss = train_step(step);
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       if (step > 0) total_ms += ms;  // step 0 warms up allocators and connections
-      if (g_.rank == 0) std::printf("step %lld  loss %.6f  time %.2f ms\n", static_cast<long long>(step), loss, ms);
+      if (groups_.rank == 0) std::printf("step %lld  loss %.6f  time %.2f ms\n", static_cast<long long>(step), loss, ms);
       std::fflush(stdout);
     }
-    if (g_.rank == 0 && c_.steps > 1)
-      std::printf("mean step time (steps 1-%lld): %.3f ms\n", static_cast<long long>(c_.steps - 1),
-                  total_ms / static_cast<double>(c_.steps - 1));
-    if (!c_.params_out.empty()) write_parameters();
+    if (groups_.rank == 0 && config_.steps > 1)
+      std::printf("mean step time (steps 1-%lld): %.3f ms\n", static_cast<long long>(config_.steps - 1),
+                  total_ms / static_cast<double>(config_.steps - 1));
+    if (!config_.params_out.empty()) write_parameters();
   }
 
  private:
   double train_step(std::int64_t step) {
     probe_.begin_step(step);
     if (zero3_) gather_parameters();
-    auto losses = at::zeros({c_.microbatches}, at::kDouble);
+    auto losses = at::zeros({config_.microbatches}, at::kDouble);
     pipeline(step, losses);
     if (fault_.kind == Fault::Kind::nan && fault_.step == step) inject_nan();
     reduce_gradients();
@@ -277,18 +277,18 @@ class Trainer {
     // Every microbatch's loss was computed on exactly one rank: the sum over ranks is exact,
     // and summing it in microbatch order gives the same step loss in every setup.
     if (device_.is_cpu()) {
-      g_.world.all_reduce_sum(losses);
+      groups_.world.all_reduce_sum(losses);
     } else {  // NCCL reduces device tensors
       auto on_device = losses.to(device_);
-      g_.world.all_reduce_sum(on_device);
+      groups_.world.all_reduce_sum(on_device);
       losses = on_device.cpu();
     }
     double loss = 0;
-    for (std::int64_t mb = 0; mb < c_.microbatches; ++mb) loss += losses[mb].item<double>();
-    loss /= static_cast<double>(c_.microbatches);
+    for (std::int64_t mb = 0; mb < config_.microbatches; ++mb) loss += losses[mb].item<double>();
+    loss /= static_cast<double>(config_.microbatches);
 
     // A rank killed mid-run (tests): its peers log this step, it does not.
-    if (c_.die_after_step >= 0 && step == c_.die_after_step + 1 && g_.rank == c_.die_rank) std::raise(SIGKILL);
+    if (config_.die_after_step >= 0 && step == config_.die_after_step + 1 && groups_.rank == config_.die_rank) std::raise(SIGKILL);
 
     if (fault_.kind == Fault::Kind::grads_none) {
       // The bug this project was started for: gradients logged after the optimizer step had
@@ -310,26 +310,26 @@ class Trainer {
   // accumulation order, and hence the accumulated gradient, matches `single`).
   void pipeline(std::int64_t step, at::Tensor& losses) {
     const bool first = model_->has_embedding(), last = model_->has_output();
-    const auto per_rank = c_.microbatches / g_.dp_size;
+    const auto per_rank = config_.microbatches / groups_.dp_size;
     struct InFlight {
       std::int64_t mb;
       at::Tensor input, output;  // output: the stage's activations, or the scaled loss on the last stage
     };
     std::vector<InFlight> in_flight;
-    const std::vector<std::int64_t> activation_shape{c_.microbatch_size, c_.seq_len, c_.model.dim};
+    const std::vector<std::int64_t> activation_shape{config_.microbatch_size, config_.seq_len, config_.model.dim};
 
     for (std::int64_t i = 0; i < per_rank; ++i) {
-      const std::int64_t mb = g_.dp_rank * per_rank + i;  // the global microbatch id
-      const DropoutRng rng{c_.rng_seed, step, mb,
-                           fault_.kind == Fault::Kind::rng_per_rank ? g_.rank : 0};
-      const auto data = make_microbatch(c_, step, mb, device_);
+      const std::int64_t mb = groups_.dp_rank * per_rank + i;  // the global microbatch id
+      const DropoutRng rng{config_.rng_seed, step, mb,
+                           fault_.kind == Fault::Kind::rng_per_rank ? groups_.rank : 0};
+      const auto data = make_microbatch(config_, step, mb, device_);
       at::Tensor x;
       if (first) {
         x = data.inputs;
         probe_.begin_forward("model", mb, {x});
       } else {
         x = at::empty(activation_shape, device_);
-        g_.pp.recv(x, g_.stage - 1, forward_tag(mb));
+        groups_.pp.recv(x, groups_.stage - 1, forward_tag(mb));
         x.requires_grad_(true);
         probe_.begin_forward("model", mb, {});  // the model's input lives on stage 0
       }
@@ -340,13 +340,13 @@ class Trainer {
       auto y = model_->forward(x, rng);
       if (last) {
         probe_.record_output("model", mb, y);
-        auto loss = at::cross_entropy_loss(y.reshape({-1, c_.model.vocab_size}), data.targets.reshape({-1}));
+        auto loss = at::cross_entropy_loss(y.reshape({-1, config_.model.vocab_size}), data.targets.reshape({-1}));
         probe_.record(probe::Kind::output, "loss", mb, loss);
         losses[mb] = loss.item<double>();
-        in_flight.push_back({mb, x, loss / static_cast<double>(c_.microbatches)});
+        in_flight.push_back({mb, x, loss / static_cast<double>(config_.microbatches)});
       } else {
         auto activations = y.detach().contiguous();
-        g_.pp.send(activations, g_.stage + 1, forward_tag(mb));
+        groups_.pp.send(activations, groups_.stage + 1, forward_tag(mb));
         in_flight.push_back({mb, x, y});
       }
     }
@@ -357,12 +357,12 @@ class Trainer {
         probe_.backward(f.mb, f.output);
       } else {
         auto grad = at::empty(activation_shape, device_);
-        g_.pp.recv(grad, g_.stage + 1, backward_tag(f.mb));
+        groups_.pp.recv(grad, groups_.stage + 1, backward_tag(f.mb));
         probe_.backward(f.mb, f.output, grad);
       }
       if (!first) {
         auto input_grad = f.input.grad().contiguous();
-        g_.pp.send(input_grad, g_.stage - 1, backward_tag(f.mb));
+        groups_.pp.send(input_grad, groups_.stage - 1, backward_tag(f.mb));
       }
     }
   }
@@ -383,11 +383,11 @@ class Trainer {
         } else {
           shard_grad = at::empty_like(p.owned);
           auto full = grad.contiguous();
-          g_.dp.reduce_scatter_sum(shard_grad, full);
+          groups_.dp.reduce_scatter_sum(shard_grad, full);
         }
         p.owned.mutable_grad() = shard_grad;
       } else if (!skip) {
-        g_.dp.all_reduce_sum(grad);
+        groups_.dp.all_reduce_sum(grad);
       }
     }
   }
@@ -395,7 +395,7 @@ class Trainer {
   // A NaN enters the named parameter's gradient on the first data-parallel rank that holds it,
   // before the gradient reduction spreads it.
   void inject_nan() {
-    if (g_.dp_rank != 0) return;
+    if (groups_.dp_rank != 0) return;
     for (auto& p : params_)
       if (p.name == fault_.param && p.compute.grad().defined())
         p.compute.grad().view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
@@ -407,20 +407,20 @@ class Trainer {
   void make_optimizer() {
     std::vector<at::Tensor> owned;
     for (const auto& p : params_) owned.push_back(p.owned);
-    if (c_.optimizer == "sgd")
-      optimizer_ = std::make_unique<torch::optim::SGD>(owned, torch::optim::SGDOptions(c_.lr).momentum(c_.momentum));
-    else if (c_.optimizer == "adamw")
+    if (configroups_.optimizer == "sgd")
+      optimizer_ = std::make_unique<torch::optim::SGD>(owned, torch::optim::SGDOptions(configroups_.lr).momentum(configroups_.momentum));
+    else if (configroups_.optimizer == "adamw")
       optimizer_ = std::make_unique<torch::optim::AdamW>(
-          owned, torch::optim::AdamWOptions(c_.lr).weight_decay(c_.weight_decay));
+          owned, torch::optim::AdamWOptions(configroups_.lr).weight_decay(configroups_.weight_decay));
     else
-      throw std::invalid_argument("--optimizer '" + c_.optimizer + "': expected sgd or adamw");
+      throw std::invalid_argument("--optimizer '" + configroups_.optimizer + "': expected sgd or adamw");
   }
 
   // --fault lr=<step>:<factor> scales the learning rate of that step's update alone.
   void optimizer_step(std::int64_t step) {
     const bool scaled = fault_.kind == Fault::Kind::lr && fault_.step == step;
     auto set_lr = [&](double factor) {
-      for (auto& group : optimizer_->param_groups()) group.options().set_lr(c_.lr * factor);
+      for (auto& group : optimizer_->param_groups()) group.options().set_lr(configroups_.lr * factor);
     };
     if (scaled) set_lr(fault_.factor);
     optimizer_->step();
@@ -430,7 +430,7 @@ class Trainer {
   // --fault init=<param>: that parameter (if this stage holds it) drawn from another seed.
   void initialize_from_another_seed(const std::string& name) {
     for (auto& item : model_->named_parameters())
-      if (item.key() == name) moe::init_parameter(name, item.value(), c_.rng_seed + 1);
+      if (item.key() == name) moe::init_parameter(name, item.value(), configroups_.rng_seed + 1);
   }
 
   void zero_grad() {
@@ -442,12 +442,12 @@ class Trainer {
 
   // zero3: this rank keeps rows [rank*n, (rank+1)*n) of every parameter.
   void shard(Param& p) {
-    const auto rows = p.full_shape.at(0), ranks = static_cast<std::int64_t>(g_.dp_size);
+    const auto rows = p.full_shape.at(0), ranks = static_cast<std::int64_t>(groups_.dp_size);
     if (rows % ranks != 0)
       throw std::invalid_argument("zero3: " + p.name + " has " + std::to_string(rows) +
                                   " rows, not divisible by " + std::to_string(ranks) +
                                   " ranks (choose sizes that are)");
-    const auto n = rows / ranks, begin = g_.dp_rank * n;
+    const auto n = rows / ranks, begin = groups_.dp_rank * n;
     p.owned = p.compute.detach().narrow(0, begin, n).clone().requires_grad_(true);
     p.shard = probe::Shard::along(p.full_shape, 0, begin);
     release(p);
@@ -457,7 +457,7 @@ class Trainer {
     for (auto& p : params_) {
       auto full = at::empty(p.full_shape, p.owned.options().requires_grad(false));
       auto mine = p.owned.detach();
-      g_.dp.all_gather(full, mine);
+      groups_.dp.all_gather(full, mine);
       p.compute.set_data(full);
     }
   }
@@ -488,8 +488,8 @@ class Trainer {
   }
 
   void write_parameters() {
-    std::filesystem::create_directories(c_.params_out);
-    std::ofstream out(std::filesystem::path(c_.params_out) / ("rank" + std::to_string(g_.rank) + ".txt"));
+    std::filesystem::create_directories(config_.params_out);
+    std::ofstream out(std::filesystem::path(config_.params_out) / ("rank" + std::to_string(groups_.rank) + ".txt"));
     for (const auto& p : params_) {
       out << p.name;
       for (auto o : p.shard.offset) out << " @" << o;
@@ -497,8 +497,8 @@ class Trainer {
     }
   }
 
-  Config c_;
-  ProcessGroups& g_;
+  Config config_;
+  ProcessGroups& groups_;
   probe::Probe& probe_;
   Fault fault_;
   bool zero3_ = false;

@@ -15,37 +15,19 @@
 #include <iterator>
 
 #include "small_file_system.h"
+#include "test_util.h"
 
 namespace lf = probe::log_format;
+using namespace test_util;
 
 namespace {
 
-std::filesystem::path fresh_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("numprobe_log_io_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+// The records these tests write: the loss of a step.
+probe::Record loss(std::int64_t step, double v) { return scalar(step, "loss", v); }
 
-probe::Record scalar(std::int64_t step, double v) {
-  probe::Record r;
-  r.step = step;
-  r.kind = probe::Kind::scalar;
-  r.name = "loss";
-  r.state = probe::Record::State::scalar;
-  r.value = v;
-  return r;
-}
 
-std::string read_all(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
-void write_file(const std::filesystem::path& p, const std::string& text) {
-  std::filesystem::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
-}
+
 
 std::string header_line(int format) {
   lf::Header h;
@@ -111,7 +93,7 @@ TEST(LogIo, WrittenStepsReadBackInOrder) {
   {
     probe::LogWriter writer(path, header);
     for (int step = 0; step < 3; ++step)
-      writer.write_step(step, {lf::format_record(scalar(step, step * 0.5))});
+      writer.write_step(step, {lf::format_record(loss(step, step * 0.5))});
   }
   probe::LogReader reader(path);
   EXPECT_EQ(reader.header().setup, "unit test");
@@ -133,17 +115,17 @@ TEST(LogIo, EachStepEndsWithItsEndMarkerAndAnEmptyStepWritesNothing) {
   header.format_version = 1;  // the writer writes its own version, whatever it is told
   {
     probe::LogWriter writer(path, header);
-    writer.write_step(0, {lf::format_record(scalar(0, 1.0)), lf::format_record(scalar(0, 2.0))});
+    writer.write_step(0, {lf::format_record(loss(0, 1.0)), lf::format_record(loss(0, 2.0))});
     writer.write_step(1, {});
-    writer.write_step(2, {lf::format_record(scalar(2, 3.0))});
+    writer.write_step(2, {lf::format_record(loss(2, 3.0))});
   }
-  EXPECT_EQ(read_all(path), header_line(lf::kVersion) + lf::format_record(scalar(0, 1.0)) + "\n" +
-                                lf::format_record(scalar(0, 2.0)) + "\n#end step=0 records=2\n" +
-                                lf::format_record(scalar(2, 3.0)) + "\n#end step=2 records=1\n");
+  EXPECT_EQ(read_all(path), header_line(lf::kVersion) + lf::format_record(loss(0, 1.0)) + "\n" +
+                                lf::format_record(loss(0, 2.0)) + "\n#end step=0 records=2\n" +
+                                lf::format_record(loss(2, 3.0)) + "\n#end step=2 records=1\n");
 }
 
 TEST(LogIo, UnwritableDirectoryIsAnErrorNamingThePath) {
-  auto blocker = fresh_dir("blocked");
+  auto blocker = fresh_dir("blocked") / "blocker";
   std::ofstream(blocker.string()) << "a file where a directory should be";
   try {
     probe::LogWriter writer(blocker / "rank0" / "diff.log", lf::Header{});
@@ -160,8 +142,8 @@ TEST(LogIo, KilledWriterLeavesEveryCompletedStepReadable) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     probe::LogWriter writer(path, lf::Header{});
-    writer.write_step(0, {lf::format_record(scalar(0, 1.0))});
-    writer.write_step(1, {lf::format_record(scalar(1, 2.0))});
+    writer.write_step(0, {lf::format_record(loss(0, 1.0))});
+    writer.write_step(1, {lf::format_record(loss(1, 2.0))});
     ::raise(SIGKILL);  // no destructor, no exit handlers
   }
   int status = 0;
@@ -204,11 +186,11 @@ TEST(LogIo, StepPastTheFileSizeLimitThrowsThenEveryLaterStepThrows) {
     limit.rlim_cur = 4096;
     if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return std::string("setrlimit failed");
     probe::LogWriter writer(path, lf::Header{});
-    writer.write_step(0, {lf::format_record(scalar(0, 1.0))});
+    writer.write_step(0, {lf::format_record(loss(0, 1.0))});
     std::string out;
     for (std::int64_t step : {1, 2}) {
       try {
-        writer.write_step(step, std::vector<std::string>(200, lf::format_record(scalar(step, 2.0))));
+        writer.write_step(step, std::vector<std::string>(200, lf::format_record(loss(step, 2.0))));
         out += "no error\n";
       } catch (const probe::LogWriteError& e) {
         out += std::string(e.what()) + (e.stop_line_written ? " [stop line]\n" : "\n");
@@ -250,7 +232,7 @@ TEST(LogIo, AFullDiskCutsTheFailedStepBackAndRecordsWhy) {
       probe::LogWriter writer(path, lf::Header{});
       for (std::int64_t step = 0; step < 20 && failed < 0; ++step) {
         try {
-          writer.write_step(step, std::vector<std::string>(13, lf::format_record(scalar(step, 0.1 * step))));
+          writer.write_step(step, std::vector<std::string>(13, lf::format_record(loss(step, 0.1 * step))));
         } catch (const probe::LogWriteError& e) {
           failed = step;
           message = e.what();
@@ -258,7 +240,7 @@ TEST(LogIo, AFullDiskCutsTheFailedStepBackAndRecordsWhy) {
         }
       }
       ASSERT_GT(failed, 0) << what << ": the file system never filled";
-      EXPECT_THROW(writer.write_step(failed + 1, {lf::format_record(scalar(failed + 1, 1.0))}),
+      EXPECT_THROW(writer.write_step(failed + 1, {lf::format_record(loss(failed + 1, 1.0))}),
                    probe::LogWriteError);
     }
     EXPECT_NE(message.find(path.string()), std::string::npos) << what << ": " << message;
@@ -290,7 +272,7 @@ TEST(LogIo, AFullDiskCutsTheFailedStepBackAndRecordsWhy) {
 // in it.
 TEST(LogIo, NoRoomForTheStopLineLeavesTheLogAtItsLastCompleteStep) {
   auto dir = fresh_dir("exact_limit");
-  const std::vector<std::string> lines{lf::format_record(scalar(0, 1.0))};
+  const std::vector<std::string> lines{lf::format_record(loss(0, 1.0))};
   {
     probe::LogWriter measure(dir / "measure.log", lf::Header{});
     measure.write_step(0, lines);
@@ -305,7 +287,7 @@ TEST(LogIo, NoRoomForTheStopLineLeavesTheLogAtItsLastCompleteStep) {
     probe::LogWriter writer(path, lf::Header{});
     writer.write_step(0, lines);
     try {
-      writer.write_step(1, {lf::format_record(scalar(1, 2.0))});
+      writer.write_step(1, {lf::format_record(loss(1, 2.0))});
     } catch (const probe::LogWriteError& e) {
       return std::string(e.stop_line_written ? "stop line" : "no stop line");
     }
@@ -321,7 +303,7 @@ TEST(LogIo, TruncatedLastLineIsReportedAndSkipped) {
   for (int format : {1, 2}) {
     SCOPED_TRACE(format);
     auto path = fresh_dir("truncated") / "diff.log";
-    write_file(path, header_line(format) + lf::format_record(scalar(0, 1.0)) + "\n" +
+    write_file(path, header_line(format) + lf::format_record(loss(0, 1.0)) + "\n" +
                          (format == 2 ? "#end step=0 records=1\n" : "") + "step=1 kind=scalar na");
     probe::LogReader reader(path);
     EXPECT_TRUE(reader.next());
@@ -334,10 +316,10 @@ TEST(LogIo, TruncatedLastLineIsReportedAndSkipped) {
 
 TEST(LogIo, StepCutAtALineBoundaryIsReportedTruncated) {
   auto path = fresh_dir("boundary") / "diff.log";
-  const std::string first_of_step_1 = lf::format_record(scalar(1, 2.0));
-  write_file(path, header_line(2) + lf::format_record(scalar(0, 1.0)) + "\n" +
+  const std::string first_of_step_1 = lf::format_record(loss(1, 2.0));
+  write_file(path, header_line(2) + lf::format_record(loss(0, 1.0)) + "\n" +
                        "#end step=0 records=1\n" + first_of_step_1 + "\n" +
-                       lf::format_record(scalar(1, 3.0)) + "\n");
+                       lf::format_record(loss(1, 3.0)) + "\n");
   probe::LogReader reader(path);
   for (std::int64_t step : {0, 1, 1}) {
     auto r = reader.next();
@@ -352,7 +334,7 @@ TEST(LogIo, StepCutAtALineBoundaryIsReportedTruncated) {
   EXPECT_EQ(reader.unterminated()->line, 4);
 
   // Cut inside the end marker itself: the step is not trusted either.
-  write_file(path, header_line(2) + lf::format_record(scalar(0, 1.0)) + "\n#end step=0 rec");
+  write_file(path, header_line(2) + lf::format_record(loss(0, 1.0)) + "\n#end step=0 rec");
   probe::LogReader cut(path);
   EXPECT_TRUE(cut.next());
   EXPECT_FALSE(cut.next());
@@ -364,8 +346,8 @@ TEST(LogIo, StepCutAtALineBoundaryIsReportedTruncated) {
 
 TEST(LogIo, FormatOneLogWithoutEndMarkersReadsAsBefore) {
   auto path = fresh_dir("format1") / "diff.log";
-  write_file(path, header_line(1) + lf::format_record(scalar(0, 1.0)) + "\n" +
-                       lf::format_record(scalar(1, 2.0)) + "\n#end step=1 records=1\n");
+  write_file(path, header_line(1) + lf::format_record(loss(0, 1.0)) + "\n" +
+                       lf::format_record(loss(1, 2.0)) + "\n#end step=1 records=1\n");
   probe::LogReader reader(path);
   EXPECT_EQ(reader.header().format_version, 1);
   EXPECT_TRUE(reader.next());
@@ -383,16 +365,16 @@ TEST(LogIo, FormatOneLogWithoutEndMarkersReadsAsBefore) {
 TEST(LogIo, StepEndDisagreeingWithItsRecordsIsAnErrorNamingFileAndLine) {
   auto path = fresh_dir("badend") / "diff.log";
   write_file(path, header_line(2) +
-                       lf::format_record(scalar(3, 1.0)) + "\n" +
-                       lf::format_record(scalar(3, 2.0)) + "\n" +
+                       lf::format_record(loss(3, 1.0)) + "\n" +
+                       lf::format_record(loss(3, 2.0)) + "\n" +
                        "#end step=3 records=5\n" +                    // line 4: count
-                       lf::format_record(scalar(4, 1.0)) + "\n" +
+                       lf::format_record(loss(4, 1.0)) + "\n" +
                        "#end step=5 records=1\n" +                    // line 6: step
-                       lf::format_record(scalar(6, 1.0)) + "\n" +
-                       lf::format_record(scalar(7, 1.0)) + "\n" +
+                       lf::format_record(loss(6, 1.0)) + "\n" +
+                       lf::format_record(loss(7, 1.0)) + "\n" +
                        "#end step=6 records=2\n" +                    // line 9: two steps
                        "#end step=8 records=x\n" +                    // line 10: garbled
-                       lf::format_record(scalar(9, 1.0)) + "\n" +
+                       lf::format_record(loss(9, 1.0)) + "\n" +
                        "#end step=9 records=1\n");
   probe::LogReader reader(path);
   auto error_after = [&](int records) {
@@ -418,7 +400,7 @@ TEST(LogIo, StepEndDisagreeingWithItsRecordsIsAnErrorNamingFileAndLine) {
 
 // Step 0 as a garbage line, then one record, then a step end claiming `end_records` records.
 static void write_step_with_garbage_line(const std::filesystem::path& path, int end_records) {
-  write_file(path, header_line(2) + "this is not a record\n" + lf::format_record(scalar(0, 1.0)) +
+  write_file(path, header_line(2) + "this is not a record\n" + lf::format_record(loss(0, 1.0)) +
                        "\n#end step=0 records=" + std::to_string(end_records) + "\n");
 }
 
@@ -458,7 +440,7 @@ TEST(LogIo, RecordGarbledIntoALineThatDoesNotParseLeavesTheStepEndShort) {
 TEST(LogIo, MissingHeaderIsAnError) {
   auto path = fresh_dir("noheader") / "diff.log";
   std::filesystem::create_directories(path.parent_path());
-  std::ofstream(path) << lf::format_record(scalar(0, 1.0)) << "\n";
+  std::ofstream(path) << lf::format_record(loss(0, 1.0)) << "\n";
   EXPECT_THROW(probe::LogReader reader(path), lf::ParseError);
   EXPECT_THROW(probe::LogReader reader(path.parent_path() / "absent.log"), std::runtime_error);
 }
@@ -482,9 +464,9 @@ TEST(LogIo, ReleasedReaderReadsOnWhereItStopped) {
     auto path = fresh_dir("release") / "diff.log";
     std::string text = header_line(2);
     for (int step = 0; step < 3; ++step) {
-      auto aux = scalar(step, step + 0.5);
+      auto aux = loss(step, step + 0.5);
       aux.name = "aux";
-      text += lf::format_record(scalar(step, step + 0.25)) + "\n" + lf::format_record(aux) +
+      text += lf::format_record(loss(step, step + 0.25)) + "\n" + lf::format_record(aux) +
               "\n#end step=" + std::to_string(step) + " records=2\n";
     }
     if (cut) text += "step=3 kind=scalar na";
@@ -509,7 +491,7 @@ TEST(LogIo, ReleasedReaderReadsOnWhereItStopped) {
 
 TEST(LogIo, ReleasedReaderWhoseFileWentAwaySaysWhy) {
   auto path = fresh_dir("releasegone") / "diff.log";
-  write_file(path, header_line(2) + lf::format_record(scalar(0, 1.0)) + "\n#end step=0 records=1\n");
+  write_file(path, header_line(2) + lf::format_record(loss(0, 1.0)) + "\n#end step=0 records=1\n");
   probe::LogReader reader(path);
   reader.release();
   std::filesystem::remove(path);

@@ -1,4 +1,4 @@
-#include "stats_kernel.h"
+#include "core/stats_kernel.h"
 
 #include <gtest/gtest.h>
 #include <xxhash.h>

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "stats_kernel.h"
+#include "core/stats_kernel.h"
 
 namespace k = probe::kernels;
 

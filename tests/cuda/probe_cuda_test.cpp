@@ -10,13 +10,13 @@
 
 #include "probe/log_io.h"
 #include "probe/probe.h"
+#include "test_util.h"
 
 namespace {
 
 TEST(CudaProbe, RecordsEveryKindOfACudaStepWithTheCpuKernelsHashes) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const auto dir = std::filesystem::temp_directory_path() / ("numprobe_cuda_probe_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const auto dir = test_util::fresh_dir("cuda_probe");
   torch::manual_seed(5);
   torch::nn::Linear net(8, 4);
   net->to(torch::kCUDA);
@@ -71,8 +71,7 @@ TEST(CudaProbe, RecordsEveryKindOfACudaStepWithTheCpuKernelsHashes) {
 // kind is recorded with an empty tensor's figures, and nothing throws.
 TEST(CudaProbe, ZeroElementTensorsAreRecordedForEveryKind) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const auto dir = std::filesystem::temp_directory_path() / ("numprobe_cuda_empty_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const auto dir = test_util::fresh_dir("cuda_empty");
   torch::manual_seed(6);
   torch::nn::Linear net(4, 5);
   net->to(torch::kCUDA);

@@ -15,7 +15,7 @@
 
 #include "cuda/stats_reference.h"
 #include "probe/tensor_stats.h"
-#include "stats_device.h"
+#include "torch/stats_device.h"
 
 namespace {
 

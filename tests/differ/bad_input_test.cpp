@@ -2,7 +2,7 @@
 
 #include <iterator>
 
-#include "../core/small_file_system.h"
+#include "small_file_system.h"
 #include "differ_test_util.h"
 
 using namespace differ_test;
@@ -18,10 +18,6 @@ std::string error_of(const std::function<void()>& f) {
   }
   return "no error";
 }
-void write_file(const std::filesystem::path& p, const std::string& text) {
-  std::filesystem::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
-}
 // A hand-written log's header: format 1 (no step ends) unless told.
 std::string header(int rank = 0, int world = 1, int spec = 1, int format = 1) {
   lf::Header h;
@@ -36,10 +32,6 @@ std::string format1_log(const std::vector<Record>& records, int rank = 0, int wo
   std::string text = header(rank, world);
   for (const auto& r : records) text += lf::format_record(r) + "\n";
   return text;
-}
-std::string read_all(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 }  // namespace
 

@@ -10,9 +10,6 @@ using namespace differ_test;
 using namespace probe::differ;
 
 namespace {
-std::int64_t count(const Result& r, Kind k, Class c) {
-  return r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)];
-}
 std::string text_of(const Result& r) {
   std::ostringstream out;
   print_text(r, out, {});
@@ -39,7 +36,7 @@ TEST(Merge, ShardsOnFourRanksComposeToTheSingleProcessTensor) {
     zero3[static_cast<std::size_t>(r)] = {sharded(tensor(0, Kind::grad, "module.w", 1 + r, 1.0), r, 1)};
   write_run(dir / "b", zero3);
   auto res = diff(dir / "a", dir / "b");
-  EXPECT_EQ(count(res, Kind::grad, Class::equal), 1);
+  EXPECT_EQ(count(res, Kind::grad, PairClass::equal), 1);
   EXPECT_FALSE(res.first_divergence);
   EXPECT_EQ(res.exit_code(), 0);
 }
@@ -63,7 +60,7 @@ TEST(Merge, TilingGapIsReportedAndTheRecordIsNotComparedAsEqual) {
   write_run(dir / "b", {{tensor(0, Kind::grad, "w", 3, 1.0)}});
   auto res = diff(dir / "a", dir / "b");
   EXPECT_EQ(res.base_issues.count_by_type["shard_tiling"], 1);
-  EXPECT_EQ(count(res, Kind::grad, Class::unsupported), 1);
+  EXPECT_EQ(count(res, Kind::grad, PairClass::unsupported), 1);
   EXPECT_EQ(res.exit_code(), 1);
 }
 
@@ -72,7 +69,7 @@ TEST(Merge, PipelineStagesOnDifferentRanksSimplyMerge) {
   write_run(dir / "a", {{tensor(0, Kind::grad, "layers.0.w", 1, 1.0), tensor(0, Kind::grad, "layers.1.w", 2, 1.0)}});
   write_run(dir / "b", {{tensor(0, Kind::grad, "layers.0.w", 1, 1.0)}, {tensor(0, Kind::grad, "layers.1.w", 2, 1.0)}});
   auto res = diff(dir / "a", dir / "b");
-  EXPECT_EQ(count(res, Kind::grad, Class::equal), 2);
+  EXPECT_EQ(count(res, Kind::grad, PairClass::equal), 2);
   EXPECT_EQ(res.exit_code(), 0);
 }
 
@@ -95,8 +92,8 @@ TEST(Align, AllGradsNoneInOneRunIsFirstDivergence) {
   ASSERT_TRUE(res.first_divergence);
   EXPECT_EQ(res.first_divergence->step, 0);
   EXPECT_EQ(res.first_divergence->name, "w0");
-  EXPECT_EQ(res.first_divergence->cls, Class::none_one_side);
-  EXPECT_EQ(count(res, Kind::grad, Class::none_one_side), 9);
+  EXPECT_EQ(res.first_divergence->pair_class, PairClass::none_one_side);
+  EXPECT_EQ(count(res, Kind::grad, PairClass::none_one_side), 9);
   ASSERT_TRUE(has_cause(res, "none_gradient"));
   EXPECT_NE(res.causes.back().message.find("all 3 grads of step 0 are none there"), std::string::npos)
       << res.causes.back().message;
@@ -281,7 +278,7 @@ TEST(Align, NamesOnOneSideAreListedAndMapRulesAlignThem) {
   EXPECT_EQ(res.names_only_base, std::vector<std::string>{"grad layers.4.w"});
   EXPECT_EQ(res.names_only_test, std::vector<std::string>{"grad stage1.layers.0.w"});
   auto mapped = diff(dir / "a", dir / "b", {}, false, {R"(^stage1\.layers\.0\.=layers.4.)"});
-  EXPECT_EQ(count(mapped, Kind::grad, Class::equal), 1);
+  EXPECT_EQ(count(mapped, Kind::grad, PairClass::equal), 1);
   EXPECT_EQ(mapped.exit_code(), 0);
 }
 
@@ -297,8 +294,8 @@ TEST(Align, ToleranceTurnsSmallDifferencesIntoWithinToleranceAndExitZero) {
   DiffOptions opt;
   opt.cmp = {1e-6, 0};
   auto tol = diff(dir / "a", dir / "b", opt);
-  EXPECT_EQ(count(tol, Kind::grad, Class::within_tol), 1);
-  EXPECT_EQ(count(tol, Kind::scalar, Class::within_tol), 1);
+  EXPECT_EQ(count(tol, Kind::grad, PairClass::within_tol), 1);
+  EXPECT_EQ(count(tol, Kind::scalar, PairClass::within_tol), 1);
   EXPECT_EQ(tol.exit_code(), 0);
   EXPECT_GT(tol.series[1].second.mae(), 0.0);  // the statistics still see the difference
 }
@@ -309,7 +306,7 @@ TEST(Align, StepsPresentInOneRunOnlyAreOnlyInOneRun) {
   write_run(dir / "b", {{scalar(0, "loss", 1), scalar(1, "loss", 1)}});
   auto res = diff(dir / "a", dir / "b");
   EXPECT_EQ(res.paired_steps, 2);
-  EXPECT_EQ(count(res, Kind::scalar, Class::only_base), 1);
+  EXPECT_EQ(count(res, Kind::scalar, PairClass::only_base), 1);
   EXPECT_EQ(res.series[0].second.base_steps, 3);
   EXPECT_EQ(res.series[0].second.test_steps, 2);
 }
@@ -362,10 +359,10 @@ TEST(Align, ToleranceOnAMeanScalesWithItsElementsNotWithTheMeanItself) {
   DiffOptions opt;
   opt.cmp = {1e-2, 0};
   auto close = diff(dir / "a", dir / "b", opt);
-  EXPECT_EQ(count(close, Kind::grad, Class::within_tol), 1);
+  EXPECT_EQ(count(close, Kind::grad, PairClass::within_tol), 1);
   EXPECT_EQ(close.verdict(), Result::Verdict::within_tolerance);
   auto far = diff(dir / "a", dir / "c", opt);
-  EXPECT_EQ(count(far, Kind::grad, Class::different), 1);
+  EXPECT_EQ(count(far, Kind::grad, PairClass::different), 1);
   ASSERT_TRUE(far.first_divergence);
   EXPECT_EQ(far.first_divergence->note, "beyond tolerance: mean");
 }
@@ -375,8 +372,8 @@ TEST(Align, ExactModeIsBitwiseForScalarsToo) {
   write_run(dir / "a", {{scalar(0, "loss", 0.0)}});
   write_run(dir / "b", {{scalar(0, "loss", -0.0)}});
   auto res = diff(dir / "a", dir / "b");
-  EXPECT_EQ(count(res, Kind::scalar, Class::different), 1);
-  EXPECT_EQ(count(res, Kind::scalar, Class::within_tol), 0);
+  EXPECT_EQ(count(res, Kind::scalar, PairClass::different), 1);
+  EXPECT_EQ(count(res, Kind::scalar, PairClass::within_tol), 0);
   EXPECT_EQ(res.exit_code(), 4);  // a scalar with nothing before it that differs: summation order
   DiffOptions strict;
   strict.strict = true;
@@ -592,7 +589,7 @@ TEST(Causes, RngFingerprintInOneRunOnlyIsNoRngCauseButNamesThatDiffer) {
   write_run(dir / "b", {{tensor(0, Kind::input, "x", 1, 1.0, 0), tensor(0, Kind::rng, "layers.0.dropout", 5, 1.0, 0)}});
   auto res = diff(dir / "a", dir / "b");
   ASSERT_TRUE(res.first_divergence);
-  EXPECT_EQ(res.first_divergence->cls, Class::only_base);
+  EXPECT_EQ(res.first_divergence->pair_class, PairClass::only_base);
   EXPECT_FALSE(has_cause(res, "rng"));
   EXPECT_NE(cause_text(res, "names_differ")
                 .find("rng layers.2.dropout is in the base run only, at every step: the runs name "
@@ -618,7 +615,7 @@ TEST(Causes, RunsOfDifferentLengthsNameTheStepsToCompare) {
   write_run(dir / "b", {steps(3)});
   auto res = diff(dir / "a", dir / "b");
   ASSERT_TRUE(res.first_divergence);
-  EXPECT_EQ(res.first_divergence->cls, Class::only_test);
+  EXPECT_EQ(res.first_divergence->pair_class, PairClass::only_test);
   ASSERT_FALSE(res.causes.empty());
   EXPECT_EQ(res.causes[0].rule, "step_range");
   EXPECT_EQ(res.causes[0].message,
@@ -680,7 +677,7 @@ TEST(Merge, MissingRankIsOneErrorNotATilingErrorPerRecordItShards) {
   auto res = diff(dir / "a", dir / "b");
   EXPECT_EQ(res.test_issues.count_by_type["missing_rank"], 1);
   EXPECT_EQ(res.test_issues.count_by_type.count("shard_tiling"), 0u);
-  EXPECT_EQ(count(res, Kind::grad, Class::unsupported), 1);
+  EXPECT_EQ(count(res, Kind::grad, PairClass::unsupported), 1);
   EXPECT_NE(cause_text(res, "missing_record").find("the test run holds the logs of 1 of its 2 ranks"),
             std::string::npos)
       << cause_text(res, "missing_record");

@@ -1,4 +1,5 @@
-// Helpers: write runs through probe::LogWriter (the probe's own writer) for differ tests.
+// The differ tests' helpers: runs written through probe::LogWriter (the probe's own writer),
+// comparisons, class counts, report text matched by content; the shared ones from test_util.h.
 #pragma once
 
 #include <unistd.h>
@@ -11,61 +12,11 @@
 
 #include "differ/diff.h"
 #include "probe/log_io.h"
+#include "test_util.h"
 
 namespace differ_test {
 
-using probe::Kind;
-using probe::Record;
-
-inline std::filesystem::path fresh_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("numprobe_differ_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
-inline Record tensor(std::int64_t step, Kind kind, const std::string& name, std::uint64_t hash,
-                     double norm, std::optional<std::int64_t> mb = std::nullopt) {
-  Record r;
-  r.step = step;
-  r.kind = kind;
-  r.name = name;
-  r.microbatch = mb;
-  r.stats.hash = hash;
-  r.stats.norm = norm;
-  r.stats.min = -1;
-  r.stats.max = 1;
-  r.stats.mean = 0;
-  r.stats.dtype = "float32";
-  r.stats.shape = {4, 2};
-  return r;
-}
-
-inline Record sharded(Record r, std::int64_t row0, std::int64_t rows) {
-  r.stats.shard = probe::Shard{r.stats.shape, {row0, 0}};
-  r.stats.shape[0] = rows;
-  return r;
-}
-
-inline Record none(std::int64_t step, Kind kind, const std::string& name) {
-  Record r;
-  r.step = step;
-  r.kind = kind;
-  r.name = name;
-  r.state = Record::State::none;
-  return r;
-}
-
-inline Record scalar(std::int64_t step, const std::string& name, double v) {
-  Record r;
-  r.step = step;
-  r.kind = Kind::scalar;
-  r.name = name;
-  r.state = Record::State::scalar;
-  r.value = v;
-  return r;
-}
+using namespace test_util;  // fresh_dir, read_all, write_file, record builders
 
 // Writes rank<R>/diff.log for each rank through LogWriter (the current format), one write_step per step.
 inline void write_run(const std::filesystem::path& dir, const std::vector<std::vector<Record>>& ranks,
@@ -107,6 +58,11 @@ inline std::string squeeze(const std::string& text) {
 }
 inline bool says(const std::string& text, const std::string& expected) {
   return squeeze(text).find(squeeze(expected)) != std::string::npos;
+}
+
+// Pairs of class `c` among kind `k`'s.
+inline std::int64_t count(const probe::differ::Result& r, Kind k, probe::differ::PairClass c) {
+  return r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)];
 }
 
 inline probe::differ::Result diff(const std::filesystem::path& a, const std::filesystem::path& b,

@@ -14,12 +14,6 @@ using namespace probe::differ;
 
 namespace {
 
-std::string read_all(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // What became of the inputs: compared (a result, perhaps with warnings) or rejected with an
 // InputError. A rejection must say where: a file and a line ("path:LINE: ...").

@@ -54,9 +54,7 @@ TEST(ManyRanks, RanksBeyondTheOpenFileBudgetGiveTheSameResult) {
   // The test run's last rank was killed mid-line in its last step: a pooled rank at its end.
   {
     const auto log = dir / "b" / ("rank" + std::to_string(kWorld - 1)) / "diff.log";
-    std::ifstream in(log, std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    in.close();
+    std::string text = read_all(log);
     text.resize(text.rfind("#end") - 7);
     std::ofstream(log, std::ios::binary | std::ios::trunc) << text;
   }

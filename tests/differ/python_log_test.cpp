@@ -12,13 +12,6 @@ using namespace differ_test;
 using namespace probe::differ;
 
 namespace {
-void write_file(const std::filesystem::path& p, const std::string& text) {
-  std::filesystem::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
-}
-std::int64_t count(const Result& r, Kind k, Class c) {
-  return r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)];
-}
 const char* kPython =
     "[full batch input] hash=tensor(123, device='cuda:0', dtype=torch.uint64), norm=tensor(42.5000, device='cuda:0')\n"
     "[grad tok_embeddings.weight] hash=tensor(456, device='cuda:0', dtype=torch.uint64), norm=tensor(1.2346e+05, device='cuda:0')\n"
@@ -57,8 +50,8 @@ TEST(PythonLog, TwoPythonRunsAlignByPrefixAndOccurrence) {
   auto res = diff(dir / "0", dir / "1");
   EXPECT_TRUE(res.base.python);
   EXPECT_EQ(res.paired_steps, 2);
-  EXPECT_EQ(count(res, Kind::input, Class::equal), 2);
-  EXPECT_EQ(count(res, Kind::grad, Class::equal), 3);  // includes none == none
+  EXPECT_EQ(count(res, Kind::input, PairClass::equal), 2);
+  EXPECT_EQ(count(res, Kind::grad, PairClass::equal), 3);  // includes none == none
   ASSERT_TRUE(res.first_divergence);
   EXPECT_EQ(res.first_divergence->step, 1);
   EXPECT_EQ(res.first_divergence->name, "tok_embeddings.weight");
@@ -79,20 +72,20 @@ TEST(PythonLog, ProbeRunWithTorchHashComparesWithPythonRun) {
   }
   write_run(dir / "cpp", {probe_recs});
   auto res = diff(dir / "py.log", dir / "cpp");
-  EXPECT_EQ(count(res, Kind::grad, Class::equal), 4);
-  EXPECT_EQ(count(res, Kind::input, Class::equal), 2);
+  EXPECT_EQ(count(res, Kind::grad, PairClass::equal), 4);
+  EXPECT_EQ(count(res, Kind::input, PairClass::equal), 2);
   EXPECT_EQ(res.exit_code(), 0);
 
   probe_recs[1].stats.torch_hash.reset();  // without the compatible hash: cannot compare
   write_run(dir / "cpp2", {probe_recs});
   auto res2 = diff(dir / "py.log", dir / "cpp2");
-  EXPECT_EQ(count(res2, Kind::grad, Class::unsupported), 1);
+  EXPECT_EQ(count(res2, Kind::grad, PairClass::unsupported), 1);
 
   // Without a common hash the norms still show a difference.
   probe_recs[1].stats.norm = 9e9;
   write_run(dir / "cpp3", {probe_recs});
   auto res3 = diff(dir / "py.log", dir / "cpp3");
-  EXPECT_EQ(count(res3, Kind::grad, Class::different), 1);
+  EXPECT_EQ(count(res3, Kind::grad, PairClass::different), 1);
   ASSERT_TRUE(res3.first_divergence);
   EXPECT_EQ(res3.first_divergence->note, "no common hash; differs in: norm");
   EXPECT_EQ(res3.exit_code(), 1);
@@ -103,7 +96,7 @@ TEST(PythonLog, EveryPairWithoutACommonHashIsNothingCompared) {
   write_file(dir / "py.log", "[grad w] hash=tensor(1), norm=tensor(2.)\n");
   write_run(dir / "cpp", {{tensor(0, Kind::grad, "w", 0xabc, 2.0)}});
   auto res = diff(dir / "py.log", dir / "cpp");
-  EXPECT_EQ(count(res, Kind::grad, Class::unsupported), 1);
+  EXPECT_EQ(count(res, Kind::grad, PairClass::unsupported), 1);
   EXPECT_EQ(res.verdict(), Result::Verdict::nothing_compared);
   EXPECT_EQ(res.exit_code(), 2);
 }
@@ -152,9 +145,9 @@ TEST(PythonLog, MicrobatchForwardOutputsPairWithTheProbesModelOutputs) {
   };
   write_run(dir / "cpp", probe_run("model"));
   auto res = diff(dir / "py.log", dir / "cpp");
-  EXPECT_EQ(count(res, Kind::output, Class::equal), 4);
-  EXPECT_EQ(count(res, Kind::tap, Class::equal), 2);
-  EXPECT_EQ(count(res, Kind::grad, Class::equal), 2);
+  EXPECT_EQ(count(res, Kind::output, PairClass::equal), 4);
+  EXPECT_EQ(count(res, Kind::tap, PairClass::equal), 2);
+  EXPECT_EQ(count(res, Kind::grad, PairClass::equal), 2);
   EXPECT_EQ(res.verdict(), Result::Verdict::equal);
   EXPECT_TRUE(res.names_only_base.empty());
   EXPECT_TRUE(res.names_only_test.empty());
@@ -167,11 +160,11 @@ TEST(PythonLog, MicrobatchForwardOutputsPairWithTheProbesModelOutputs) {
   {
     probe::differ::Run base(dir / "py.log", py_opt), test(dir / "net", probe_opt);
     auto renamed = diff_runs(base, test, {});
-    EXPECT_EQ(count(renamed, Kind::output, Class::equal), 4);
+    EXPECT_EQ(count(renamed, Kind::output, PairClass::equal), 4);
     EXPECT_EQ(renamed.verdict(), Result::Verdict::equal);
   }
   auto unnamed = diff(dir / "py.log", dir / "net");  // the default name does not pair with it
-  EXPECT_EQ(count(unnamed, Kind::output, Class::only_base), 4);
+  EXPECT_EQ(count(unnamed, Kind::output, PairClass::only_base), 4);
 }
 
 TEST(PythonLog, OnlyAnMbNumberAndAWordMakeAMicrobatchPrefix) {

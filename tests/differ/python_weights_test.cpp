@@ -59,8 +59,8 @@ TEST(PythonWeights, BlocksBesideANumericsLoggerDiffLogAreParamRecordsPerStep) {
   write_run(dir / "probe", {{probe_param(0, "w", 11), probe_param(0, "b", 12), grad(0, 7, 1.5),
                              probe_param(1, "w", 99), probe_param(1, "b", 22), grad(1, 8, 1.25)}});
   auto res = diff(dir / "py", dir / "probe");
-  EXPECT_EQ(count(res, Kind::param, Class::equal), 3);
-  EXPECT_EQ(count(res, Kind::param, Class::different), 1);
+  EXPECT_EQ(count(res, Kind::param, PairClass::equal), 3);
+  EXPECT_EQ(count(res, Kind::param, PairClass::different), 1);
   ASSERT_TRUE(res.first_divergence);
   EXPECT_EQ(res.first_divergence->kind, Kind::param);
   EXPECT_EQ(res.first_divergence->step, 1);

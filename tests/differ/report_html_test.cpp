@@ -60,16 +60,16 @@ TEST(PairGrid, OneCellPerSeriesAndStepWithClassFiguresAndAbsence) {
   EXPECT_EQ(g.grid.steps_per_column(), 1);
   const auto w = series_index(r, Kind::grad, "w"), v = series_index(r, Kind::grad, "v");
   const auto aux = series_index(r, Kind::scalar, "aux"), loss = series_index(r, Kind::scalar, "loss");
-  EXPECT_EQ(g.grid.cell(w, 0).code, static_cast<std::uint8_t>(Class::equal));
+  EXPECT_EQ(g.grid.cell(w, 0).code, static_cast<std::uint8_t>(PairClass::equal));
   const GridCell& diff1 = g.grid.cell(w, 1);
-  EXPECT_EQ(diff1.code, static_cast<std::uint8_t>(Class::different));
+  EXPECT_EQ(diff1.code, static_cast<std::uint8_t>(PairClass::different));
   EXPECT_EQ(diff1.base, 2.0);
   EXPECT_EQ(diff1.test, 2.5);
   EXPECT_FLOAT_EQ(diff1.rel, 0.2f);
   EXPECT_EQ(diff1.step, 1);
-  EXPECT_EQ(g.grid.cell(v, 2).code, static_cast<std::uint8_t>(Class::none_one_side));
+  EXPECT_EQ(g.grid.cell(v, 2).code, static_cast<std::uint8_t>(PairClass::none_one_side));
   EXPECT_TRUE(std::isnan(g.grid.cell(v, 2).test));
-  EXPECT_EQ(g.grid.cell(aux, 0).code, static_cast<std::uint8_t>(Class::only_base));
+  EXPECT_EQ(g.grid.cell(aux, 0).code, static_cast<std::uint8_t>(PairClass::only_base));
   EXPECT_EQ(g.grid.cell(aux, 1).code, GridCell::kAbsent);
   EXPECT_EQ(g.grid.cell(loss, 2).code, GridCell::kNonfinite);
   // Every compared pair is one cell.
@@ -99,10 +99,10 @@ TEST(PairGrid, PastItsColumnBudgetMergesStepsKeepingTheMostSeverePair) {
   EXPECT_EQ(steps, 10);
   EXPECT_EQ(cols[0].first_step, 0);
   EXPECT_EQ(cols[0].last_step, 3);
-  EXPECT_EQ(g.grid.cell(0, 0).code, static_cast<std::uint8_t>(Class::equal));
+  EXPECT_EQ(g.grid.cell(0, 0).code, static_cast<std::uint8_t>(PairClass::equal));
   EXPECT_EQ(g.grid.cell(0, 1).step, 6);  // steps 4..7: the larger difference wins
   EXPECT_EQ(g.grid.cell(0, 1).test, 3.0);
-  EXPECT_EQ(g.grid.cell(0, 2).code, static_cast<std::uint8_t>(Class::none_one_side));
+  EXPECT_EQ(g.grid.cell(0, 2).code, static_cast<std::uint8_t>(PairClass::none_one_side));
 }
 
 TEST(PairGrid, CellBudgetBoundsColumnsTimesSeries) {

@@ -6,19 +6,16 @@
 
 #include <map>
 
-#include "../core/small_file_system.h"
+#include "small_file_system.h"
+#include "test_util.h"
 #include "probe/log_io.h"
 #include "probe/probe.h"
 #include "probe/scope.h"
 
 namespace {
 
-std::filesystem::path fresh_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("numprobe_optrace_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+// Names of their own beside probe_test.cpp's in the same test binary.
+std::filesystem::path fresh_dir(const std::string& name) { return test_util::fresh_dir("optrace_" + name); }
 
 probe::ProbeOptions traced(const std::filesystem::path& dir, const std::string& trace) {
   probe::ProbeOptions o;

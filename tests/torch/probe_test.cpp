@@ -14,16 +14,12 @@
 #include <sstream>
 
 #include "probe/log_io.h"
-#include "../core/small_file_system.h"
+#include "small_file_system.h"
+#include "test_util.h"
 
 namespace {
 
-std::filesystem::path fresh_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("numprobe_probe_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+using namespace test_util;
 
 probe::ProbeOptions options_in(const std::filesystem::path& dir) {
   probe::ProbeOptions o;
@@ -34,19 +30,7 @@ probe::ProbeOptions options_in(const std::filesystem::path& dir) {
   return o;
 }
 
-std::vector<probe::Record> read_all(const std::filesystem::path& path) {
-  probe::LogReader reader(path);
-  std::vector<probe::Record> records;
-  while (auto r = reader.next()) records.push_back(*r);
-  return records;
-}
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 struct NetImpl : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
@@ -104,7 +88,7 @@ TEST(Probe, RecordsEveryKindOfAMicrobatchedStep) {
     train(&p, 1);
     EXPECT_EQ(p.log_path(), dir / "rank0" / "diff.log");
   }
-  auto records = read_all(dir / "rank0" / "diff.log");
+  auto records = read_records(dir / "rank0" / "diff.log");
   std::map<std::string, int> count;
   for (const auto& r : records) count[std::string(probe::kind_name(r.kind))]++;
   EXPECT_EQ(count["rng"], 2);          // one per microbatch (CPU generator)
@@ -152,7 +136,7 @@ TEST(Probe, MicrobatchGradientsAddUpToTheAccumulatedGradient) {
     p.backward(mb, p.forward(mb, lin, x).pow(2).sum());
   }
   p.end_step();
-  auto records = read_all(p.log_path());
+  auto records = read_records(p.log_path());
   std::vector<std::uint64_t> mb_hashes;
   std::uint64_t grad_hash = 0;
   for (const auto& r : records) {
@@ -173,14 +157,14 @@ TEST(Probe, GradIsNoneWhenBackwardNeverRan) {
   p.forward(0, lin, torch::randn({2, 3}));
   p.end_step();
   int none = 0;
-  for (const auto& r : read_all(p.log_path()))
+  for (const auto& r : read_records(p.log_path()))
     if (r.kind == probe::Kind::grad) {
       EXPECT_EQ(r.state, probe::Record::State::none) << r.name;
       EXPECT_TRUE(r.name == "layer.weight" || r.name == "layer.bias") << r.name;
       ++none;
     }
   EXPECT_EQ(none, 2);
-  EXPECT_NE(read_text(p.log_path()).find("kind=grad name=layer.weight none"), std::string::npos);
+  EXPECT_NE(read_all(p.log_path()).find("kind=grad name=layer.weight none"), std::string::npos);
 }
 
 TEST(Probe, DoesNotPerturbTraining) {
@@ -200,7 +184,7 @@ TEST(Probe, DoesNotPerturbTraining) {
     probe::Probe p(options_in(dir2));
     train(&p, 3);
   }
-  EXPECT_EQ(read_text(dir / "rank0" / "diff.log"), read_text(dir2 / "rank0" / "diff.log"));
+  EXPECT_EQ(read_all(dir / "rank0" / "diff.log"), read_all(dir2 / "rank0" / "diff.log"));
 }
 
 TEST(Probe, EveryAndKindsSelectWhatIsRecorded) {
@@ -213,7 +197,7 @@ TEST(Probe, EveryAndKindsSelectWhatIsRecorded) {
     train(&p, 4);
   }
   std::set<std::int64_t> steps;
-  for (const auto& r : read_all(dir / "rank0" / "diff.log")) {
+  for (const auto& r : read_records(dir / "rank0" / "diff.log")) {
     steps.insert(r.step);
     EXPECT_TRUE(r.kind == probe::Kind::grad || r.kind == probe::Kind::scalar);
   }
@@ -237,7 +221,7 @@ TEST(Probe, ScalarTensorIsTheValueAtTheCall) {
     p.end_step();
   }
   std::map<std::string, double> value;
-  for (const auto& r : read_all(dir / "rank0" / "diff.log")) value[r.name] = r.value;
+  for (const auto& r : read_records(dir / "rank0" / "diff.log")) value[r.name] = r.value;
   EXPECT_EQ(value, (std::map<std::string, double>{{"loss", 0.25}, {"grad_norm", 3.0}, {"lr", 1e-3}}));
 }
 
@@ -283,7 +267,7 @@ TEST(Probe, ZeroElementTensorsAreRecordedForEveryKindAndOption) {
         }
       }
       std::map<probe::Kind, int> count;
-      for (const auto& r : read_all(dir / "rank0" / "diff.log")) {
+      for (const auto& r : read_records(dir / "rank0" / "diff.log")) {
         ++count[r.kind];
         if (r.kind == probe::Kind::rng) continue;
         const std::string name = what + " " + std::string(probe::kind_name(r.kind)) + " " + r.name;
@@ -382,7 +366,7 @@ TEST(Probe, SparseEmbeddingGradientIsLoggedAsItsDenseEquivalent) {
     p.end_step();
   }
   std::map<std::string, probe::Record> by_name;
-  for (const auto& r : read_all(dir / "rank0" / "diff.log"))
+  for (const auto& r : read_records(dir / "rank0" / "diff.log"))
     by_name[std::string(probe::kind_name(r.kind)) + " " + r.name + " " + std::to_string(r.microbatch.value_or(-1))] = r;
   int compared = 0;
   for (const auto& [key, r] : by_name) {
@@ -435,8 +419,31 @@ TEST(Probe, EnvironmentConfiguresTheProbe) {
   for (const char* v : {"PROBE_EVERY", "PROBE_KINDS", "PROBE_ENABLE", "RANK", "WORLD_SIZE"}) ::unsetenv(v);
 }
 
+// RANK counts from 0; WORLD_SIZE and PROBE_EVERY from 1: a zero there is refused, naming it.
+TEST(Probe, EnvironmentRefusesZeroWhereACountMustBePositive) {
+  const auto error_of = [](const char* var, const char* value) -> std::string {
+    ::setenv(var, value, 1);
+    std::string what = "accepted";
+    try {
+      probe::ProbeOptions::from_env();
+    } catch (const std::invalid_argument& e) {
+      what = e.what();
+    }
+    ::unsetenv(var);
+    return what;
+  };
+  ::setenv("RANK", "0", 1);
+  EXPECT_EQ(probe::ProbeOptions::from_env().rank, 0);
+  ::unsetenv("RANK");
+  EXPECT_NE(error_of("WORLD_SIZE", "0").find("WORLD_SIZE='0' is not an integer from 1"), std::string::npos);
+  EXPECT_NE(error_of("PROBE_EVERY", "0").find("PROBE_EVERY='0' is not an integer from 1"), std::string::npos);
+  EXPECT_NE(error_of("RANK", "-1").find("RANK='-1' is not an integer from 0"), std::string::npos);
+  EXPECT_NE(error_of("RANK", "3000000000").find("RANK='3000000000'"), std::string::npos);
+  EXPECT_NE(error_of("WORLD_SIZE", " 4").find("WORLD_SIZE=' 4'"), std::string::npos);
+}
+
 TEST(Probe, DisabledProbeWritesNothingAndTapIsANoOp) {
-  auto dir = fresh_dir("disabled");
+  auto dir = fresh_dir("disabled") / "run";
   auto o = options_in(dir);
   o.enabled = false;
   probe::Probe p(o);
@@ -447,7 +454,7 @@ TEST(Probe, DisabledProbeWritesNothingAndTapIsANoOp) {
 }
 
 TEST(Probe, UnwritableRunDirectoryIsAnErrorNamingThePath) {
-  auto blocker = fresh_dir("unwritable");
+  auto blocker = fresh_dir("unwritable") / "blocker";
   std::ofstream(blocker.string()) << "not a directory";
   auto o = options_in(blocker / "run");
   o.on_error = probe::ProbeOptions::OnError::throw_error;
@@ -568,7 +575,7 @@ TEST(Probe, ShardedParameterRecordsCarryTheirShard) {
   (local * 2).sum().backward();
   p.end_step();
   bool seen = false;
-  for (const auto& r : read_all(p.log_path()))
+  for (const auto& r : read_records(p.log_path()))
     if (r.kind == probe::Kind::grad) {
       EXPECT_EQ(r.stats.shard, probe::Shard::along({8, 3}, 0, 4));
       seen = true;
@@ -639,7 +646,7 @@ TEST(Probe, AKeyRecordedAgainInAStepGetsAnOccurrenceSuffix) {
     p.end_step();
   }
   std::vector<std::pair<std::int64_t, std::string>> names;
-  for (const auto& r : read_all(dir / "rank0" / "diff.log")) names.emplace_back(r.step, r.name);
+  for (const auto& r : read_records(dir / "rank0" / "diff.log")) names.emplace_back(r.step, r.name);
   EXPECT_EQ(names, (std::vector<std::pair<std::int64_t, std::string>>{
                        {0, "block.out"}, {0, "block.out#1"}, {0, "block.out#2"}, {0, "loss"},
                        {0, "loss#1"}, {1, "block.out"}}));
@@ -661,7 +668,7 @@ TEST(Probe, WatchingAgainRecordsEachParameterOnceAndARebuiltModelReplacesTheOld)
     p.end_step();
   }
   std::map<std::pair<std::int64_t, std::string>, int> count;
-  for (const auto& r : read_all(dir / "rank0" / "diff.log"))
+  for (const auto& r : read_records(dir / "rank0" / "diff.log"))
     if (r.kind == probe::Kind::mb_grad || r.kind == probe::Kind::grad)
       count[{r.step, std::string(probe::kind_name(r.kind)) + " " + r.name}]++;
   for (const auto& [key, n] : count) EXPECT_EQ(n, 1) << key.second << " at step " << key.first;
@@ -720,7 +727,7 @@ TEST(Probe, TensorsInsideVectorAndTupleArgumentsAndResultsAreRecorded) {
     p.end_step();
   }
   std::vector<std::string> names;
-  for (const auto& r : read_all(dir / "rank0" / "diff.log"))
+  for (const auto& r : read_records(dir / "rank0" / "diff.log"))
     if (r.kind == probe::Kind::input || r.kind == probe::Kind::output || r.kind == probe::Kind::output_grad)
       names.push_back(std::string(probe::kind_name(r.kind)) + " " + r.name);
   std::sort(names.begin(), names.end());
@@ -761,6 +768,6 @@ TEST(Probe, ALeafOutputGetsNoHookThatWouldOutliveItsForward) {
     }
   }
   int output_grads = 0;
-  for (const auto& r : read_all(dir / "rank0" / "diff.log")) output_grads += r.kind == probe::Kind::output_grad;
+  for (const auto& r : read_records(dir / "rank0" / "diff.log")) output_grads += r.kind == probe::Kind::output_grad;
   EXPECT_EQ(output_grads, 0);
 }

@@ -10,7 +10,7 @@
 #include <limits>
 #include <string>
 
-#include "stats_device.h"
+#include "torch/stats_device.h"
 
 namespace {
 

@@ -170,9 +170,9 @@ std::size_t Aligner::add_to_series(const Pair& p, bool both_runs) {
   if (vt) ++st.test_steps;
   if (vb && vt) {
     const bool agree =
-        p.cls == Class::equal ? true : options_.cmp.agree(*vb, *vt) && p.cls != Class::different;
-    st.add_pair(p.step, *vb, p.cls == Class::equal ? *vb : *vt, agree);
-  } else if (is_divergence(p.cls) && !st.first_divergent_step) {
+        p.pair_class == PairClass::equal ? true : options_.cmp.agree(*vb, *vt) && p.pair_class != PairClass::different;
+    st.add_pair(p.step, *vb, p.pair_class == PairClass::equal ? *vb : *vt, agree);
+  } else if (is_divergence(p.pair_class) && !st.first_divergent_step) {
     st.first_divergent_step = p.step;  // a value on one side only (absent, or `none`)
   }
   return si;
@@ -183,19 +183,19 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
   const Pair* first = nullptr;
   for (auto& p : pairs) {
     if (!p.base.present)
-      p.cls = Class::only_test;
+      p.pair_class = PairClass::only_test;
     else if (!p.test.present)
-      p.cls = Class::only_base;
+      p.pair_class = PairClass::only_base;
     else
       classify(p, options_.cmp);
     if (set_aside_op(p, result_.ops)) continue;
-    ++result_.counts[static_cast<std::size_t>(p.kind)][static_cast<std::size_t>(p.cls)];
+    ++result_.counts[static_cast<std::size_t>(p.kind)][static_cast<std::size_t>(p.pair_class)];
     ++result_.records_compared;
     const std::size_t si = add_to_series(p, base && test);
     if (options_.on_pair) options_.on_pair(p, si);
-    if (is_divergence(p.cls) && !first) first = &p;
+    if (is_divergence(p.pair_class) && !first) first = &p;
     // The norm of RNG state bytes is no size of a difference.
-    if ((p.cls == Class::different || p.cls == Class::within_tol) && p.kind != Kind::rng) offer_top(p);
+    if ((p.pair_class == PairClass::different || p.pair_class == PairClass::within_tol) && p.kind != Kind::rng) offer_top(p);
   }
   const bool first_step_of_both = result_.base.first_step == step && result_.test.first_step == step;
   explainer_.explain_step(step, first_step_of_both, pairs);
@@ -219,7 +219,7 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
 // cause: the headline.
 void Aligner::note_noise_or_bug(std::int64_t step, bool first_step, const std::vector<Pair>& pairs) {
   for (const auto& p : pairs) {
-    if (!is_divergence(p.cls) || p.why.rule.empty()) continue;  // set-aside ops have no explanation
+    if (!is_divergence(p.pair_class) || p.why.rule.empty()) continue;  // set-aside ops have no explanation
     result_.noise.add(p);
     if (p.why.bug && !result_.first_unexplained) {
       result_.first_unexplained = p;

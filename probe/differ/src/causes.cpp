@@ -32,7 +32,7 @@ bool mb_grads_equal(const std::string& name, const std::vector<Pair>& pairs) {
   std::int64_t mbs = 0;
   for (const auto& p : pairs) {
     if (p.kind != Kind::mb_grad || p.name != name) continue;
-    if (p.cls != Class::equal) return false;
+    if (p.pair_class != PairClass::equal) return false;
     ++mbs;
   }
   return mbs > 0;
@@ -67,11 +67,11 @@ RngAndInputs rng_and_inputs(const std::vector<Pair>& pairs) {
   RngAndInputs e;
   for (const auto& p : pairs) {
     // A fingerprint absent from one run says nothing about the RNG state (names differ).
-    if (p.kind == Kind::rng && p.cls == Class::different && !e.first_rng) e.first_rng = &p;
+    if (p.kind == Kind::rng && p.pair_class == PairClass::different && !e.first_rng) e.first_rng = &p;
     if (p.kind == Kind::input) {
       e.inputs_compared += p.base.present && p.test.present;
-      if (is_divergence(p.cls)) e.inputs_differ = true;
-      if (p.cls == Class::different && !e.first_input) e.first_input = &p;
+      if (is_divergence(p.pair_class)) e.inputs_differ = true;
+      if (p.pair_class == PairClass::different && !e.first_input) e.first_input = &p;
     }
   }
   return e;
@@ -93,12 +93,12 @@ std::string kinds_without(std::uint32_t drop, const DiffOptions& o) {
 
 std::optional<Cause> none_gradient_cause(const DivergentStep& s) {
   const Pair& first = s.first;
-  if (first.cls != Class::none_one_side) return std::nullopt;
+  if (first.pair_class != PairClass::none_one_side) return std::nullopt;
   std::int64_t none_base = 0, none_test = 0, grads = 0;
   for (const auto& p : s.pairs) {
     if (p.kind != Kind::grad) continue;
     ++grads;
-    if (p.cls == Class::none_one_side) (p.base.m.rec.state == Record::State::none ? none_base : none_test)++;
+    if (p.pair_class == PairClass::none_one_side) (p.base.m.rec.state == Record::State::none ? none_base : none_test)++;
   }
   const bool in_base = first.base.m.rec.state == Record::State::none;
   std::string msg = std::string(kind_name(first.kind)) + " " + first.name + " is none in the " +
@@ -147,7 +147,7 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
   const Pair& first = s.first;
   const bool base_disagrees = first.base.present && first.base.m.replicas_disagree;
   const bool test_disagrees = first.test.present && first.test.m.replicas_disagree;
-  if (first.kind != Kind::grad || !is_divergence(first.cls) || !(base_disagrees || test_disagrees) ||
+  if (first.kind != Kind::grad || !is_divergence(first.pair_class) || !(base_disagrees || test_disagrees) ||
       !mb_grads_equal(first.name, s.pairs))
     return std::nullopt;
   return Cause{"unreduced_gradient",
@@ -162,7 +162,7 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
 // reduction that only summed in another order from one that got the sum wrong.
 std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOptions& o) {
   const Pair& g = s.first;
-  if (!both_tensors(g) || g.kind != Kind::grad || g.cls != Class::different) return std::nullopt;
+  if (!both_tensors(g) || g.kind != Kind::grad || g.pair_class != PairClass::different) return std::nullopt;
   // A NaN/Inf makes any norm difference meaningless: the nonfinite rule names it. Elements
   // that moved without changing a figure are no reduction order either.
   if (!std::isfinite(g.base.m.rec.stats.norm) || !std::isfinite(g.test.m.rec.stats.norm) ||
@@ -265,8 +265,8 @@ std::optional<Cause> kind_not_recorded_cause(const Pair& p, const std::vector<Ki
 std::optional<Cause> absence_cause(const Result& r, const DiffOptions& o, bool step_one_sided,
                                    bool series_one_sided) {
   const Pair& p = *r.first_divergence;
-  if (p.cls != Class::only_base && p.cls != Class::only_test) return std::nullopt;
-  const bool in_base = p.cls == Class::only_base;
+  if (p.pair_class != PairClass::only_base && p.pair_class != PairClass::only_test) return std::nullopt;
+  const bool in_base = p.pair_class == PairClass::only_base;
   const std::string has = in_base ? "base" : "test", lacks = in_base ? "test" : "base";
   const RunInfo& lacking = in_base ? r.test : r.base;
   if (step_one_sided) return step_range_cause(p, lacking, o, has, lacks);

@@ -20,16 +20,16 @@ bool Comparator::agree(double base, double test, double scale) const {
   return std::fabs(test - base) <= atol + rtol * magnitude;
 }
 
-std::string_view class_name(Class c) {
-  static constexpr std::array<std::string_view, kClassCount> kNames = {
+std::string_view pair_class_name(PairClass c) {
+  static constexpr std::array<std::string_view, kPairClassCount> kNames = {
       "equal", "within_tol", "different", "only_base", "only_test", "none_one_side",
       "unsupported"};
   return kNames[static_cast<std::size_t>(c)];
 }
 
-bool is_divergence(Class c) {
-  return c == Class::different || c == Class::only_base || c == Class::only_test ||
-         c == Class::none_one_side;
+bool is_divergence(PairClass c) {
+  return c == PairClass::different || c == PairClass::only_base || c == PairClass::only_test ||
+         c == PairClass::none_one_side;
 }
 
 bool low_precision(const std::string& dtype) {
@@ -82,13 +82,13 @@ std::string disagreeing_figures(const TensorStats& s, const TensorStats& t, bool
 // figures can still show a difference, never bitwise equality.
 void classify_without_common_hash(Pair& p, const std::string& disagree, const Comparator& cmp) {
   if (!disagree.empty()) {
-    p.cls = Class::different;
+    p.pair_class = PairClass::different;
     p.note = std::string("no common hash; ") + (cmp.exact() ? "differs in: " : "beyond tolerance: ") + disagree;
   } else if (!cmp.exact()) {
-    p.cls = Class::within_tol;
+    p.pair_class = PairClass::within_tol;
     p.note = "no common hash; the figures are within tolerance";
   } else {
-    p.cls = Class::unsupported;
+    p.pair_class = PairClass::unsupported;
     p.note = "no common hash: the figures agree, bitwise equality cannot be checked (switch on "
              "the probe's torch-compatible hash to compare with Python logs)";
   }
@@ -97,11 +97,11 @@ void classify_without_common_hash(Pair& p, const std::string& disagree, const Co
 // A NumericsLogger weights.log record against another record: its hash decides, or nothing.
 void classify_hash_alone(Pair& p, std::optional<bool> hashes_equal) {
   if (hashes_equal == false) {
-    p.cls = Class::different;
+    p.pair_class = PairClass::different;
     p.note = "differs in the hash (a NumericsLogger weights.log holds no other figure)";
     return;
   }
-  p.cls = Class::unsupported;
+  p.pair_class = PairClass::unsupported;
   p.note = "no common hash: a NumericsLogger weights.log holds torch.hash_tensor values only "
            "(switch on the probe's torch-compatible hash to compare with it)";
 }
@@ -109,7 +109,7 @@ void classify_hash_alone(Pair& p, std::optional<bool> hashes_equal) {
 void classify_tensors(Pair& p, const Comparator& cmp) {
   const TensorStats &s = p.base.m.rec.stats, &t = p.test.m.rec.stats;
   if (s.unsupported || t.unsupported) {
-    p.cls = Class::unsupported;
+    p.pair_class = PairClass::unsupported;
     p.note = s.unsupported ? *s.unsupported : *t.unsupported;
     return;
   }
@@ -121,12 +121,12 @@ void classify_tensors(Pair& p, const Comparator& cmp) {
                           p.test.m.hash_source == HashSource::torch_hash_alone;
   if (hash_alone) p.rel_diff = 0;  // no norm on one side: no size of a difference
   if (s.shape != t.shape && !python) {
-    p.cls = Class::different;
+    p.pair_class = PairClass::different;
     p.note = "shapes differ";
     return;
   }
   if (!s.dtype.empty() && !t.dtype.empty() && s.dtype != t.dtype) {
-    p.cls = Class::different;
+    p.pair_class = PairClass::different;
     p.note = "dtypes differ (" + s.dtype + " vs " + t.dtype + ")";
     return;
   }
@@ -136,21 +136,21 @@ void classify_tensors(Pair& p, const Comparator& cmp) {
   else if (s.torch_hash && t.torch_hash)
     hashes_equal = *s.torch_hash == *t.torch_hash;
   if (hashes_equal == true) {
-    p.cls = Class::equal;
+    p.pair_class = PairClass::equal;
     return;
   }
   if (hash_alone) return classify_hash_alone(p, hashes_equal);
   const std::string disagree = disagreeing_figures(s, t, python, cmp);
   if (!hashes_equal) return classify_without_common_hash(p, disagree, cmp);
   if (cmp.exact()) {
-    p.cls = Class::different;
+    p.pair_class = PairClass::different;
     if (p.kind == Kind::rng) return;  // the figures of RNG state bytes add nothing to its hash
     if (!disagree.empty()) p.note = "differs in: hash, " + disagree;
     else p.note = python ? "differs in the hash alone; the norms are equal"
                          : "differs in the hash alone; norm, min, max and mean are bitwise equal";
     return;
   }
-  p.cls = disagree.empty() ? Class::within_tol : Class::different;
+  p.pair_class = disagree.empty() ? PairClass::within_tol : PairClass::different;
   if (!disagree.empty()) p.note = "beyond tolerance: " + disagree;
 }
 
@@ -160,11 +160,11 @@ void classify(Pair& p, const Comparator& cmp) {
   const Record &x = p.base.m.rec, &y = p.test.m.rec;
   using S = Record::State;
   if (x.state == S::none || y.state == S::none) {
-    p.cls = x.state == y.state ? Class::equal : Class::none_one_side;
+    p.pair_class = x.state == y.state ? PairClass::equal : PairClass::none_one_side;
     return;
   }
   if (x.state != y.state) {
-    p.cls = Class::different;
+    p.pair_class = PairClass::different;
     p.note = "a scalar in one run, a tensor in the other";
     return;
   }
@@ -172,7 +172,7 @@ void classify(Pair& p, const Comparator& cmp) {
   p.rel_diff = rel_diff(x.value, y.value);
   const bool bitwise =
       std::memcmp(&x.value, &y.value, sizeof(double)) == 0 || (std::isnan(x.value) && std::isnan(y.value));
-  p.cls = bitwise ? Class::equal : cmp.agree(x.value, y.value) ? Class::within_tol : Class::different;
+  p.pair_class = bitwise ? PairClass::equal : cmp.agree(x.value, y.value) ? PairClass::within_tol : PairClass::different;
 }
 
 }  // namespace probe::differ

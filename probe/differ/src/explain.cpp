@@ -72,7 +72,7 @@ double summation_order_bound(const Pair& grad, std::int64_t summands, double sum
 }
 
 bool elements_moved(const Pair& p) {
-  if (!both_tensors(p) || p.cls != Class::different) return false;
+  if (!both_tensors(p) || p.pair_class != PairClass::different) return false;
   if (p.base.m.hash_source != HashSource::spec_v1 || p.test.m.hash_source != HashSource::spec_v1)
     return false;
   const TensorStats &a = p.base.m.rec.stats, &b = p.test.m.rec.stats;
@@ -87,7 +87,7 @@ std::string parameter_of_state(const std::string& name) {
 }
 
 void Upstream::add(const Pair& p) {
-  if (!is_divergence(p.cls)) return;
+  if (!is_divergence(p.pair_class)) return;
   ++pairs;
   bug = bug || p.why.bug;
   roots = std::max(roots, p.why.roots);
@@ -169,8 +169,8 @@ Explanation Explainer::explain_optim(const Pair& p) const {
 
 Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step) {
   // Bug classes a pair shows by itself, whatever it depends on.
-  if (p.cls == Class::none_one_side) return bug(p.kind == Kind::grad ? "none_gradient" : "none");
-  if (p.cls == Class::only_base || p.cls == Class::only_test) return bug("missing_record");
+  if (p.pair_class == PairClass::none_one_side) return bug(p.kind == Kind::grad ? "none_gradient" : "none");
+  if (p.pair_class == PairClass::only_base || p.pair_class == PairClass::only_test) return bug("missing_record");
   if ((nonfinite(p.base) == 0) != (nonfinite(p.test) == 0)) return bug("nonfinite");
   if ((p.base.present && p.base.m.replicas_disagree) || (p.test.present && p.test.m.replicas_disagree)) {
     const auto it = mb_grads_.find(p.name);
@@ -208,7 +208,7 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
 void Explainer::index_mb_grads(const std::vector<Pair>& pairs) {
   mb_grads_.clear();
   const bool grad_differs = std::any_of(pairs.begin(), pairs.end(), [](const Pair& p) {
-    return p.kind == Kind::grad && is_divergence(p.cls);
+    return p.kind == Kind::grad && is_divergence(p.pair_class);
   });
   if (!grad_differs) return;
   for (const auto& p : pairs) {
@@ -233,7 +233,7 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
   // Optimizer state is updated from the step's gradients: explained once they are.
   for (int pass = 0; pass < 2; ++pass) {
     for (auto& p : pairs) {
-      if ((p.kind == Kind::optim) != (pass == 1) || !is_divergence(p.cls)) continue;
+      if ((p.kind == Kind::optim) != (pass == 1) || !is_divergence(p.pair_class)) continue;
       // An op of one run only (a collective, a re-layout) is set aside, not a divergence.
       if (p.kind == Kind::op && !(p.base.present && p.test.present)) continue;
       p.why = explain(p, step, first_step);
@@ -252,7 +252,7 @@ void Explainer::carry_to_next_step(std::int64_t step, const std::vector<Pair>& p
   previous_by_param_ = std::move(this_step_by_param_);
   this_step_by_param_.clear();
   for (const auto& p : pairs)
-    if (p.kind == Kind::optim && is_divergence(p.cls)) previous_by_param_[parameter_of_state(p.name)].add(p);
+    if (p.kind == Kind::optim && is_divergence(p.pair_class)) previous_by_param_[parameter_of_state(p.name)].add(p);
   earlier_.add(step_so_far_);
   previous_step_ = step;
 }
@@ -313,7 +313,7 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
   }
   if (rule == "missing_record")
     return Cause{rule,
-                 what(p) + " is in the " + (p.cls == Class::only_base ? "base" : "test") +
+                 what(p) + " is in the " + (p.pair_class == PairClass::only_base ? "base" : "test") +
                      " run only at step " + s,
                  std::move(ev)};
   if (rule == "nonfinite") {

@@ -125,8 +125,7 @@ void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, G
     g.parts.push_back({src.rank, std::move(r)});
     return;
   }
-  std::string msg = src.reader ? src.reader->path().string() + ":" +
-                                     std::to_string(src.reader->line_number()) + ": "
+  std::string msg = src.reader ? src.reader->path().string() + ":" + std::to_string(src.ahead_line) + ": "
                                : std::string();
   msg += "duplicate record " + key_text(r.kind, r.name, r.microbatch) + " at step " +
          std::to_string(step);

@@ -22,7 +22,7 @@ std::string where(std::int64_t step, std::optional<std::int64_t> mb, Phase phase
 std::string scope_of(const std::string& name) { return name.substr(0, name.find('/')); }
 
 bool output_differs(const Pair& p) {
-  return p.cls == Class::different || p.cls == Class::none_one_side;
+  return p.pair_class == PairClass::different || p.pair_class == PairClass::none_one_side;
 }
 
 std::string hash_text(const std::optional<std::uint64_t>& h) {
@@ -209,7 +209,7 @@ void OpAnalysis::suggest_trace(const Pair& first, const std::vector<Pair>& pairs
   if (report.trace_hint) return;
   // A record one run lacks, or `none` in one, is no numerical difference for ops to explain; a comparison that
   // leaves op records out (--kinds) is not looking at them.
-  if (first.cls != Class::different) return;
+  if (first.pair_class != PairClass::different) return;
   if (kinds && !(*kinds & (1u << static_cast<unsigned>(Kind::op)))) return;
   const auto scopes = scope_regex_for(first.kind, first.name);
   if (!scopes) return;

@@ -26,8 +26,8 @@ bool holds_nonfinite(const Side& s) {
 }
 
 int severity(std::uint8_t code) {
-  // Index: the code (Class values, kNonfinite); kAbsent below all.
-  static constexpr std::array<int, kClassCount + 1> kRank = {
+  // Index: the code (PairClass values, kNonfinite); kAbsent below all.
+  static constexpr std::array<int, kPairClassCount + 1> kRank = {
       /*equal*/ 1, /*within_tol*/ 3, /*different*/ 4, /*only_base*/ 5, /*only_test*/ 5,
       /*none_one_side*/ 6, /*unsupported*/ 2, /*nonfinite*/ 7};
   return code < kRank.size() ? kRank[code] : 0;
@@ -52,7 +52,7 @@ void PairGrid::add(const Pair& p, std::size_t series) {
   }
   if (series >= series_) series_ = series + 1;
   GridCell c;
-  c.code = static_cast<std::uint8_t>(p.cls);
+  c.code = static_cast<std::uint8_t>(p.pair_class);
   if (holds_nonfinite(p.base) || holds_nonfinite(p.test)) c.code = GridCell::kNonfinite;
   c.rel = static_cast<float>(p.rel_diff);
   c.base = side_value(p.base);

@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "differ/report_html.h"
-#include "html_assets.h"
+#include "differ/detail/html_assets.h"
 #include "probe/log_format.h"
 
 namespace probe::differ {

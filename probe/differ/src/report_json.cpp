@@ -67,7 +67,7 @@ nlohmann::json pair_json(const Pair& p) {
   j["phase"] = phase_name(phase_of(p));
   j["name"] = p.name;
   j["mb"] = p.mb ? nlohmann::json(*p.mb) : nlohmann::json(nullptr);
-  j["class"] = class_name(p.cls);
+  j["class"] = pair_class_name(p.pair_class);
   j["rel_diff"] = num_json(p.rel_diff);
   j["base"] = side_json(p.base);
   j["test"] = side_json(p.test);
@@ -150,8 +150,8 @@ nlohmann::json summary_json(const Result& r) {
   auto summary = nlohmann::json::object();
   for (int k = 0; k < kKindCount; ++k) {
     nlohmann::json row;
-    for (int c = 0; c < kClassCount; ++c)
-      row[std::string(class_name(static_cast<Class>(c)))] =
+    for (int c = 0; c < kPairClassCount; ++c)
+      row[std::string(pair_class_name(static_cast<PairClass>(c)))] =
           r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)];
     summary[std::string(kind_name(static_cast<Kind>(k)))] = row;
   }

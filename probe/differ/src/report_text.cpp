@@ -115,7 +115,7 @@ std::string run_line(const char* label, const RunInfo& i) {
 }
 
 std::string result_text(const Result& r) {
-  const std::int64_t unsupported = r.count(Class::unsupported);
+  const std::int64_t unsupported = r.count(PairClass::unsupported);
   const std::string not_compared =
       unsupported ? " (" + std::to_string(unsupported) + " unsupported pair(s) not compared)" : "";
   switch (r.verdict()) {
@@ -143,7 +143,7 @@ std::string result_text(const Result& r) {
       return r.filtered ? "nothing compared: no record passes --kinds, --steps and --name"
                         : "nothing compared: the runs hold no records";
     case Result::Verdict::within_tolerance:
-      return "equal within tolerance (" + std::to_string(r.count(Class::within_tol)) +
+      return "equal within tolerance (" + std::to_string(r.count(PairClass::within_tol)) +
              " pair(s) not bitwise equal)" + not_compared;
     case Result::Verdict::equal:
       break;
@@ -207,7 +207,7 @@ std::string evidence_text(const Evidence& e) {
 }
 
 void print_summary(const Result& r, std::ostream& out, const Paint& paint) {
-  static constexpr std::array<std::string_view, kClassCount> kHead = {
+  static constexpr std::array<std::string_view, kPairClassCount> kHead = {
       "equal", "within_tol", "different", "only_base", "only_test", "none_1side", "unsupported"};
   // The first column fits the longest kind name, output_grad.
   out << paint(kBold, pad("SUMMARY", 13));
@@ -219,11 +219,11 @@ void print_summary(const Result& r, std::ostream& out, const Paint& paint) {
     for (auto c : row) total += c;
     if (total == 0) continue;
     out << "  " << pad(std::string(kind_name(kind)), 11);
-    for (int c = 0; c < kClassCount; ++c) {
+    for (int c = 0; c < kPairClassCount; ++c) {
       const auto n = row[static_cast<std::size_t>(c)];
       std::string cell = pad(std::to_string(n), 12, true);
-      if (n > 0 && is_divergence(static_cast<Class>(c))) cell = paint(kRed, cell);
-      else if (n > 0 && c == static_cast<int>(Class::equal)) cell = paint(kGreen, cell);
+      if (n > 0 && is_divergence(static_cast<PairClass>(c))) cell = paint(kRed, cell);
+      else if (n > 0 && c == static_cast<int>(PairClass::equal)) cell = paint(kGreen, cell);
       else if (n == 0) cell = paint(kDim, cell);
       out << cell;
     }
@@ -234,7 +234,7 @@ void print_summary(const Result& r, std::ostream& out, const Paint& paint) {
 
 void print_pair(const char* title, const Pair& p, const std::string& label, std::ostream& out,
                 const Paint& paint) {
-  out << paint(kBold, title) << "  " << paint(kRed, where(p)) << "  [" << class_name(p.cls) << "]"
+  out << paint(kBold, title) << "  " << paint(kRed, where(p)) << "  [" << pair_class_name(p.pair_class) << "]"
       << label << "\n";
   out << "  base: " << side_text(p.base, p.kind) << "\n";
   out << "  test: " << side_text(p.test, p.kind) << "\n";
@@ -377,7 +377,7 @@ void print_top(const Result& r, std::ostream& out, const Paint& paint) {
   if (r.top.empty()) return;
   out << paint(kBold, "TOP " + std::to_string(r.top.size()) + " DIFFERENCES") << " (relative norm/value difference)\n";
   for (const auto& p : r.top)
-    out << "  " << pad(rel_diff_text(p), 24) << " " << where(p) << "  [" << class_name(p.cls) << "]\n";
+    out << "  " << pad(rel_diff_text(p), 24) << " " << where(p) << "  [" << pair_class_name(p.pair_class) << "]\n";
   out << "\n";
 }
 

@@ -20,13 +20,13 @@ Phase phase_of(const Pair& p) { return phase_of(p.base.present ? p.base.m.rec : 
 
 bool Result::any_divergence() const {
   for (const auto& per_kind : counts)
-    for (int c = 0; c < kClassCount; ++c)
-      if (per_kind[static_cast<std::size_t>(c)] > 0 && is_divergence(static_cast<Class>(c)))
+    for (int c = 0; c < kPairClassCount; ++c)
+      if (per_kind[static_cast<std::size_t>(c)] > 0 && is_divergence(static_cast<PairClass>(c)))
         return true;
   return false;
 }
 
-std::int64_t Result::count(Class c) const {
+std::int64_t Result::count(PairClass c) const {
   std::int64_t n = 0;
   for (const auto& per_kind : counts) n += per_kind[static_cast<std::size_t>(c)];
   return n;
@@ -50,8 +50,8 @@ Result::Verdict Result::verdict() const {
   if (base_issues.errors > 0 || test_issues.errors > 0) return Verdict::run_errors;
   if (truncated_at) return Verdict::incomplete;
   if (diverges) return Verdict::noise;
-  if (records_compared == count(Class::unsupported)) return Verdict::nothing_compared;
-  if (count(Class::within_tol) > 0) return Verdict::within_tolerance;
+  if (records_compared == count(PairClass::unsupported)) return Verdict::nothing_compared;
+  if (count(PairClass::within_tol) > 0) return Verdict::within_tolerance;
   return Verdict::equal;
 }
 

@@ -172,7 +172,10 @@ void Run::open_rank_logs(const RankFiles& files) {
     ranks_.push_back(std::move(src));
   }
   note_missing_ranks(files, seen);
+  const bool read_ahead = options_.read_ahead && pooled_ranks_ == 0 &&
+                          ranks_.size() <= RunOptions::kMaxReadAheadRanks;
   for (auto& src : ranks_) {
+    if (read_ahead) src->read_ahead = std::make_unique<ReadAhead>(*src->reader);
     advance(*src);
     src->release();
   }
@@ -207,30 +210,34 @@ void Run::advance(RankSource& src) {
     return;
   }
   for (;;) {
-    try {
-      auto r = src.reader->next();
-      if (!r) {
+    ReadEvent& event = src.read_ahead ? src.read_ahead->next() : src.event;
+    if (!src.read_ahead) read_event(*src.reader, event);
+    switch (event.type) {
+      case ReadEvent::Type::end:
         if (src.reader->truncated()) note_truncation(src);
         return;
-      }
-      if (r->step < src.last_step) {
-        std::string msg = src.reader->path().string() + ":" +
-                          std::to_string(src.reader->line_number()) + ": step " +
-                          std::to_string(r->step) + " after step " +
-                          std::to_string(src.last_step) + " (records out of step order)";
-        if (!options_.lenient) throw InputError(msg);
-        issues_.add({Issue::Severity::warning, "skipped_line", options_.label, r->step, msg});
+      case ReadEvent::Type::read_error:  // a pooled log that cannot be reopened
+        throw InputError(event.message);
+      case ReadEvent::Type::parse_error:
+        if (!options_.lenient) throw InputError(event.message);
+        issues_.add({Issue::Severity::warning, "skipped_line", options_.label, -1, event.message});
         continue;
-      }
-      src.last_step = r->step;
-      src.ahead = std::move(r);
-      return;
-    } catch (const lf::ParseError& e) {
-      if (!options_.lenient) throw InputError(e.what());
-      issues_.add({Issue::Severity::warning, "skipped_line", options_.label, -1, e.what()});
-    } catch (const std::runtime_error& e) {  // a pooled log that cannot be reopened
-      throw InputError(e.what());
+      case ReadEvent::Type::record:
+        break;
     }
+    Record& r = event.record;
+    if (r.step < src.last_step) {
+      std::string msg = src.reader->path().string() + ":" + std::to_string(event.line) + ": step " +
+                        std::to_string(r.step) + " after step " + std::to_string(src.last_step) +
+                        " (records out of step order)";
+      if (!options_.lenient) throw InputError(msg);
+      issues_.add({Issue::Severity::warning, "skipped_line", options_.label, r.step, msg});
+      continue;
+    }
+    src.last_step = r.step;
+    src.ahead = std::move(r);
+    src.ahead_line = event.line;
+    return;
   }
 }
 

@@ -20,7 +20,7 @@ KindCount count_kind(const std::vector<Pair>& pairs, Kind kind) {
   for (const auto& p : pairs) {
     if (p.kind != kind || !both_present(p)) continue;
     ++c.compared;
-    if (!is_divergence(p.cls)) continue;
+    if (!is_divergence(p.pair_class)) continue;
     ++c.differing;
     if (!c.first) c.first = &p;
   }
@@ -92,7 +92,7 @@ StepDigest digest_step(std::int64_t step, const std::vector<Pair>& pairs) {
     if (!both_present(p)) continue;
     if (p.kind == Kind::grad) {
       ++d.grads_compared;
-      d.grads_within_tol += p.cls == Class::within_tol;
+      d.grads_within_tol += p.pair_class == PairClass::within_tol;
     }
     d.optim_compared += p.kind == Kind::optim;
   }
@@ -101,7 +101,7 @@ StepDigest digest_step(std::int64_t step, const std::vector<Pair>& pairs) {
 
 std::optional<Cause> init_cause(std::int64_t step, bool first_step, const std::vector<Pair>& pairs,
                                 const Pair& first) {
-  if (!first_step || first.kind != Kind::param || first.cls != Class::different) return std::nullopt;
+  if (!first_step || first.kind != Kind::param || first.pair_class != PairClass::different) return std::nullopt;
   const KindCount params = count_kind(pairs, Kind::param);
   const std::string s = std::to_string(step);
   return Cause{"init",
@@ -118,7 +118,7 @@ std::optional<Cause> init_cause(std::int64_t step, bool first_step, const std::v
 
 std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<StepDigest>& previous,
                                      const std::vector<Pair>& pairs, const Pair& first) {
-  if (first.cls != Class::different) return std::nullopt;
+  if (first.pair_class != PairClass::different) return std::nullopt;
   if (first.kind == Kind::optim) return state_differs(step, pairs, first);
   // The update between two recorded steps: only when nothing ran unrecorded in between.
   if (first.kind == Kind::param && previous && previous->step == step - 1 && previous->grads_compared > 0)

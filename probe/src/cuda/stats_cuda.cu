@@ -18,15 +18,14 @@
 // The kernels: stats_cuda_kernels.cuh, compiled per dtype family (stats_cuda_<family>.cu); this
 // file prepares the arguments and dispatches on the dtype.
 // CPU reference: stats_reference.h; tests: tests/core/cuda_reference_test.cpp (CPU) and
-// tests/cuda/stats_cuda_test.cpp (GPU); benchmark: bench/stats_cuda_bench.cpp.
+// tests/cuda/stats_cuda_test.cpp (GPU); benchmark: probe/bench/cuda/stats_cuda_bench.cpp.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/hash_tensor.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "../core/stats_kernel.h"
-#include "../torch/stats_device.h"
+#include "core/stats_kernel.h"
+#include "torch/stats_device.h"
 #include "stats_cuda_launch.h"
-#include "stats_reference.h"  // run_layout_of
 #include "stats_tile.h"
 
 namespace probe::detail {

@@ -8,7 +8,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 
-#include "../torch/stats_device.h"
+#include "torch/stats_device.h"
 #include "stats_cuda_launch.h"
 #include "stats_tile.h"
 

@@ -5,7 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <cuda_runtime_api.h>
 
-#include "../torch/stats_device.h"
+#include "torch/stats_device.h"
 #include "stats_tile.h"
 
 namespace probe::detail {

@@ -5,29 +5,12 @@
 // bit for every figure.
 #pragma once
 
-#include <stdexcept>
 #include <vector>
 
-#include "../core/stats_kernel.h"
+#include "core/stats_kernel.h"
 #include "stats_tile.h"
 
 namespace probe::kernels::cuda_tile {
-
-inline RunLayout run_layout_of(const ContiguousLayout& layout) {
-  RunLayout r;
-  r.numel = layout.numel();
-  r.run_length = layout.run_length();
-  r.base_global_index = layout.base_global_index();
-  const auto& extent = layout.outer_extent();
-  if (extent.size() > static_cast<std::size_t>(kMaxOuterDims))
-    throw std::invalid_argument("numprobe: shard layout has more outer dims than the CUDA kernel takes");
-  r.outer_dims = static_cast<int>(extent.size());
-  for (std::size_t d = 0; d < extent.size(); ++d) {
-    r.outer_extent[d] = extent[d];
-    r.outer_global_stride[d] = layout.outer_global_stride()[d];
-  }
-  return r;
-}
 
 // A block's combine as the GPU does it: a shuffle-down tree over each warp's lanes, then the
 // same tree over the warp results.

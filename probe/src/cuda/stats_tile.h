@@ -20,8 +20,10 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 
-#include "../core/stats_element.h"
+#include "core/stats_element.h"
+#include "core/stats_kernel.h"  // ContiguousLayout
 
 namespace probe::kernels::cuda_tile {
 
@@ -55,6 +57,23 @@ struct RunLayout {
     return index;
   }
 };
+
+// The kernel arguments of a local tensor's ContiguousLayout (host only).
+inline RunLayout run_layout_of(const ContiguousLayout& layout) {
+  RunLayout r;
+  r.numel = layout.numel();
+  r.run_length = layout.run_length();
+  r.base_global_index = layout.base_global_index();
+  const auto& extent = layout.outer_extent();
+  if (extent.size() > static_cast<std::size_t>(kMaxOuterDims))
+    throw std::invalid_argument("numprobe: shard layout has more outer dims than the CUDA kernel takes");
+  r.outer_dims = static_cast<int>(extent.size());
+  for (std::size_t d = 0; d < extent.size(); ++d) {
+    r.outer_extent[d] = extent[d];
+    r.outer_global_stride[d] = layout.outer_global_stride()[d];
+  }
+  return r;
+}
 
 // Where each element of a strided view (a transpose, a sliced or expanded tensor) lives: its
 // sizes and element strides. The kernel reads such a view in place, element by element, in the

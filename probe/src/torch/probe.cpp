@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -38,17 +40,15 @@ bool parse_bool(const char* name, const std::string& v) {
                               "' is not a boolean (1/0, true/false, on/off)");
 }
 
-std::int64_t parse_positive(const char* name, const std::string& v) {
-  std::size_t used = 0;
-  long long n = 0;
-  try {
-    n = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || n < 0)
-    throw std::invalid_argument(std::string("numprobe: ") + name + "='" + v +
-                                "' is not a non-negative integer");
+// An integer environment setting of at least `least` (RANK: 0; WORLD_SIZE, PROBE_EVERY: 1),
+// decimal digits only, and no more than `most` (what the option's type holds).
+std::int64_t parse_at_least(const char* name, const std::string& v, std::int64_t least,
+                            std::int64_t most = std::numeric_limits<std::int64_t>::max()) {
+  std::int64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n < least || n > most)
+    throw std::invalid_argument(std::string("numprobe: ") + name + "='" + v + "' is not an integer from " +
+                                std::to_string(least) + " to " + std::to_string(most));
   return n;
 }
 
@@ -134,11 +134,11 @@ KindSet KindSet::parse(const std::string& text) {
 }
 
 ProbeOptions ProbeOptions::from_env(ProbeOptions o) {
+  constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
   if (const char* v = env("PROBE_ENABLE")) o.enabled = parse_bool("PROBE_ENABLE", v);
   if (const char* v = env("PROBE_DIR")) o.run_dir = v;
   if (const char* v = env("PROBE_EVERY")) {
-    o.every = parse_positive("PROBE_EVERY", v);
-    if (o.every == 0) throw std::invalid_argument("numprobe: PROBE_EVERY must be at least 1");
+    o.every = parse_at_least("PROBE_EVERY", v, 1);
   }
   if (const char* v = env("PROBE_KINDS")) {
     try {
@@ -164,9 +164,9 @@ ProbeOptions ProbeOptions::from_env(ProbeOptions o) {
     o.trace = v;
   }
   if (o.rank < 0)
-    if (const char* v = env("RANK")) o.rank = static_cast<int>(parse_positive("RANK", v));
+    if (const char* v = env("RANK")) o.rank = static_cast<int>(parse_at_least("RANK", v, 0, kMaxInt));
   if (o.world_size < 0)
-    if (const char* v = env("WORLD_SIZE")) o.world_size = static_cast<int>(parse_positive("WORLD_SIZE", v));
+    if (const char* v = env("WORLD_SIZE")) o.world_size = static_cast<int>(parse_at_least("WORLD_SIZE", v, 1, kMaxInt));
   return o;
 }
 

@@ -12,7 +12,7 @@
 #define NUMPROBE_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
-#include "../core/stats_kernel.h"
+#include "core/stats_kernel.h"
 #include "probe/tensor_stats.h"
 
 namespace probe::detail {

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <vector>
 
-#include "../core/sparse_stats.h"
+#include "core/sparse_stats.h"
 #include "stats_device.h"
 
 namespace probe::detail {

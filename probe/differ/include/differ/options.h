@@ -2,6 +2,7 @@
 // how a run's names are read. Every default is written here once (the CLI prints them).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -72,6 +73,10 @@ struct RunOptions {
   // and closed again (a run of more ranks than the process may have files open). 0: half of
   // the descriptors the open-file limit leaves free (two runs are read side by side).
   int max_open_files = 0;
+  // Parse each rank's log on a worker thread of its own, ahead of the step merge (when every
+  // log is held open and there are at most kMaxReadAheadRanks). The same result either way.
+  bool read_ahead = true;
+  static constexpr std::size_t kMaxReadAheadRanks = 64;
 };
 
 // Raises the soft open-file limit (RLIMIT_NOFILE) to the hard limit, as far as the system

@@ -20,9 +20,9 @@ namespace probe::differ {
 // One heat map cell: the pair of one series at one step (or, once steps are binned, the most
 // severe pair of the bin).
 struct GridCell {
-  // Class of the pair (its numeric value), kNonfinite where a side holds NaN/Inf, kAbsent
+  // The pair's class (its PairClass value), kNonfinite where a side holds NaN/Inf, kAbsent
   // where neither run has the record at that step.
-  static constexpr std::uint8_t kNonfinite = kClassCount;
+  static constexpr std::uint8_t kNonfinite = kPairClassCount;
   static constexpr std::uint8_t kAbsent = 255;
   std::uint8_t code = kAbsent;
   float rel = 0;  // the pair's relative norm (value) difference

@@ -53,7 +53,7 @@ struct IssueLog {
 };
 
 // How a pair of records compares.
-enum class Class : std::uint8_t {
+enum class PairClass : std::uint8_t {
   equal,          // bitwise equal (hash, or scalar bits)
   within_tol,     // not bitwise equal, but within --rtol/--atol
   different,
@@ -62,9 +62,9 @@ enum class Class : std::uint8_t {
   none_one_side,  // `none` in one run only (a gradient never computed)
   unsupported,    // cannot be compared (unsupported dtype, incomplete tiling, no common hash)
 };
-inline constexpr int kClassCount = 7;
-std::string_view class_name(Class c);
-bool is_divergence(Class c);  // different, only_*, none_one_side
+inline constexpr int kPairClassCount = 7;
+std::string_view pair_class_name(PairClass c);
+bool is_divergence(PairClass c);  // different, only_*, none_one_side
 
 // Streaming paired statistics of one series (a scalar, or a tensor record's norm).
 struct SeriesStats {
@@ -108,7 +108,7 @@ struct Pair {
   Kind kind = Kind::scalar;
   std::string name;
   std::optional<std::int64_t> mb;
-  Class cls = Class::equal;
+  PairClass pair_class = PairClass::equal;
   Side base, test;
   double rel_diff = 0;  // relative difference of norms (tensors) or values (scalars)
   std::string note;
@@ -181,7 +181,7 @@ struct RunInfo {
 struct Result {
   RunInfo base, test;
   std::int64_t paired_steps = 0;
-  std::array<std::array<std::int64_t, kClassCount>, kKindCount> counts{};
+  std::array<std::array<std::int64_t, kPairClassCount>, kKindCount> counts{};
   std::optional<Pair> first_divergence;
   std::vector<Cause> causes;
   // The first divergence, in execution order, with a bug-class explanation, and that cause
@@ -202,7 +202,7 @@ struct Result {
   std::optional<std::int64_t> truncated_at;  // comparison stopped here (a killed rank)
   bool filtered = false;  // --kinds, --steps or --name restricted the comparison
   bool any_divergence() const;
-  std::int64_t count(Class c) const;  // pairs of that class, every kind
+  std::int64_t count(PairClass c) const;  // pairs of that class, every kind
 
   // What the comparison concluded, the most serious first.
   enum class Verdict : std::uint8_t {

@@ -10,7 +10,7 @@
 #pragma GCC diagnostic pop
 #include <type_traits>
 
-#include "../stats_kernel.h"
+#include "core/stats_kernel.h"
 #include "probe/hash_spec.h"
 
 namespace probe::kernels::avx2 {

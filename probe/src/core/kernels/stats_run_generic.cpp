@@ -4,7 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "../stats_kernel.h"
+#include "core/stats_kernel.h"
 #include "probe/hash_spec.h"
 
 namespace probe::kernels::generic {

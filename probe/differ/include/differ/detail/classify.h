@@ -9,7 +9,7 @@
 
 namespace probe::differ {
 
-// Sets p.cls, p.rel_diff and p.note for a pair present in both runs.
+// Sets p.pair_class, p.rel_diff and p.note for a pair present in both runs.
 void classify(Pair& p, const Comparator& cmp);
 
 // The number the paired statistics follow: a scalar's value, a tensor's norm.

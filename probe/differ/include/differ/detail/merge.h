@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "differ/detail/read_ahead.h"
 #include "differ/run.h"
 #include "probe/log_io.h"
 #include "probe/record.h"
@@ -16,9 +17,12 @@ namespace probe::differ {
 struct Run::RankSource {
   int rank = 0;
   std::unique_ptr<LogReader> reader;       // numprobe logs
+  std::unique_ptr<ReadAhead> read_ahead;   // parses `reader` on a worker (after it: joined first)
+  ReadEvent event;                         // what reading without a worker yielded last
   std::vector<Record> python;              // NumericsLogger logs (loaded whole, sorted)
   std::size_t python_pos = 0;
   std::optional<Record> ahead;
+  std::int64_t ahead_line = 0;  // its line in the log
   std::int64_t last_step = -1;
   bool reported_early_end = false;
   bool pooled = false;  // the log is closed between steps (more ranks than files to hold open)

@@ -7,8 +7,8 @@
 #include <benchmark/benchmark.h>
 #include <xxhash.h>
 
-#include "../src/core/stats_kernel.h"
-#include "../src/torch/stats_device.h"  // NUMPROBE_TORCH_AT_LEAST
+#include "core/stats_kernel.h"
+#include "torch/stats_device.h"  // NUMPROBE_TORCH_AT_LEAST
 #include "probe/tensor_stats.h"
 
 namespace {
