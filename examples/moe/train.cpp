@@ -224,9 +224,9 @@ class Trainer {
     if (config_.model.n_layers < groups_.stages)
       throw std::invalid_argument("more pipeline stages than layers");
     // Stage s holds layers [s*L/S, (s+1)*L/S).
-    const auto L = configroups_.model.n_layers;
-    model_ = Transformer(configroups_.model, groups_.stage * L / groups_.stages, (groups_.stage + 1) * L / groups_.stages);
-    moe::init_weights(model_, configroups_.rng_seed);
+    const auto L = config_.model.n_layers;
+    model_ = Transformer(config_.model, groups_.stage * L / groups_.stages, (groups_.stage + 1) * L / groups_.stages);
+    moe::init_weights(model_, config_.rng_seed);
     if (fault_.kind == Fault::Kind::init) initialize_from_another_seed(fault_.param);
     // Module constructors drew from the default generator, differently per stage; reset it so
     // its fingerprint (the probe's `rng cpu` record) is the same on every rank and setup.
@@ -407,20 +407,20 @@ class Trainer {
   void make_optimizer() {
     std::vector<at::Tensor> owned;
     for (const auto& p : params_) owned.push_back(p.owned);
-    if (configroups_.optimizer == "sgd")
-      optimizer_ = std::make_unique<torch::optim::SGD>(owned, torch::optim::SGDOptions(configroups_.lr).momentum(configroups_.momentum));
-    else if (configroups_.optimizer == "adamw")
+    if (config_.optimizer == "sgd")
+      optimizer_ = std::make_unique<torch::optim::SGD>(owned, torch::optim::SGDOptions(config_.lr).momentum(config_.momentum));
+    else if (config_.optimizer == "adamw")
       optimizer_ = std::make_unique<torch::optim::AdamW>(
-          owned, torch::optim::AdamWOptions(configroups_.lr).weight_decay(configroups_.weight_decay));
+          owned, torch::optim::AdamWOptions(config_.lr).weight_decay(config_.weight_decay));
     else
-      throw std::invalid_argument("--optimizer '" + configroups_.optimizer + "': expected sgd or adamw");
+      throw std::invalid_argument("--optimizer '" + config_.optimizer + "': expected sgd or adamw");
   }
 
   // --fault lr=<step>:<factor> scales the learning rate of that step's update alone.
   void optimizer_step(std::int64_t step) {
     const bool scaled = fault_.kind == Fault::Kind::lr && fault_.step == step;
     auto set_lr = [&](double factor) {
-      for (auto& group : optimizer_->param_groups()) group.options().set_lr(configroups_.lr * factor);
+      for (auto& group : optimizer_->param_groups()) group.options().set_lr(config_.lr * factor);
     };
     if (scaled) set_lr(fault_.factor);
     optimizer_->step();
@@ -430,7 +430,7 @@ class Trainer {
   // --fault init=<param>: that parameter (if this stage holds it) drawn from another seed.
   void initialize_from_another_seed(const std::string& name) {
     for (auto& item : model_->named_parameters())
-      if (item.key() == name) moe::init_parameter(name, item.value(), configroups_.rng_seed + 1);
+      if (item.key() == name) moe::init_parameter(name, item.value(), config_.rng_seed + 1);
   }
 
   void zero_grad() {

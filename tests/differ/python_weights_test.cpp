@@ -9,13 +9,6 @@ using namespace differ_test;
 using namespace probe::differ;
 
 namespace {
-void write_file(const std::filesystem::path& p, const std::string& text) {
-  std::filesystem::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
-}
-std::int64_t count(const Result& r, Kind k, Class c) {
-  return r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)];
-}
 Record probe_param(std::int64_t step, const std::string& name, std::uint64_t torch_hash) {
   Record r = tensor(step, Kind::param, name, 1000 + torch_hash, 1.0);
   r.stats.torch_hash = torch_hash;
