@@ -68,7 +68,7 @@ TEST(ReadAhead, WorkersGiveTheSameReportAsReadingInline) {
   auto dir = fresh_dir("readahead_same");
   write_run(dir / "a", sharded_run(4, 30, 60, false));
   write_run(dir / "b", sharded_run(4, 30, 60, true));
-  expect_same_outcome(dir / "a", dir / "b", false, "FIRST DIVERGENCE");
+  expect_same_outcome(dir / "a", dir / "b", false, "DIVERGENCE  step");
 }
 
 TEST(ReadAhead, BadLinesAreNamedByFileAndLineAsWhenReadingInline) {
