@@ -272,7 +272,14 @@ void print_first_unexplained(const Result& r, std::ostream& out, const Paint& pa
     return;
   }
   print_pair("FIRST UNEXPLAINED DIVERGENCE", *r.first_unexplained, "", out, paint);
-  if (r.unexplained_cause) print_cause(*r.unexplained_cause, out);
+  // Where the headline is the first divergence and its cause is among the likely causes
+  // printed right below, it is said once.
+  const Cause* c = r.unexplained_cause ? &*r.unexplained_cause : nullptr;
+  const bool listed = c && r.first_divergence && same_pair(*r.first_divergence, *r.first_unexplained) &&
+                      std::any_of(r.causes.begin(), r.causes.end(), [&](const Cause& l) {
+                        return l.rule == c->rule && l.message == c->message;
+                      });
+  if (c && !listed) print_cause(*c, out);
   out << "\n";
 }
 
