@@ -116,8 +116,6 @@ Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanat
   return Explanation{true, kUnexplained, bound, up.roots};
 }
 
-// An update whose inputs differ by noise alone but whose result differs beyond that noise's
-// bound differs itself: the optimizer's, not an unexplained computation.
 // An optimizer update: the new weights (or state) from the step's gradient, the weights and
 // the state before. It scales their differences by factors of order one (SGD: |p| + lr |g|
 // over |p'|), so its bound is --update-amplification times the largest of them, not the
