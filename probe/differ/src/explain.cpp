@@ -160,7 +160,7 @@ Explanation Explainer::explain_optim(const Pair& p) const {
   const std::string param = parameter_of_state(p.name);
   Upstream up;
   if (auto it = this_step_by_param_.find(param); it != this_step_by_param_.end()) up.add(it->second);
-  if (auto it = previous_by_param_.find(p.name); it != previous_by_param_.end()) up.add(it->second);
+  // The step before: the parameter's grad, value and state, kept under the parameter's name.
   if (auto it = previous_by_param_.find(param); it != previous_by_param_.end()) up.add(it->second);
   return from_update(p, up);
 }
