@@ -348,7 +348,9 @@ TEST(CudaStats, EmptyTensorsGiveTheDocumentedFigures) {
         EXPECT_EQ(unpacked.hash, 0u) << what;
         EXPECT_EQ(unpacked.norm, 0.0) << what;
         EXPECT_TRUE(std::isnan(unpacked.min) && std::isnan(unpacked.max)) << what;
-        if (torch_hash) EXPECT_EQ(unpacked.torch_hash, std::optional<std::uint64_t>(0)) << what;
+        if (torch_hash) {
+          EXPECT_EQ(unpacked.torch_hash, std::optional<std::uint64_t>(0)) << what;
+        }
       }
   }
 }
