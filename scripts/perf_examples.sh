@@ -3,10 +3,11 @@
 # PROBE_EVERY=2 makes the probe record even steps only, so probed and unprobed steps alternate
 # in the same processes (same machine load, same warm caches). Reported: the median step
 # time (rank 0, as moe_train prints it) of odd steps (probe idle: its hooks run but record
-# nothing) and of even steps >= 2 (probe recording), for kinds "-mb_grad" and "all".
-# Prints a markdown table (docs/perf.md).
+# nothing) and of even steps >= 2 (probe recording), per kind set (KINDS, ';'-separated;
+# default "-mb_grad" and "all"). Prints a markdown table (docs/perf.md).
 #   scripts/perf_examples.sh            # STEPS=41 by default
 #   SETUPS="single 1" MOE_FLAGS="--device cuda" BUILD_DIR=build-gpu scripts/perf_examples.sh
+#   SETUPS="single 1 --optimizer adamw" KINDS="-mb_grad,-param,-optim;-mb_grad" scripts/perf_examples.sh
 #     (SETUPS: "setup ranks [moe_train flags]" entries separated by ';')
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,6 +15,7 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 TORCHRUN="${TORCHRUN:-$(command -v torchrun || echo "$ROOT/.venv/bin/torchrun")}"
 STEPS="${STEPS:-41}"
 SETUPS="${SETUPS:-single 1;ddp 2;zero3 2;pp 2;pp-ddp 4 --stages 2}"
+KINDS="${KINDS:--mb_grad;all}"
 read -r -a MOE_FLAGS <<< "${MOE_FLAGS:-}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
@@ -40,14 +42,16 @@ a, b = statistics.median(off), statistics.median(on)
 print(f"{a:.1f} {b:.1f} {100 * (b / a - 1):+.1f}%")'
 }
 
-echo "| setup | ranks | probe idle (ms/step) | recording all but mb_grad | overhead | probe idle (ms/step) | recording all kinds | overhead |"
-echo "|---|---|---|---|---|---|---|---|"
+IFS=';' read -r -a kind_sets <<< "$KINDS"
+echo "| setup | ranks | kinds | probe idle (ms/step) | recording (ms/step) | overhead |"
+echo "|---|---|---|---|---|---|"
 IFS=';' read -r -a specs <<< "$SETUPS"
 for spec in "${specs[@]}"; do
   set -- $spec
   setup="$1" ranks="$2"
   shift 2
-  read -r off1 on1 pct1 < <(step_times "$setup" "$ranks" -mb_grad "$@" | summarise)
-  read -r off2 on2 pct2 < <(step_times "$setup" "$ranks" all "$@" | summarise)
-  echo "| $setup${*:+ ($*)} | $ranks | $off1 | $on1 | $pct1 | $off2 | $on2 | $pct2 |"
+  for kinds in "${kind_sets[@]}"; do
+    read -r off on pct < <(step_times "$setup" "$ranks" "$kinds" "$@" | summarise)
+    echo "| $setup${*:+ ($*)} | $ranks | $kinds | $off | $on | $pct |"
+  done
 done

@@ -176,6 +176,30 @@ TEST(LogFormat, BadRecordsSayWhatIsWrong) {
             "field 'shape' is not a [d0,d1,...] list: '[2,'");
 }
 
+// Integers are read by hand (a hot path of the differ): exactly what std::from_chars accepts.
+TEST(LogFormat, IntegersAreDecimalWithinInt64) {
+  auto step_of = [](const std::string& text) { return lf::parse_record("step=" + text + " kind=scalar name=x value=1").step; };
+  EXPECT_EQ(step_of("0"), 0);
+  EXPECT_EQ(step_of("9223372036854775807"), std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(step_of("0000000000000000000000042"), 42);
+  auto mb_of = [](const std::string& text) {
+    return *lf::parse_record("step=1 kind=scalar name=x mb=" + text + " value=1").microbatch;
+  };
+  EXPECT_EQ(mb_of("-0"), 0);
+  auto nnz_error = [](const std::string& text) {
+    return parse_error_of([](const std::string& l) { lf::parse_record(l); },
+                          "step=0 kind=grad name=w hash=0000000000000000 dtype=float32 shape=[2] nnz=" + text);
+  };
+  EXPECT_EQ(nnz_error("-9223372036854775808"), "negative nnz");  // int64's minimum reads
+  for (const char* bad : {"9223372036854775808", "-9223372036854775809", "99999999999999999999", "+1",
+                          "-", "", "1a", "a1", "1.0", "0x10", "1-"}) {
+    const std::string line = std::string("step=") + bad + " kind=scalar name=x value=1";
+    EXPECT_EQ(parse_error_of([](const std::string& l) { lf::parse_record(l); }, line),
+              std::string("field 'step' is not an integer: '") + bad + "'")
+        << line;
+  }
+}
+
 TEST(LogFormat, StepEndRoundTripsAndBadOnesSayWhatIsWrong) {
   const std::string line = lf::format_step_end(12, 345);
   EXPECT_EQ(line, "#end step=12 records=345");

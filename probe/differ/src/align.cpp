@@ -147,10 +147,13 @@ std::vector<Pair> Aligner::pair_up(std::int64_t step, std::vector<Merged>* base,
     pairs.push_back(std::move(p));
   }
   // Keep execution order: a stable sort on phase then microbatch puts test-only records
-  // among the base ones.
-  std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
+  // among the base ones (which are in that order already: without test-only records, or with
+  // them at the end, nothing moves).
+  const auto before = [](const Pair& a, const Pair& b) {
     return std::make_pair(phase_of(a), a.mb.value_or(-1)) < std::make_pair(phase_of(b), b.mb.value_or(-1));
-  });
+  };
+  if (!std::is_sorted(pairs.begin(), pairs.end(), before))
+    std::stable_sort(pairs.begin(), pairs.end(), before);
   return pairs;
 }
 

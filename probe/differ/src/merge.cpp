@@ -19,7 +19,11 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
 
   std::vector<Group> groups;
   group_step(step, groups);
-  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+  // Execution order, sorted by index: a Group is too large to move around.
+  std::vector<std::uint32_t> in_order(groups.size());
+  for (std::uint32_t i = 0; i < in_order.size(); ++i) in_order[i] = i;
+  std::sort(in_order.begin(), in_order.end(), [&](std::uint32_t i, std::uint32_t j) {
+    const Group &a = groups[i], &b = groups[j];
     return std::make_tuple(a.phase, a.mb.value_or(-1), a.order) <
            std::make_tuple(b.phase, b.mb.value_or(-1), b.order);
   });
@@ -38,8 +42,17 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   ctx.shards.reserve(ranks_.size());
   last_step_groups_ = groups.size();
   records.reserve(groups.size());
-  for (auto& g : groups) records.push_back(merge_group(g, ctx));
+  for (std::uint32_t i : in_order) records.push_back(merge_group(groups[i], ctx));
+  keep_buffers(groups);
   return true;
+}
+
+// The records merging left in the groups (shards: it composes them without taking them) keep
+// their buffers for the records read next (add_to_group), so reading allocates nothing per
+// record once a step's worth of buffers has grown.
+void Run::keep_buffers(std::vector<Group>& groups) {
+  for (auto& g : groups)
+    for (auto& p : g.parts) spare_records_.push_back(std::move(p.rec));
 }
 
 // A rank whose log ended cleanly at a step boundary while others go on: the process stopped
@@ -123,6 +136,10 @@ void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, G
     duplicate = duplicate || p->rec.stats.shard == r.stats.shard;
   if (!duplicate) {
     g.parts.push_back({src.rank, std::move(r)});
+    if (!spare_records_.empty()) {  // buffers for the rank's next record (Run::advance)
+      r = std::move(spare_records_.back());
+      spare_records_.pop_back();
+    }
     return;
   }
   std::string msg = src.reader ? src.reader->path().string() + ":" + std::to_string(src.ahead_line) + ": "

@@ -45,14 +45,9 @@ void ReadAhead::work() {
 
 void read_event(LogReader& reader, ReadEvent& event) {
   try {
-    auto record = reader.next();
+    const bool more = reader.next(event.record);
     event.line = reader.line_number();
-    if (!record) {
-      event.type = ReadEvent::Type::end;
-      return;
-    }
-    event.type = ReadEvent::Type::record;
-    event.record = std::move(*record);
+    event.type = more ? ReadEvent::Type::record : ReadEvent::Type::end;
   } catch (const log_format::ParseError& e) {
     event.type = ReadEvent::Type::parse_error;
     event.message = e.what();
@@ -63,10 +58,11 @@ void read_event(LogReader& reader, ReadEvent& event) {
 }
 
 bool ReadAhead::fill(Batch& batch) {
-  batch.clear();
-  batch.reserve(kBatchEvents);
-  while (batch.size() < kBatchEvents) {
-    ReadEvent& event = batch.emplace_back();
+  batch.size = 0;
+  batch.events.reserve(kBatchEvents);
+  while (batch.size < kBatchEvents) {
+    if (batch.size == batch.events.size()) batch.events.emplace_back();
+    ReadEvent& event = batch.events[batch.size++];
     read_event(reader_, event);
     if (event.type == ReadEvent::Type::end || event.type == ReadEvent::Type::read_error) return false;
   }
@@ -74,19 +70,21 @@ bool ReadAhead::fill(Batch& batch) {
 }
 
 ReadEvent& ReadAhead::next() {
-  if (pos_ < current_.size()) return current_[pos_++];
-  if (!current_.empty() && current_.back().type != ReadEvent::Type::record &&
-      current_.back().type != ReadEvent::Type::parse_error)
-    return current_.back();  // the end (or the read error) again
+  if (pos_ < current_.size) return current_.events[pos_++];
+  if (current_.size > 0) {
+    ReadEvent& last = current_.events[current_.size - 1];
+    if (last.type != ReadEvent::Type::record && last.type != ReadEvent::Type::parse_error)
+      return last;  // the end (or the read error) again
+  }
   std::unique_lock lock(mutex_);
-  if (!current_.empty()) spare_.push_back(std::move(current_));
+  if (current_.size > 0) spare_.push_back(std::move(current_));
   ready_.wait(lock, [&] { return !queue_.empty(); });
   current_ = std::move(queue_.front());
   queue_.pop_front();
   lock.unlock();
   space_.notify_one();
   pos_ = 0;
-  return current_[pos_++];
+  return current_.events[pos_++];
 }
 
 }  // namespace probe::differ

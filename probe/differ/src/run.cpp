@@ -204,8 +204,8 @@ void Run::note_missing_ranks(const RankFiles& files, const std::vector<bool>& se
 }
 
 void Run::advance(RankSource& src) {
-  src.ahead.reset();
   if (!src.reader) {
+    src.ahead.reset();
     if (src.python_pos < src.python.size()) src.ahead = std::move(src.python[src.python_pos++]);
     return;
   }
@@ -214,9 +214,11 @@ void Run::advance(RankSource& src) {
     if (!src.read_ahead) read_event(*src.reader, event);
     switch (event.type) {
       case ReadEvent::Type::end:
+        src.ahead.reset();
         if (src.reader->truncated()) note_truncation(src);
         return;
       case ReadEvent::Type::read_error:  // a pooled log that cannot be reopened
+        src.ahead.reset();
         throw InputError(event.message);
       case ReadEvent::Type::parse_error:
         if (!options_.lenient) throw InputError(event.message);
@@ -235,7 +237,10 @@ void Run::advance(RankSource& src) {
       continue;
     }
     src.last_step = r.step;
-    src.ahead = std::move(r);
+    // A swap, not a move: the event gets the buffers of the record taken before (see
+    // Run::add_to_group), and its reader parses into them again.
+    if (src.ahead) std::swap(*src.ahead, r);
+    else src.ahead = std::move(r);
     src.ahead_line = event.line;
     return;
   }

@@ -58,6 +58,8 @@ std::uint64_t parse_hash(std::string_view text);
 // Values are percent-escaped so they never hold a space, '=', '%' or a control character.
 std::string escape_value(std::string_view raw);
 std::string unescape_value(std::string_view escaped);
+// The same into `out`, reusing its capacity.
+void unescape_value_into(std::string_view escaped, std::string& out);
 
 std::string format_header(const Header& header);
 // Throws ParseError (saying what is wrong) for a line that is not a header of a version
@@ -85,5 +87,9 @@ Stopped parse_stopped(std::string_view line);
 std::string format_record(const Record& record);
 // Throws ParseError (saying which field is wrong) for a line that is not a record.
 Record parse_record(std::string_view line);
+// The same into `out`, reusing its strings' and vectors' capacity: a reader that parses into
+// the same Record again allocates nothing per record once the buffers have grown. `out` is
+// unspecified after a ParseError.
+void parse_record_into(std::string_view line, Record& out);
 
 }  // namespace probe::log_format

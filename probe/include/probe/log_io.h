@@ -68,6 +68,9 @@ class LogReader {
   // that disagrees with the records before it, throws log_format::ParseError("path:LINE:
   // message"); reading may continue after it.
   std::optional<Record> next();
+  // The same into `out` (false at the end), reusing its buffers: no allocation per record
+  // once they have grown. `out` is unspecified after a ParseError or at the end.
+  bool next(Record& out);
 
   // True once the end was reached and the log was cut short (a writer killed mid-write): the
   // last line has no newline (that fragment was not parsed), or (format 2) lines follow the

@@ -25,12 +25,23 @@ std::string kind_list() {
 
 [[noreturn]] void fail(const std::string& message) { throw ParseError(message); }
 
+// Decimal, an optional '-', within int64 (what std::from_chars accepts), by hand: records hold
+// several integers each and from_chars' generality costs more than the digits.
 std::int64_t parse_int(std::string_view text, std::string_view field) {
-  std::int64_t v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+  const bool negative = !text.empty() && text[0] == '-';
+  std::string_view digits = text.substr(negative ? 1 : 0);
+  while (digits.size() > 1 && digits[0] == '0') digits.remove_prefix(1);
+  bool ok = !digits.empty() && digits.size() <= 19;  // 19 digits cannot overflow a uint64
+  std::uint64_t v = 0;
+  for (char c : digits) {
+    const unsigned d = static_cast<unsigned char>(c) - unsigned{'0'};
+    ok = ok && d < 10;
+    v = v * 10 + d;
+  }
+  const std::uint64_t limit = std::uint64_t{std::numeric_limits<std::int64_t>::max()} + (negative ? 1 : 0);
+  if (!ok || v > limit)
     fail("field '" + std::string(field) + "' is not an integer: '" + std::string(text) + "'");
-  return v;
+  return negative ? static_cast<std::int64_t>(std::uint64_t{0} - v) : static_cast<std::int64_t>(v);
 }
 
 std::string format_dims(const std::vector<std::int64_t>& dims) {
@@ -42,14 +53,13 @@ std::string format_dims(const std::vector<std::int64_t>& dims) {
   return out + "]";
 }
 
-std::vector<std::int64_t> parse_dims(std::string_view text, std::string_view field) {
+// Into `dims`, reusing its capacity (the differ parses millions of records into reused ones).
+void parse_dims_into(std::string_view text, std::string_view field, std::vector<std::int64_t>& dims) {
   if (text.size() < 2 || text.front() != '[' || text.back() != ']')
     fail("field '" + std::string(field) + "' is not a [d0,d1,...] list: '" + std::string(text) +
          "'");
   text = text.substr(1, text.size() - 2);
-  std::vector<std::int64_t> dims;
-  if (!text.empty())  // one allocation, not one per growth step
-    dims.reserve(static_cast<std::size_t>(std::count(text.begin(), text.end(), ',')) + 1);
+  dims.clear();
   while (!text.empty()) {
     auto comma = text.find(',');
     dims.push_back(parse_int(text.substr(0, comma), field));
@@ -57,7 +67,6 @@ std::vector<std::int64_t> parse_dims(std::string_view text, std::string_view fie
     text.remove_prefix(comma + 1);
     if (text.empty()) fail("field '" + std::string(field) + "' ends with a comma");
   }
-  return dims;
 }
 
 struct Field {
@@ -252,8 +261,17 @@ std::string escape_value(std::string_view raw) {
 }
 
 std::string unescape_value(std::string_view escaped) {
-  if (escaped.find('%') == std::string_view::npos) return std::string(escaped);  // common case
   std::string out;
+  unescape_value_into(escaped, out);
+  return out;
+}
+
+void unescape_value_into(std::string_view escaped, std::string& out) {
+  if (escaped.find('%') == std::string_view::npos) {  // the common case
+    out.assign(escaped);
+    return;
+  }
+  out.clear();
   out.reserve(escaped.size());
   for (std::size_t i = 0; i < escaped.size(); ++i) {
     if (escaped[i] != '%') {
@@ -273,7 +291,6 @@ std::string unescape_value(std::string_view escaped) {
     out += static_cast<char>(hi * 16 + lo);
     i += 2;
   }
-  return out;
 }
 
 std::string format_header(const Header& header) {
@@ -437,6 +454,66 @@ std::string format_record(const Record& record) {
 
 Record parse_record(std::string_view line) {
   Record r;
+  parse_record_into(line, r);
+  return r;
+}
+
+namespace {
+
+enum class RecordField {
+  step, kind, name, mb, phase, in, value, hash, norm, min, max, mean, nan, inf, dtype, shape,
+  nnz, shard, unsupported, torch_hash, unknown
+};
+
+// By length first: a field name costs one or two short comparisons, not a chain of twenty
+// (the differ parses millions of records).
+RecordField record_field(std::string_view k) {
+  using F = RecordField;
+  switch (k.size()) {
+    case 2: return k == "mb" ? F::mb : k == "in" ? F::in : F::unknown;
+    case 3:
+      return k == "min" ? F::min : k == "max" ? F::max : k == "nan" ? F::nan
+           : k == "inf" ? F::inf : k == "nnz" ? F::nnz : F::unknown;
+    case 4:
+      return k == "step" ? F::step : k == "kind" ? F::kind : k == "name" ? F::name
+           : k == "hash" ? F::hash : k == "norm" ? F::norm : k == "mean" ? F::mean : F::unknown;
+    case 5:
+      return k == "phase" ? F::phase : k == "value" ? F::value : k == "dtype" ? F::dtype
+           : k == "shape" ? F::shape : k == "shard" ? F::shard : F::unknown;
+    case 10: return k == "torch_hash" ? F::torch_hash : F::unknown;
+    case 11: return k == "unsupported" ? F::unsupported : F::unknown;
+    default: return F::unknown;
+  }
+}
+
+// A record as parse_record finds it before the first field, keeping r's buffers.
+void reset_record(Record& r) {
+  r.step = 0;
+  r.kind = Kind::scalar;
+  r.name.clear();
+  r.microbatch.reset();
+  r.state = Record::State::tensor;
+  r.value = 0;
+  r.phase.reset();
+  r.inputs.clear();
+  TensorStats& s = r.stats;
+  s.hash = 0;
+  s.norm = 0;
+  s.min = s.max = s.mean = TensorStats::kNaN;
+  s.nan = s.inf = 0;
+  s.dtype.clear();
+  s.shape.clear();
+  s.nnz.reset();
+  s.shard.global_shape.clear();
+  s.shard.offset.clear();
+  s.unsupported.reset();
+  s.torch_hash.reset();
+}
+
+}  // namespace
+
+void parse_record_into(std::string_view line, Record& r) {
+  reset_record(r);
   bool has_step = false, has_kind = false, has_name = false, has_value = false;
   bool has_hash = false, has_dtype = false, has_shape = false;
   bool is_none = false, has_inputs = false;
@@ -447,66 +524,90 @@ Record parse_record(std::string_view line) {
       return;
     }
     const std::string_view k = f.key, v = f.value;
-    if (k == "step") {
-      r.step = parse_int(v, k);
-      has_step = true;
-    } else if (k == "kind") {
-      auto kind = parse_kind(v);
-      if (!kind) fail("unknown kind '" + std::string(v) + "'");
-      r.kind = *kind;
-      has_kind = true;
-    } else if (k == "name") {
-      r.name = unescape_value(v);
-      has_name = !r.name.empty();
-    } else if (k == "mb") {
-      r.microbatch = parse_int(v, k);
-    } else if (k == "phase") {
-      r.phase = parse_phase(v);
-      if (!r.phase || (*r.phase != Phase::forward && *r.phase != Phase::backward))
-        fail("field 'phase' is not forward or backward");
-    } else if (k == "in") {
-      r.inputs = parse_input_hashes(v);
-      has_inputs = true;
-    } else if (k == "value") {
-      r.value = parse_double(v);
-      has_value = true;
-    } else if (k == "hash") {
-      r.stats.hash = parse_hash(v);
-      has_hash = true;
-    } else if (k == "norm") {
-      r.stats.norm = parse_double(v);
-    } else if (k == "min") {
-      r.stats.min = parse_double(v);
-    } else if (k == "max") {
-      r.stats.max = parse_double(v);
-    } else if (k == "mean") {
-      r.stats.mean = parse_double(v);
-    } else if (k == "nan") {
-      r.stats.nan = parse_int(v, k);
-    } else if (k == "inf") {
-      r.stats.inf = parse_int(v, k);
-    } else if (k == "dtype") {
-      r.stats.dtype = unescape_value(v);
-      has_dtype = true;
-    } else if (k == "shape") {
-      r.stats.shape = parse_dims(v, k);
-      has_shape = true;
-    } else if (k == "nnz") {
-      r.stats.nnz = parse_int(v, k);
-      if (*r.stats.nnz < 0) fail("negative nnz");
-    } else if (k == "shard") {
-      auto at = v.find('@');
-      if (at == std::string_view::npos) fail("field 'shard' is not [global]@[offset]");
-      r.stats.shard.global_shape = parse_dims(v.substr(0, at), k);
-      r.stats.shard.offset = parse_dims(v.substr(at + 1), k);
-      if (r.stats.shard.global_shape.size() != r.stats.shard.offset.size())
-        fail("field 'shard' has global shape and offset of different ranks");
-    } else if (k == "unsupported") {
-      r.stats.unsupported = unescape_value(v);
-    } else if (k == "torch_hash") {
-      r.stats.torch_hash = parse_hash(v);
-    } else {
-      fail("unknown field '" + std::string(k) + "'");
+    using F = RecordField;
+    switch (record_field(k)) {
+      case F::step:
+        r.step = parse_int(v, k);
+        has_step = true;
+        return;
+      case F::kind: {
+        auto kind = parse_kind(v);
+        if (!kind) fail("unknown kind '" + std::string(v) + "'");
+        r.kind = *kind;
+        has_kind = true;
+        return;
+      }
+      case F::name:
+        unescape_value_into(v, r.name);
+        has_name = !r.name.empty();
+        return;
+      case F::mb:
+        r.microbatch = parse_int(v, k);
+        return;
+      case F::phase:
+        r.phase = parse_phase(v);
+        if (!r.phase || (*r.phase != Phase::forward && *r.phase != Phase::backward))
+          fail("field 'phase' is not forward or backward");
+        return;
+      case F::in:
+        r.inputs = parse_input_hashes(v);
+        has_inputs = true;
+        return;
+      case F::value:
+        r.value = parse_double(v);
+        has_value = true;
+        return;
+      case F::hash:
+        r.stats.hash = parse_hash(v);
+        has_hash = true;
+        return;
+      case F::norm:
+        r.stats.norm = parse_double(v);
+        return;
+      case F::min:
+        r.stats.min = parse_double(v);
+        return;
+      case F::max:
+        r.stats.max = parse_double(v);
+        return;
+      case F::mean:
+        r.stats.mean = parse_double(v);
+        return;
+      case F::nan:
+        r.stats.nan = parse_int(v, k);
+        return;
+      case F::inf:
+        r.stats.inf = parse_int(v, k);
+        return;
+      case F::dtype:
+        unescape_value_into(v, r.stats.dtype);
+        has_dtype = true;
+        return;
+      case F::shape:
+        parse_dims_into(v, k, r.stats.shape);
+        has_shape = true;
+        return;
+      case F::nnz:
+        r.stats.nnz = parse_int(v, k);
+        if (*r.stats.nnz < 0) fail("negative nnz");
+        return;
+      case F::shard: {
+        auto at = v.find('@');
+        if (at == std::string_view::npos) fail("field 'shard' is not [global]@[offset]");
+        parse_dims_into(v.substr(0, at), k, r.stats.shard.global_shape);
+        parse_dims_into(v.substr(at + 1), k, r.stats.shard.offset);
+        if (r.stats.shard.global_shape.size() != r.stats.shard.offset.size())
+          fail("field 'shard' has global shape and offset of different ranks");
+        return;
+      }
+      case F::unsupported:
+        r.stats.unsupported = unescape_value(v);
+        return;
+      case F::torch_hash:
+        r.stats.torch_hash = parse_hash(v);
+        return;
+      case F::unknown:
+        fail("unknown field '" + std::string(k) + "'");
     }
   });
   if (!has_step) fail("record lacks step=");
@@ -529,7 +630,6 @@ Record parse_record(std::string_view line) {
     if (!r.stats.shard.empty() && r.stats.shard.offset.size() != r.stats.shape.size())
       fail("field 'shard' rank differs from shape's");
   }
-  return r;
 }
 
 }  // namespace probe::log_format

@@ -292,6 +292,12 @@ void LogReader::reopen() {
 }
 
 std::optional<Record> LogReader::next() {
+  Record r;
+  if (!next(r)) return std::nullopt;
+  return r;
+}
+
+bool LogReader::next(Record& out) {
   std::string& line = line_;  // reused: no allocation per line
   if (!in_.is_open() && !at_end_) reopen();
   while (in_.is_open() && std::getline(in_, line)) {
@@ -317,13 +323,13 @@ std::optional<Record> LogReader::next() {
       }
     }
     try {
-      Record r = log_format::parse_record(line);
+      log_format::parse_record_into(line, out);
       if (step_ends_) {
         ++open_records_;  // a garbled line is no record: the step end counts records
-        if (!open_step_) open_step_ = r.step;
-        else if (r.step != *open_step_ && !open_other_step_) open_other_step_ = r.step;
+        if (!open_step_) open_step_ = out.step;
+        else if (out.step != *open_step_ && !open_other_step_) open_other_step_ = out.step;
       }
-      return r;
+      return true;
     } catch (const log_format::ParseError& e) {
       throw log_format::ParseError(path_.string() + ":" + std::to_string(line_number_) + ": " +
                                    e.what());
@@ -331,7 +337,7 @@ std::optional<Record> LogReader::next() {
   }
   // Format 2: complete lines after the last step end are a step the writer did not finish.
   if (open_lines_ > 0) truncated_ = true;
-  return std::nullopt;
+  return false;
 }
 
 void LogReader::end_step(std::string_view line) {

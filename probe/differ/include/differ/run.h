@@ -61,6 +61,7 @@ class Run {
   void note_early_ends(std::int64_t step);
   void group_step(std::int64_t step, std::vector<Group>& groups);
   void add_to_group(std::int64_t step, RankSource& src, std::int64_t order, Group& g);
+  void keep_buffers(std::vector<Group>& groups);
 
   std::filesystem::path path_, header_file_;
   RunOptions options_;
@@ -74,6 +75,7 @@ class Run {
   IssueLog issues_;
   std::int64_t records_read_ = 0;
   std::size_t last_step_groups_ = 0;  // sizes the next step's index
+  std::vector<Record> spare_records_;  // buffers of merged records, for the next ones read
   std::optional<std::int64_t> incomplete_from_;
   bool partial_view_ = false;  // one rank's log of a multi-rank run, named on its own
   int missing_ranks_ = 0;      // ranks of world_size without a log

@@ -35,7 +35,7 @@ struct ReadEvent {
 };
 
 // Reads `reader`'s next event into `event` (the worker's step; also the whole of reading when
-// no worker runs).
+// no worker runs). The record is parsed into event.record's buffers.
 void read_event(LogReader& reader, ReadEvent& event);
 
 class ReadAhead {
@@ -48,12 +48,17 @@ class ReadAhead {
   ReadAhead& operator=(const ReadAhead&) = delete;
 
   // The next event; blocks while the worker has none ready. After the end event, returns it
-  // again on every call.
+  // again on every call. The caller may swap buffers into the event's record: the worker
+  // parses into them again once the batch is consumed.
   ReadEvent& next();
 
  private:
-  using Batch = std::vector<ReadEvent>;
-  // Events travel in batches: one lock per batch, not per record.
+  // Events travel in batches: one lock per batch, not per record. A batch's events are kept
+  // when it is reused, so their records' buffers are too.
+  struct Batch {
+    std::vector<ReadEvent> events;
+    std::size_t size = 0;  // events[0, size) hold what was read
+  };
   static constexpr std::size_t kBatchEvents = 512;
   // Batches queued ahead of the merge: bounds the memory a fast reader can fill.
   static constexpr std::size_t kQueuedBatches = 4;
