@@ -17,13 +17,14 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   step = *s;
   note_early_ends(step);
 
-  std::vector<Group> groups;
-  group_step(step, groups);
+  if (!step_groups_) step_groups_ = std::make_unique<StepGroups>();
+  StepGroups& sg = *step_groups_;
+  group_step(step);
   // Execution order, sorted by index: a Group is too large to move around.
-  std::vector<std::uint32_t> in_order(groups.size());
+  std::vector<std::uint32_t> in_order(sg.used);
   for (std::uint32_t i = 0; i < in_order.size(); ++i) in_order[i] = i;
   std::sort(in_order.begin(), in_order.end(), [&](std::uint32_t i, std::uint32_t j) {
-    const Group &a = groups[i], &b = groups[j];
+    const Group &a = sg.groups[i], &b = sg.groups[j];
     return std::make_tuple(a.phase, a.mb.value_or(-1), a.order) <
            std::make_tuple(b.phase, b.mb.value_or(-1), b.order);
   });
@@ -40,19 +41,33 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   ctx.issues = &issues_;
   ctx.reps.reserve(ranks_.size());
   ctx.shards.reserve(ranks_.size());
-  last_step_groups_ = groups.size();
-  records.reserve(groups.size());
-  for (std::uint32_t i : in_order) records.push_back(merge_group(groups[i], ctx));
-  keep_buffers(groups);
+  records.reserve(sg.used);
+  for (std::uint32_t i : in_order) records.push_back(merge_group(sg.groups[i], ctx));
+  sg.keep_buffers();
   return true;
 }
 
+void StepGroups::start_step() {
+  ++generation;
+  used = 0;
+}
+
+std::pair<Group*, bool> StepGroups::find_or_add(const std::string& k) {
+  Slot& slot = index.try_emplace(k).first->second;
+  if (slot.generation == generation) return {&groups[slot.index], false};
+  slot.generation = generation;
+  slot.index = used;
+  if (used == groups.size()) groups.emplace_back();
+  Group& g = groups[used++];
+  g.parts.clear();  // their records went to spare_records (keep_buffers)
+  return {&g, true};
+}
+
 // The records merging left in the groups (shards: it composes them without taking them) keep
-// their buffers for the records read next (add_to_group), so reading allocates nothing per
-// record once a step's worth of buffers has grown.
-void Run::keep_buffers(std::vector<Group>& groups) {
-  for (auto& g : groups)
-    for (auto& p : g.parts) spare_records_.push_back(std::move(p.rec));
+// their buffers for the records read next (Run::add_to_group).
+void StepGroups::keep_buffers() {
+  for (std::size_t i = 0; i < used; ++i)
+    for (auto& p : groups[i].parts) spare_records.push_back(std::move(p.rec));
 }
 
 // A rank whose log ended cleanly at a step boundary while others go on: the process stopped
@@ -84,10 +99,10 @@ void Run::note_early_ends(std::int64_t step) {
 }
 
 // Groups this step's records of every rank by (kind, canonical name, mb).
-void Run::group_step(std::int64_t step, std::vector<Group>& groups) {
-  std::unordered_map<std::string, std::size_t> index;
-  index.reserve(last_step_groups_ * 2);
-  std::string key;
+void Run::group_step(std::int64_t step) {
+  StepGroups& sg = *step_groups_;
+  sg.start_step();
+  std::string& key = sg.key;
   const std::int64_t world = std::max<std::int64_t>(world_size_, 1);
   for (auto& src : ranks_) {
     std::int64_t pos = 0;
@@ -100,24 +115,22 @@ void Run::group_step(std::int64_t step, std::vector<Group>& groups) {
       if (r.microbatch) key += std::to_string(*r.microbatch);
       key += '|';
       key += canon;
-      auto [it, inserted] = index.try_emplace(key, groups.size());
+      auto [g, added] = sg.find_or_add(key);
       // Execution order: ranks ascending in forward and step end, descending in backward
       // (pipeline stages run backward last stage first), then the rank's own line order.
       const std::int64_t rank_order =
           phase_of(r) == Phase::backward ? world - 1 - src->rank : src->rank;
       const std::int64_t order = rank_order * (std::int64_t{1} << 40) + pos++;
-      if (inserted) {
-        Group g;
-        g.key = key;
-        g.kind = r.kind;
-        g.phase = phase_of(r);
-        g.name = canon;
-        g.mb = r.microbatch;
-        g.raw_name = r.name;
-        g.order = order;
-        groups.push_back(std::move(g));
+      if (added) {
+        g->key = key;
+        g->kind = r.kind;
+        g->phase = phase_of(r);
+        g->name = canon;
+        g->mb = r.microbatch;
+        g->raw_name = r.name;
+        g->order = order;
       }
-      add_to_group(step, *src, order, groups[it->second]);
+      add_to_group(step, *src, order, *g);
       advance(*src);
     }
     src->release();  // its next step's first record is read: close it until then
@@ -136,9 +149,10 @@ void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, G
     duplicate = duplicate || p->rec.stats.shard == r.stats.shard;
   if (!duplicate) {
     g.parts.push_back({src.rank, std::move(r)});
-    if (!spare_records_.empty()) {  // buffers for the rank's next record (Run::advance)
-      r = std::move(spare_records_.back());
-      spare_records_.pop_back();
+    auto& spare = step_groups_->spare_records;
+    if (!spare.empty()) {  // buffers for the rank's next record (Run::advance)
+      r = std::move(spare.back());
+      spare.pop_back();
     }
     return;
   }

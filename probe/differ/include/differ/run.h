@@ -17,6 +17,7 @@ namespace probe::differ {
 
 class NameMapper;
 struct Group;
+struct StepGroups;
 
 class Run {
  public:
@@ -59,9 +60,8 @@ class Run {
   void note_truncation(const RankSource& src);
   // The step merge (merge.cpp).
   void note_early_ends(std::int64_t step);
-  void group_step(std::int64_t step, std::vector<Group>& groups);
+  void group_step(std::int64_t step);
   void add_to_group(std::int64_t step, RankSource& src, std::int64_t order, Group& g);
-  void keep_buffers(std::vector<Group>& groups);
 
   std::filesystem::path path_, header_file_;
   RunOptions options_;
@@ -74,8 +74,7 @@ class Run {
   std::string setup_, torch_version_;
   IssueLog issues_;
   std::int64_t records_read_ = 0;
-  std::size_t last_step_groups_ = 0;  // sizes the next step's index
-  std::vector<Record> spare_records_;  // buffers of merged records, for the next ones read
+  std::unique_ptr<StepGroups> step_groups_;  // the step merge's groups (detail/merge.h)
   std::optional<std::int64_t> incomplete_from_;
   bool partial_view_ = false;  // one rank's log of a multi-rank run, named on its own
   int missing_ranks_ = 0;      // ranks of world_size without a log

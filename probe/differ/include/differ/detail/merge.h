@@ -5,6 +5,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "differ/detail/read_ahead.h"
@@ -47,6 +49,28 @@ struct Group {
   std::string raw_name;
   std::int64_t order = 0;  // execution-order position (see Run::next_step)
   std::vector<Part> parts;
+};
+
+// A run's groups of the step being merged, and what they keep between steps so that merging
+// a step allocates nothing once the first steps have grown it: the Group objects (their
+// strings and part lists), an index from key to this step's group that keeps its keys, and
+// the records merging left behind (their buffers go to the records read next).
+struct StepGroups {
+  std::vector<Group> groups;  // [0, used) are this step's
+  std::size_t used = 0;
+  struct Slot {
+    std::uint64_t generation = 0;  // the step (counted from 1) whose group `index` is
+    std::size_t index = 0;
+  };
+  std::unordered_map<std::string, Slot> index;  // key -> slot; keys persist
+  std::uint64_t generation = 0;
+  std::string key;                    // scratch for the key being looked up
+  std::vector<Record> spare_records;  // buffers for the next records read
+
+  // The group of `key` in this step, and whether it was just created (to fill in).
+  std::pair<Group*, bool> find_or_add(const std::string& key);
+  void start_step();
+  void keep_buffers();  // moves the parts' records into spare_records
 };
 
 // What merging a group needs to know of its run, and where its issues go.
