@@ -148,9 +148,11 @@ void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, G
   for (auto p = g.parts.rbegin(); p != g.parts.rend() && p->rank == src.rank; ++p)
     duplicate = duplicate || p->rec.stats.shard == r.stats.shard;
   if (!duplicate) {
-    g.parts.push_back({src.rank, std::move(r)});
+    g.parts.emplace_back(src.rank, std::move(r));
+    // The event the record was read into gets a merged record's buffers: its reader parses the
+    // next record into them.
     auto& spare = step_groups_->spare_records;
-    if (!spare.empty()) {  // buffers for the rank's next record (Run::advance)
+    if (!spare.empty()) {
       r = std::move(spare.back());
       spare.pop_back();
     }

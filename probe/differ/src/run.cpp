@@ -205,8 +205,7 @@ void Run::note_missing_ranks(const RankFiles& files, const std::vector<bool>& se
 
 void Run::advance(RankSource& src) {
   if (!src.reader) {
-    src.ahead.reset();
-    if (src.python_pos < src.python.size()) src.ahead = std::move(src.python[src.python_pos++]);
+    src.ahead = src.python_pos < src.python.size() ? &src.python[src.python_pos++] : nullptr;
     return;
   }
   for (;;) {
@@ -214,11 +213,11 @@ void Run::advance(RankSource& src) {
     if (!src.read_ahead) read_event(*src.reader, event);
     switch (event.type) {
       case ReadEvent::Type::end:
-        src.ahead.reset();
+        src.ahead = nullptr;
         if (src.reader->truncated()) note_truncation(src);
         return;
       case ReadEvent::Type::read_error:  // a pooled log that cannot be reopened
-        src.ahead.reset();
+        src.ahead = nullptr;
         throw InputError(event.message);
       case ReadEvent::Type::parse_error:
         if (!options_.lenient) throw InputError(event.message);
@@ -237,10 +236,7 @@ void Run::advance(RankSource& src) {
       continue;
     }
     src.last_step = r.step;
-    // A swap, not a move: the event gets the buffers of the record taken before (see
-    // Run::add_to_group), and its reader parses into them again.
-    if (src.ahead) std::swap(*src.ahead, r);
-    else src.ahead = std::move(r);
+    src.ahead = &r;  // valid until the next event is read: the merge takes it first
     src.ahead_line = event.line;
     return;
   }

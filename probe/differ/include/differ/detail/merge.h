@@ -23,7 +23,9 @@ struct Run::RankSource {
   ReadEvent event;                         // what reading without a worker yielded last
   std::vector<Record> python;              // NumericsLogger logs (loaded whole, sorted)
   std::size_t python_pos = 0;
-  std::optional<Record> ahead;
+  // The record read ahead: in the event it was read into (or the Python records), until the
+  // step merge takes it; null at the end.
+  Record* ahead = nullptr;
   std::int64_t ahead_line = 0;  // its line in the log
   std::int64_t last_step = -1;
   bool reported_early_end = false;
