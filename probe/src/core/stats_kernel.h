@@ -65,6 +65,18 @@ class ContiguousLayout {
 // Merges chunk partials in order and finishes the figures (norm, mean, NaN min/max when empty).
 TensorStats finish_stats(const std::vector<StatsPartial>& chunks, std::int64_t numel);
 
+// The element figures (hash, norm, min, max, mean, NaN and Inf counts) of `figures` into
+// `stats`, whose description (dtype, shape, shard, nnz, torch_hash) stays.
+inline void copy_figures(const TensorStats& figures, TensorStats& stats) {
+  stats.hash = figures.hash;
+  stats.norm = figures.norm;
+  stats.min = figures.min;
+  stats.max = figures.max;
+  stats.mean = figures.mean;
+  stats.nan = figures.nan;
+  stats.inf = figures.inf;
+}
+
 // Which vector ISA stats_run dispatched to on this CPU ("avx512", "avx2" or "generic").
 const char* stats_kernel_isa();
 

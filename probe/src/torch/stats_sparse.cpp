@@ -132,15 +132,8 @@ void sparse_figures(const at::Tensor& t, const Shard& shard, bool torch_hash, Te
   stored.block_index = blocks.data();
   stored.nnz = stats.nnz.value();
   stored.block_elements = block_elements;
-  const TensorStats figures =
-      kernels::sparse_stats(layout, stored, zero_hash(kernels::element_size(*type), shape, dense_shard));
-  stats.hash = figures.hash;
-  stats.norm = figures.norm;
-  stats.min = figures.min;
-  stats.max = figures.max;
-  stats.mean = figures.mean;
-  stats.nan = figures.nan;
-  stats.inf = figures.inf;
+  kernels::copy_figures(
+      kernels::sparse_stats(layout, stored, zero_hash(kernels::element_size(*type), shape, dense_shard)), stats);
   if (torch_hash && has_torch_hash_kernel(t.scalar_type())) {
     // XOR of the stored values' bits: the implicit zeros add 0 bits, and so does a stored -0,
     // which is +0 in the dense tensor.

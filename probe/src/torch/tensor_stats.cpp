@@ -197,14 +197,7 @@ void unpack_figures(const std::int64_t* packed, bool torch_hash, TensorStats& st
   p.max = std::bit_cast<double>(packed[kMax]);
   p.nan = packed[kNanCount];
   p.inf = packed[kInfCount];
-  TensorStats figures = kernels::finish_stats({p}, stats.numel());
-  stats.hash = figures.hash;
-  stats.norm = figures.norm;
-  stats.min = figures.min;
-  stats.max = figures.max;
-  stats.mean = figures.mean;
-  stats.nan = figures.nan;
-  stats.inf = figures.inf;
+  kernels::copy_figures(kernels::finish_stats({p}, stats.numel()), stats);
   if (torch_hash) stats.torch_hash = static_cast<std::uint64_t>(packed[kTorchHash]);
 }
 
