@@ -17,7 +17,6 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   step = *s;
   note_early_ends(step);
 
-  if (!step_groups_) step_groups_ = std::make_unique<StepGroups>();
   StepGroups& sg = *step_groups_;
   group_step(step);
   // Execution order, sorted by index: a Group is too large to move around.

@@ -88,7 +88,8 @@ std::unique_ptr<LogReader> open_reader(const fs::path& file) {
 Run::Run(const fs::path& path, RunOptions options)
     : path_(path),
       options_(std::move(options)),
-      mapper_(std::make_unique<NameMapper>(options_.strip_wrappers, options_.map_rules)) {
+      mapper_(std::make_unique<NameMapper>(options_.strip_wrappers, options_.map_rules)),
+      step_groups_(std::make_unique<StepGroups>()) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw InputError("'" + path.string() + "' does not exist");
   const RankFiles files =
