@@ -6,6 +6,9 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace lf = probe::log_format;
 using probe::Kind;
@@ -174,6 +177,52 @@ TEST(LogFormat, BadRecordsSayWhatIsWrong) {
   EXPECT_EQ(message_of("step=1 kind=grad name=w colour=red"), "unknown field 'colour'");
   EXPECT_EQ(message_of("step=1 kind=grad name=w hash=0000000000000000 dtype=f shape=[2,"),
             "field 'shape' is not a [d0,d1,...] list: '[2,'");
+}
+
+// parse_record_into keeps a record's buffers: whatever the record held before, the result is
+// what a fresh parse gives, field by field (a field the reset forgets carries over).
+TEST(LogFormat, ParsingIntoAUsedRecordGivesAFreshParse) {
+  const std::vector<std::string> lines = {
+      "step=3 kind=mb_grad name=layers.0.attention.wq.weight mb=5 hash=0123456789abcdef norm=0.1 "
+      "min=-2.5 max=1e-300 mean=2 nan=1 inf=2 dtype=bfloat16 shape=[4,16] shard=[8,16]@[4,0] "
+      "torch_hash=000000000000002a",
+      "step=4 kind=grad name=emb.weight hash=0000000000000001 norm=1 min=0 max=1 mean=0.5 nan=0 "
+      "inf=0 dtype=float32 shape=[50,8] nnz=3",
+      "step=5 kind=op name=layers.3/aten::softmax#0 mb=2 phase=backward in=[00000000000000ff,-] "
+      "hash=0000000000000002 norm=1 min=0 max=1 mean=0.5 nan=0 inf=0 dtype=float32 shape=[2]",
+      "step=6 kind=grad name=q.weight unsupported=quantized%20dtype dtype=qint8 shape=[3]",
+      "step=7 kind=grad name=w none",
+      "step=8 kind=scalar name=loss value=0.25",
+  };
+  auto expect_same = [](const Record& a, const Record& b, const std::string& what) {
+    EXPECT_EQ(a.step, b.step) << what;
+    EXPECT_EQ(a.kind, b.kind) << what;
+    EXPECT_EQ(a.name, b.name) << what;
+    EXPECT_EQ(a.microbatch, b.microbatch) << what;
+    EXPECT_EQ(a.state, b.state) << what;
+    EXPECT_EQ(a.value, b.value) << what;
+    EXPECT_EQ(a.phase, b.phase) << what;
+    EXPECT_EQ(a.inputs, b.inputs) << what;
+    const auto &x = a.stats, &y = b.stats;
+    EXPECT_EQ(x.hash, y.hash) << what;
+    for (auto [u, v] : {std::pair{x.norm, y.norm}, {x.min, y.min}, {x.max, y.max}, {x.mean, y.mean}})
+      EXPECT_TRUE(u == v || (std::isnan(u) && std::isnan(v))) << what;
+    EXPECT_EQ(x.nan, y.nan) << what;
+    EXPECT_EQ(x.inf, y.inf) << what;
+    EXPECT_EQ(x.dtype, y.dtype) << what;
+    EXPECT_EQ(x.shape, y.shape) << what;
+    EXPECT_EQ(x.nnz, y.nnz) << what;
+    EXPECT_EQ(x.shard, y.shard) << what;
+    EXPECT_EQ(x.unsupported, y.unsupported) << what;
+    EXPECT_EQ(x.torch_hash, y.torch_hash) << what;
+  };
+  for (const auto& before : lines) {
+    for (const auto& line : lines) {
+      Record used = lf::parse_record(before);
+      lf::parse_record_into(line, used);
+      expect_same(used, lf::parse_record(line), "after '" + before + "': '" + line + "'");
+    }
+  }
 }
 
 // Integers are read by hand (a hot path of the differ): exactly what std::from_chars accepts.
