@@ -10,6 +10,7 @@
 
 #include "differ/detail/causes.h"
 #include "differ/detail/classify.h"
+#include "probe/log_format.h"
 
 namespace probe::differ {
 
@@ -52,21 +53,40 @@ namespace {
 // Top-N by relative difference: a min-heap on rel_diff.
 bool heap_less(const Pair& a, const Pair& b) { return a.rel_diff > b.rel_diff; }
 
-Side side_of(Merged& m) {
-  Side s;
+// The merged record goes into the pair's side; the side's previous record goes back to the
+// step's records (the step merge fills it next). Swapping keeps both sets of buffers.
+void take_side(Side& s, Merged& m) {
   s.present = true;
-  s.m = std::move(m);
-  return s;
+  std::swap(s.m, m);
+  s.m.rec.name.clear();  // the pair holds the name
+  s.m.key.clear();
 }
 
-Pair start_pair(std::int64_t step, Merged& m) {
-  Pair p;
+// A side the step has no record for: a default record, keeping its buffers.
+void leave_absent(Side& s) {
+  s.present = false;
+  Merged& m = s.m;
+  log_format::reset_record(m.rec);
+  m.raw_name.clear();
+  m.ranks.clear();
+  m.hash_source = HashSource::spec_v1;
+  m.key.clear();
+  m.replicas_disagree = false;
+  m.value_ranks.clear();
+}
+
+// Every field of the pair, from the merged record it starts with (a pair of a previous step
+// gets reused).
+void start_pair(std::int64_t step, Merged& m, Pair& p) {
   p.step = step;
   p.kind = m.rec.kind;
-  p.name = std::move(m.rec.name);  // the pair's copy is the one reports use
+  std::swap(p.name, m.rec.name);  // the pair's copy is the one reports use
   p.mb = m.rec.microbatch;
-  p.key = std::move(m.key);
-  return p;
+  p.pair_class = PairClass::equal;
+  p.rel_diff = 0;
+  p.note.clear();
+  std::swap(p.key, m.key);
+  p.why = {};
 }
 
 }  // namespace
@@ -107,54 +127,63 @@ void Aligner::offer_top(const Pair& p) {
   }
 }
 
-// The step's pairs in execution order: each base record with its test partner (same key), then
-// the test-only records put among them.
-std::vector<Pair> Aligner::pair_up(std::int64_t step, std::vector<Merged>* base,
-                                   std::vector<Merged>* test) {
-  std::vector<Pair> pairs;
-  pairs.reserve((base ? base->size() : 0) + (test ? test->size() : 0));
+// The step's pairs, into pairs_, in execution order: each base record with its test partner
+// (same key), then the test-only records put among them.
+void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test) {
+  const std::size_t nb = base ? base->size() : 0, nt = test ? test->size() : 0;
   // Index the test step by key, find each base record's partner, and only then move the
   // records into pairs (the index points into the test records' keys).
-  std::vector<std::ptrdiff_t> partner(base ? base->size() : 0, -1);
-  std::vector<bool> test_used(test ? test->size() : 0, false);
+  partner_.assign(nb, -1);
+  test_used_.assign(nt, false);
   if (test && base) {
-    std::unordered_map<std::string_view, std::size_t> test_index;
-    test_index.reserve(test->size() * 2);
-    for (std::size_t i = 0; i < test->size(); ++i) test_index.emplace((*test)[i].key, i);
-    for (std::size_t i = 0; i < base->size(); ++i) {
-      auto it = test_index.find((*base)[i].key);
-      if (it != test_index.end()) {
-        partner[i] = static_cast<std::ptrdiff_t>(it->second);
-        test_used[it->second] = true;
+    test_index_.clear();
+    test_index_.reserve(nt * 2);
+    for (std::size_t i = 0; i < nt; ++i) test_index_.emplace((*test)[i].key, i);
+    for (std::size_t i = 0; i < nb; ++i) {
+      auto it = test_index_.find((*base)[i].key);
+      if (it != test_index_.end()) {
+        partner_[i] = static_cast<std::ptrdiff_t>(it->second);
+        test_used_[it->second] = true;
       }
     }
+    test_index_.clear();  // its keys are about to move
   }
-  for (std::size_t i = 0; base && i < base->size(); ++i) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < nb; ++i) {
     Merged& m = (*base)[i];
     if (!passes(m.rec.kind, m.rec.name)) continue;
-    Pair p = start_pair(step, m);
-    p.base = side_of(m);
-    if (partner[i] >= 0) p.test = side_of((*test)[static_cast<std::size_t>(partner[i])]);
-    pairs.push_back(std::move(p));
+    Pair& p = next_pair(count);
+    start_pair(step, m, p);
+    take_side(p.base, m);
+    if (partner_[i] >= 0)
+      take_side(p.test, (*test)[static_cast<std::size_t>(partner_[i])]);
+    else
+      leave_absent(p.test);
   }
-  if (!test) return pairs;
-  for (std::size_t i = 0; i < test->size(); ++i) {  // test-only records
-    if (test_used[i]) continue;
+  for (std::size_t i = 0; i < nt; ++i) {  // test-only records
+    if (test_used_[i]) continue;
     Merged& m = (*test)[i];
     if (!passes(m.rec.kind, m.rec.name)) continue;
-    Pair p = start_pair(step, m);
-    p.test = side_of(m);
-    pairs.push_back(std::move(p));
+    Pair& p = next_pair(count);
+    start_pair(step, m, p);
+    take_side(p.test, m);
+    leave_absent(p.base);
   }
+  pairs_.resize(count);
   // Keep execution order: a stable sort on phase then microbatch puts test-only records
   // among the base ones (which are in that order already: without test-only records, or with
   // them at the end, nothing moves).
   const auto before = [](const Pair& a, const Pair& b) {
     return std::make_pair(phase_of(a), a.mb.value_or(-1)) < std::make_pair(phase_of(b), b.mb.value_or(-1));
   };
-  if (!std::is_sorted(pairs.begin(), pairs.end(), before))
-    std::stable_sort(pairs.begin(), pairs.end(), before);
-  return pairs;
+  if (!std::is_sorted(pairs_.begin(), pairs_.end(), before))
+    std::stable_sort(pairs_.begin(), pairs_.end(), before);
+}
+
+// The pair to fill next: a previous step's where there is one.
+Pair& Aligner::next_pair(std::size_t& count) {
+  if (count == pairs_.size()) pairs_.emplace_back();
+  return pairs_[count++];
 }
 
 // Paired statistics: one path, the comparator's verdict (a bitwise-equal hash counts as
@@ -182,7 +211,8 @@ std::size_t Aligner::add_to_series(const Pair& p, bool both_runs) {
 }
 
 void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test) {
-  std::vector<Pair> pairs = pair_up(step, base, test);
+  pair_up(step, base, test);
+  std::vector<Pair>& pairs = pairs_;
   const Pair* first = nullptr;
   for (auto& p : pairs) {
     if (!p.base.present)

@@ -10,6 +10,7 @@
 #include "differ/detail/merge.h"
 #include "differ/detail/names.h"
 #include "differ/detail/record_text.h"
+#include "probe/log_format.h"
 
 namespace probe::differ {
 
@@ -71,9 +72,9 @@ std::string tiling_error(const std::vector<const TensorStats*>& shards, bool& ga
   return {};
 }
 
-// The whole tensor's figures from shards that tile it.
-TensorStats combine_shards(const std::vector<const TensorStats*>& shards) {
-  TensorStats out;
+// The whole tensor's figures from shards that tile it, into `out` (default figures, reused
+// buffers).
+void combine_shards_into(const std::vector<const TensorStats*>& shards, TensorStats& out) {
   out.dtype = shards[0]->dtype;
   out.shape = shards[0]->shard.global_shape;
   double sum_sq = 0, weighted_mean = 0;
@@ -83,7 +84,7 @@ TensorStats combine_shards(const std::vector<const TensorStats*>& shards) {
   for (const TensorStats* s : shards) {
     if (s->unsupported) {
       out.unsupported = *s->unsupported;  // the figures gathered so far go with it
-      return out;
+      return;
     }
     out.hash += s->hash;
     sum_sq += s->norm * s->norm;
@@ -105,19 +106,26 @@ TensorStats combine_shards(const std::vector<const TensorStats*>& shards) {
   out.mean = non_nan > 0 ? weighted_mean / static_cast<double>(non_nan)
                          : std::numeric_limits<double>::quiet_NaN();
   if (all_torch_hash) out.torch_hash = torch_hash;
-  return out;
 }
 
 }  // namespace
 
+ComposeError compose_shards_into(const std::vector<const TensorStats*>& shards, TensorStats& out) {
+  ComposeError e;
+  if (shards.empty()) {
+    e.error = "no shards";
+    return e;
+  }
+  e.error = tiling_error(shards, e.gap);
+  if (e.error.empty()) combine_shards_into(shards, out);
+  return e;
+}
+
 ComposeResult compose_shards(const std::vector<const TensorStats*>& shards) {
   ComposeResult res;
-  if (shards.empty()) {
-    res.error = "no shards";
-    return res;
-  }
-  res.error = tiling_error(shards, res.gap);
-  if (res.error.empty()) res.stats = combine_shards(shards);
+  TensorStats stats;
+  static_cast<ComposeError&>(res) = compose_shards_into(shards, stats);
+  if (res.error.empty()) res.stats = std::move(stats);
   return res;
 }
 
@@ -196,65 +204,64 @@ const Part* split_whole_and_shards(Merged& m, const Group& g, MergeContext& ctx)
   return whole;
 }
 
-// The whole tensor composed of ctx.shards, or an unsupported record saying why it cannot be.
-Record composed_record(const Merged& m, const Group& g, MergeContext& ctx) {
-  Record composed;  // only the key fields of a part: the figures come from composing
-  composed.step = ctx.step;
-  composed.kind = g.kind;
-  composed.microbatch = g.mb;
-  composed.state = Record::State::tensor;
-  ComposeResult c = compose_shards(ctx.shards);
-  if (c.stats) {
-    composed.stats = std::move(*c.stats);
-    return composed;
-  }
+// Into `out`: the whole tensor composed of ctx.shards, or an unsupported record saying why it
+// cannot be. Only the key fields of a part go with it: the figures come from composing.
+void compose_into(const Merged& m, const Group& g, MergeContext& ctx, Record& out) {
+  log_format::reset_record(out);
+  out.step = ctx.step;
+  out.kind = g.kind;
+  out.microbatch = g.mb;
+  out.state = Record::State::tensor;
+  ComposeError c = compose_shards_into(ctx.shards, out.stats);
+  if (c.error.empty()) return;
   // A gap where a rank's log is missing is that missing_rank error, not one per record.
   const bool missing = c.gap && ctx.missing_ranks;
   if (!missing && ctx.compared)
     ctx.issues->add({Issue::Severity::error, "shard_tiling", *ctx.label, ctx.step,
                      "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) +
                          ": " + c.error + " (ranks " + format_ranks(m.ranks) + "); not composed"});
-  composed.stats = TensorStats{};
-  composed.stats.dtype = ctx.shards[0]->dtype;
-  composed.stats.shape = ctx.shards[0]->shard.global_shape;
-  composed.stats.unsupported = missing ? "shards missing: a rank's log is missing (missing_rank)"
-                                       : "shards do not tile: " + c.error;
-  return composed;
+  out.stats = TensorStats{};
+  out.stats.dtype = ctx.shards[0]->dtype;
+  out.stats.shape = ctx.shards[0]->shard.global_shape;
+  out.stats.unsupported = missing ? "shards missing: a rank's log is missing (missing_rank)"
+                                  : "shards do not tile: " + c.error;
 }
 
 }  // namespace
 
-Merged merge_group(Group& g, MergeContext& ctx) {
-  Merged m;
+void merge_group(Group& g, MergeContext& ctx, Merged& m) {
   m.raw_name = g.raw_name;
   // NumericsLogger's param records come from weights.log: a hash without a norm.
   m.hash_source = !ctx.python ? HashSource::spec_v1
                   : g.kind == Kind::param ? HashSource::torch_hash_alone
                                           : HashSource::torch_only;
+  m.ranks.clear();
   for (const auto& p : g.parts) m.ranks.push_back(p.rank);
   std::sort(m.ranks.begin(), m.ranks.end());
   m.ranks.erase(std::unique(m.ranks.begin(), m.ranks.end()), m.ranks.end());
+  m.replicas_disagree = false;
+  m.value_ranks.clear();
   check_replicas(m, g, ctx);
-  const Part* whole = split_whole_and_shards(m, g, ctx);
+  Part* whole = const_cast<Part*>(split_whole_and_shards(m, g, ctx));  // g's own parts
   if (!ctx.shards.empty()) {
-    Record composed = composed_record(m, g, ctx);
-    if (whole && !same_record(whole->rec, composed))
+    compose_into(m, g, ctx, m.rec);
+    if (whole && !same_record(whole->rec, m.rec))
       mismatch(m, g.kind, ctx,
                "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) +
                    ": rank " + std::to_string(whole->rank) + " has the whole tensor " +
                    record_brief(whole->rec) + ", the composed shards have " +
-                   record_brief(composed));
-    m.rec = std::move(composed);
+                   record_brief(m.rec));
     if (m.replicas_disagree)
       for (const Part* b : ctx.reps)
         if (!b->rec.stats.shard.empty()) m.value_ranks.push_back(b->rank);
   } else {
     if (m.replicas_disagree) m.value_ranks = {whole->rank};
-    m.rec = std::move(const_cast<Part*>(whole)->rec);  // the group's parts are consumed
+    // The group's parts are consumed: the part takes m's old record, and its buffers go on
+    // to the records read next (StepGroups::keep_buffers).
+    std::swap(m.rec, whole->rec);
   }
-  m.rec.name = std::move(g.name);
-  m.key = std::move(g.key);
-  return m;
+  m.rec.name = g.name;
+  m.key = g.key;
 }
 
 }  // namespace probe::differ

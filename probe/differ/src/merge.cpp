@@ -11,22 +11,17 @@
 namespace probe::differ {
 
 bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
-  records.clear();
   auto s = peek_step();
-  if (!s) return false;
+  if (!s) {
+    records.clear();
+    return false;
+  }
   step = *s;
   note_early_ends(step);
 
   StepGroups& sg = *step_groups_;
   group_step(step);
-  // Execution order, sorted by index: a Group is too large to move around.
-  std::vector<std::uint32_t> in_order(sg.used);
-  for (std::uint32_t i = 0; i < in_order.size(); ++i) in_order[i] = i;
-  std::sort(in_order.begin(), in_order.end(), [&](std::uint32_t i, std::uint32_t j) {
-    const Group &a = sg.groups[i], &b = sg.groups[j];
-    return std::make_tuple(a.phase, a.mb.value_or(-1), a.order) <
-           std::make_tuple(b.phase, b.mb.value_or(-1), b.order);
-  });
+  sg.put_in_execution_order();
 
   MergeContext ctx;
   ctx.step = step;
@@ -40,10 +35,26 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   ctx.issues = &issues_;
   ctx.reps.reserve(ranks_.size());
   ctx.shards.reserve(ranks_.size());
-  records.reserve(sg.used);
-  for (std::uint32_t i : in_order) records.push_back(merge_group(sg.groups[i], ctx));
+  // Merged into the records of the previous step: their buffers are reused.
+  records.resize(sg.used);
+  for (std::size_t i = 0; i < sg.used; ++i) merge_group(sg.groups[sg.in_order[i]], ctx, records[i]);
   sg.keep_buffers();
   return true;
+}
+
+// Execution order, sorted by index (a Group is too large to move around). Steps of a run
+// mostly hold the same keys, found in the same order: the previous step's order is checked
+// first and kept when it still holds.
+void StepGroups::put_in_execution_order() {
+  const auto before = [&](std::uint32_t i, std::uint32_t j) {
+    const Group &a = groups[i], &b = groups[j];
+    return std::make_tuple(a.phase, a.mb.value_or(-1), a.order) <
+           std::make_tuple(b.phase, b.mb.value_or(-1), b.order);
+  };
+  if (in_order.size() == used && std::is_sorted(in_order.begin(), in_order.end(), before)) return;
+  in_order.resize(used);
+  for (std::uint32_t i = 0; i < in_order.size(); ++i) in_order[i] = i;
+  std::sort(in_order.begin(), in_order.end(), before);
 }
 
 void StepGroups::start_step() {

@@ -91,5 +91,8 @@ Record parse_record(std::string_view line);
 // the same Record again allocates nothing per record once the buffers have grown. `out` is
 // unspecified after a ParseError.
 void parse_record_into(std::string_view line, Record& out);
+// `r` as a default Record, keeping its strings' and vectors' capacity (for code that reuses
+// records, like parse_record_into).
+void reset_record(Record& r);
 
 }  // namespace probe::log_format

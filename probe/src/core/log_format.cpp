@@ -486,7 +486,8 @@ RecordField record_field(std::string_view k) {
   }
 }
 
-// A record as parse_record finds it before the first field, keeping r's buffers.
+}  // namespace
+
 void reset_record(Record& r) {
   r.step = 0;
   r.kind = Kind::scalar;
@@ -509,8 +510,6 @@ void reset_record(Record& r) {
   s.unsupported.reset();
   s.torch_hash.reset();
 }
-
-}  // namespace
 
 void parse_record_into(std::string_view line, Record& r) {
   reset_record(r);

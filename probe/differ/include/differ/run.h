@@ -26,7 +26,8 @@ class Run {
   Run(Run&&) noexcept;
 
   std::optional<std::int64_t> peek_step() const;
-  // The next step's merged records in execution order; false at the end.
+  // The next step's merged records in execution order, into `records` (whose elements and
+  // their buffers are reused); false at the end.
   bool next_step(std::int64_t& step, std::vector<Merged>& records);
 
   const std::filesystem::path& path() const { return path_; }

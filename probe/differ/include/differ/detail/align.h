@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -28,7 +29,8 @@ class Aligner {
   void finish();
 
  private:
-  std::vector<Pair> pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test);
+  void pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test);
+  Pair& next_pair(std::size_t& count);
   bool passes(Kind kind, const std::string& name);
   std::size_t series(const Pair& p);
   std::size_t add_to_series(const Pair& p, bool both_runs);  // the series' index
@@ -44,6 +46,12 @@ class Aligner {
   const DiffOptions& options_;
   Result& result_;
   std::unordered_map<std::string, std::size_t> series_index_;
+  // The step's pairs (pair_up). Kept across steps with the records they hold, whose buffers
+  // go back to the step merge: comparing a step allocates nothing once the first have run.
+  std::vector<Pair> pairs_;
+  std::vector<std::ptrdiff_t> partner_;  // pair_up's scratch
+  std::vector<bool> test_used_;
+  std::unordered_map<std::string_view, std::size_t> test_index_;
   std::vector<Pair> top_;  // a min-heap on rel_diff, sorted largest first by finish()
   std::vector<std::uint8_t> seen_;  // per series: bit 0 seen in base, bit 1 in test
   std::array<std::uint8_t, kKindCount> kind_seen_{};  // the same per kind, on steps both runs hold

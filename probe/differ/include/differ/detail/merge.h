@@ -68,10 +68,12 @@ struct StepGroups {
   std::uint64_t generation = 0;
   std::string key;                    // scratch for the key being looked up
   std::vector<Record> spare_records;  // buffers for the next records read
+  std::vector<std::uint32_t> in_order;  // [0, used) in execution order (put_in_execution_order)
 
   // The group of `key` in this step, and whether it was just created (to fill in).
   std::pair<Group*, bool> find_or_add(const std::string& key);
   void start_step();
+  void put_in_execution_order();
   void keep_buffers();  // moves the parts' records into spare_records
 };
 
@@ -89,8 +91,8 @@ struct MergeContext {
   std::vector<const TensorStats*> shards;
 };
 
-// The group's logical record: replicas checked against each other, shards composed.
-// Consumes the group's parts.
-Merged merge_group(Group& g, MergeContext& ctx);
+// The group's logical record, into `m` (every field set; its buffers reused): replicas
+// checked against each other, shards composed. Consumes the group's parts.
+void merge_group(Group& g, MergeContext& ctx, Merged& m);
 
 }  // namespace probe::differ
