@@ -106,7 +106,13 @@ bool Aligner::passes(Kind kind, const std::string& name) {
   return it->second;
 }
 
-std::size_t Aligner::series(const Pair& p) {
+// `hint`: the series of the pair at the same position in the previous step (steps mostly
+// repeat), checked before the index is.
+std::size_t Aligner::series(const Pair& p, std::size_t hint) {
+  if (hint < result_.series.size()) {
+    const SeriesKey& k = result_.series[hint].first;
+    if (k.kind == p.kind && k.mb == p.mb && k.name == p.name) return hint;
+  }
   auto [it, inserted] = series_index_.try_emplace(p.key, result_.series.size());
   if (inserted) {
     result_.series.push_back({SeriesKey{p.kind, p.name, p.mb}, SeriesStats{}});
@@ -131,23 +137,11 @@ void Aligner::offer_top(const Pair& p) {
 // (same key), then the test-only records put among them.
 void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test) {
   const std::size_t nb = base ? base->size() : 0, nt = test ? test->size() : 0;
-  // Index the test step by key, find each base record's partner, and only then move the
-  // records into pairs (the index points into the test records' keys).
+  // Each base record's partner first, and only then the records moved into pairs (the
+  // partners are found by key).
   partner_.assign(nb, -1);
   test_used_.assign(nt, false);
-  if (test && base) {
-    test_index_.clear();
-    test_index_.reserve(nt * 2);
-    for (std::size_t i = 0; i < nt; ++i) test_index_.emplace((*test)[i].key, i);
-    for (std::size_t i = 0; i < nb; ++i) {
-      auto it = test_index_.find((*base)[i].key);
-      if (it != test_index_.end()) {
-        partner_[i] = static_cast<std::ptrdiff_t>(it->second);
-        test_used_[it->second] = true;
-      }
-    }
-    test_index_.clear();  // its keys are about to move
-  }
+  if (test && base) find_partners(*base, *test);
   std::size_t count = 0;
   for (std::size_t i = 0; i < nb; ++i) {
     Merged& m = (*base)[i];
@@ -180,6 +174,34 @@ void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<
     std::stable_sort(pairs_.begin(), pairs_.end(), before);
 }
 
+// partner_[i]: the test record with base record i's key. Runs of the same layout hold their
+// records in the same order: the record at the same position is checked first, and only the
+// records left unpaired go through an index.
+void Aligner::find_partners(const std::vector<Merged>& base, const std::vector<Merged>& test) {
+  bool unpaired = false;
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    if (i < test.size() && base[i].key == test[i].key) {
+      partner_[i] = static_cast<std::ptrdiff_t>(i);
+      test_used_[i] = true;
+    } else {
+      unpaired = true;
+    }
+  }
+  if (!unpaired) return;
+  test_index_.clear();
+  for (std::size_t i = 0; i < test.size(); ++i)
+    if (!test_used_[i]) test_index_.emplace(test[i].key, i);
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    if (partner_[i] >= 0) continue;
+    auto it = test_index_.find(base[i].key);
+    if (it != test_index_.end()) {
+      partner_[i] = static_cast<std::ptrdiff_t>(it->second);
+      test_used_[it->second] = true;
+    }
+  }
+  test_index_.clear();  // its keys are about to move
+}
+
 // The pair to fill next: a previous step's where there is one.
 Pair& Aligner::next_pair(std::size_t& count) {
   if (count == pairs_.size()) pairs_.emplace_back();
@@ -188,8 +210,8 @@ Pair& Aligner::next_pair(std::size_t& count) {
 
 // Paired statistics: one path, the comparator's verdict (a bitwise-equal hash counts as
 // agreement even where composed norms differ in the last bit).
-std::size_t Aligner::add_to_series(const Pair& p, bool both_runs) {
-  const std::size_t si = series(p);
+std::size_t Aligner::add_to_series(const Pair& p, std::size_t hint, bool both_runs) {
+  const std::size_t si = series(p, hint);
   SeriesStats& st = result_.series[si].second;
   const std::uint8_t sides = (p.base.present ? 1 : 0) | (p.test.present ? 2 : 0);
   seen_[si] |= sides;
@@ -214,7 +236,9 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
   pair_up(step, base, test);
   std::vector<Pair>& pairs = pairs_;
   const Pair* first = nullptr;
-  for (auto& p : pairs) {
+  pair_series_.resize(pairs.size(), SIZE_MAX);
+  for (std::size_t k = 0; k < pairs.size(); ++k) {
+    Pair& p = pairs[k];
     if (!p.base.present)
       p.pair_class = PairClass::only_test;
     else if (!p.test.present)
@@ -224,7 +248,8 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
     if (set_aside_op(p, result_.ops)) continue;
     ++result_.counts[static_cast<std::size_t>(p.kind)][static_cast<std::size_t>(p.pair_class)];
     ++result_.records_compared;
-    const std::size_t si = add_to_series(p, base && test);
+    const std::size_t si = add_to_series(p, pair_series_[k], base && test);
+    pair_series_[k] = si;
     if (options_.on_pair) options_.on_pair(p, si);
     if (is_divergence(p.pair_class) && !first) first = &p;
     // The norm of RNG state bytes is no size of a difference.

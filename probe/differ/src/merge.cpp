@@ -36,39 +36,47 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   ctx.reps.reserve(ranks_.size());
   ctx.shards.reserve(ranks_.size());
   // Merged into the records of the previous step: their buffers are reused.
-  records.resize(sg.used);
-  for (std::size_t i = 0; i < sg.used; ++i) merge_group(sg.groups[sg.in_order[i]], ctx, records[i]);
+  records.resize(sg.in_order.size());
+  for (std::size_t i = 0; i < records.size(); ++i) merge_group(sg.groups[sg.in_order[i]], ctx, records[i]);
   sg.keep_buffers();
   return true;
 }
 
 // Execution order, sorted by index (a Group is too large to move around). Steps of a run
-// mostly hold the same keys, found in the same order: the previous step's order is checked
-// first and kept when it still holds.
+// mostly hold the same keys, first read in the same order: the previous step's order is
+// checked first and kept when it still holds.
 void StepGroups::put_in_execution_order() {
   const auto before = [&](std::uint32_t i, std::uint32_t j) {
     const Group &a = groups[i], &b = groups[j];
     return std::make_tuple(a.phase, a.mb.value_or(-1), a.order) <
            std::make_tuple(b.phase, b.mb.value_or(-1), b.order);
   };
-  if (in_order.size() == used && std::is_sorted(in_order.begin(), in_order.end(), before)) return;
-  in_order.resize(used);
-  for (std::uint32_t i = 0; i < in_order.size(); ++i) in_order[i] = i;
+  const bool same_groups = touched == previous_touched;
+  std::swap(previous_touched, touched);  // touched is refilled by the next step
+  if (same_groups && std::is_sorted(in_order.begin(), in_order.end(), before)) return;
+  in_order = previous_touched;
   std::sort(in_order.begin(), in_order.end(), before);
 }
 
 void StepGroups::start_step() {
   ++generation;
-  used = 0;
+  touched.clear();
 }
 
-std::pair<Group*, bool> StepGroups::find_or_add(const std::string& k) {
-  Slot& slot = index.try_emplace(k).first->second;
-  if (slot.generation == generation) return {&groups[slot.index], false};
-  slot.generation = generation;
-  slot.index = used;
-  if (used == groups.size()) groups.emplace_back();
-  Group& g = groups[used++];
+std::pair<Group*, bool> StepGroups::find_or_add(const std::string& k, std::uint32_t hint) {
+  std::uint32_t i = hint;
+  if (i >= groups.size() || groups[i].key != k) {
+    auto [it, added] = index.try_emplace(k, static_cast<std::uint32_t>(groups.size()));
+    if (added) {
+      groups.emplace_back();
+      groups.back().key = k;
+    }
+    i = it->second;
+  }
+  Group& g = groups[i];
+  if (g.generation == generation) return {&g, false};
+  g.generation = generation;
+  touched.push_back(i);
   g.parts.clear();  // their records went to spare_records (keep_buffers)
   return {&g, true};
 }
@@ -76,7 +84,7 @@ std::pair<Group*, bool> StepGroups::find_or_add(const std::string& k) {
 // The records merging left in the groups (shards: it composes them without taking them) keep
 // their buffers for the records read next (Run::add_to_group).
 void StepGroups::keep_buffers() {
-  for (std::size_t i = 0; i < used; ++i)
+  for (std::uint32_t i : in_order)
     for (auto& p : groups[i].parts) spare_records.push_back(std::move(p.rec));
 }
 
@@ -125,14 +133,20 @@ void Run::group_step(std::int64_t step) {
       if (r.microbatch) key += std::to_string(*r.microbatch);
       key += '|';
       key += canon;
-      auto [g, added] = sg.find_or_add(key);
+      const auto at = static_cast<std::size_t>(pos);
+      const std::uint32_t hint = at < src->step_groups.size() ? src->step_groups[at] : UINT32_MAX;
+      auto [g, added] = sg.find_or_add(key, hint);
+      const auto gi = static_cast<std::uint32_t>(g - sg.groups.data());
+      if (at < src->step_groups.size())
+        src->step_groups[at] = gi;
+      else
+        src->step_groups.push_back(gi);
       // Execution order: ranks ascending in forward and step end, descending in backward
       // (pipeline stages run backward last stage first), then the rank's own line order.
       const std::int64_t rank_order =
           phase_of(r) == Phase::backward ? world - 1 - src->rank : src->rank;
       const std::int64_t order = rank_order * (std::int64_t{1} << 40) + pos++;
       if (added) {
-        g->key = key;
         g->kind = r.kind;
         g->phase = phase_of(r);
         g->name = canon;
@@ -143,6 +157,7 @@ void Run::group_step(std::int64_t step) {
       add_to_group(step, *src, order, *g);
       advance(*src);
     }
+    src->step_groups.resize(static_cast<std::size_t>(pos));
     src->release();  // its next step's first record is read: close it until then
   }
 }

@@ -30,10 +30,11 @@ class Aligner {
 
  private:
   void pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test);
+  void find_partners(const std::vector<Merged>& base, const std::vector<Merged>& test);
   Pair& next_pair(std::size_t& count);
   bool passes(Kind kind, const std::string& name);
-  std::size_t series(const Pair& p);
-  std::size_t add_to_series(const Pair& p, bool both_runs);  // the series' index
+  std::size_t series(const Pair& p, std::size_t hint);
+  std::size_t add_to_series(const Pair& p, std::size_t hint, bool both_runs);  // the series' index
   void offer_top(const Pair& p);
   void note_first_nonfinite(std::int64_t step, const std::vector<Pair>& pairs);
   void note_one_sided_kinds();
@@ -52,6 +53,7 @@ class Aligner {
   std::vector<std::ptrdiff_t> partner_;  // pair_up's scratch
   std::vector<bool> test_used_;
   std::unordered_map<std::string_view, std::size_t> test_index_;
+  std::vector<std::size_t> pair_series_;  // the series of each pair position, last step
   std::vector<Pair> top_;  // a min-heap on rel_diff, sorted largest first by finish()
   std::vector<std::uint8_t> seen_;  // per series: bit 0 seen in base, bit 1 in test
   std::array<std::uint8_t, kKindCount> kind_seen_{};  // the same per kind, on steps both runs hold

@@ -27,6 +27,7 @@ struct Run::RankSource {
   // step merge takes it; null at the end.
   Record* ahead = nullptr;
   std::int64_t ahead_line = 0;  // its line in the log
+  std::vector<std::uint32_t> step_groups;  // the group of each record of the rank's last step
   std::int64_t last_step = -1;
   bool reported_early_end = false;
   bool pooled = false;  // the log is closed between steps (more ranks than files to hold open)
@@ -49,32 +50,33 @@ struct Group {
   std::string name;  // canonical
   std::optional<std::int64_t> mb;
   std::string raw_name;
-  std::int64_t order = 0;  // execution-order position (see Run::next_step)
+  std::int64_t order = 0;  // execution-order position (see Run::group_step)
   std::vector<Part> parts;
+  std::uint64_t generation = 0;  // the last step that held the key (StepGroups::generation)
 };
 
-// A run's groups of the step being merged, and what they keep between steps so that merging
-// a step allocates nothing once the first steps have grown it: the Group objects (their
-// strings and part lists), an index from key to this step's group that keeps its keys, and
-// the records merging left behind (their buffers go to the records read next).
+// A run's groups, and what they keep between steps so that merging a step allocates nothing
+// once the first steps have grown it. Each key has one Group for good (its strings and part
+// list are reused every step it occurs); the index maps keys to groups, and each rank's
+// records of the previous step say which group each position went to: steps of a run mostly
+// repeat, so the record at that position of the next step is looked up there first. The
+// records merging left behind keep their buffers for the records read next.
 struct StepGroups {
-  std::vector<Group> groups;  // [0, used) are this step's
-  std::size_t used = 0;
-  struct Slot {
-    std::uint64_t generation = 0;  // the step (counted from 1) whose group `index` is
-    std::size_t index = 0;
-  };
-  std::unordered_map<std::string, Slot> index;  // key -> slot; keys persist
-  std::uint64_t generation = 0;
+  std::vector<Group> groups;  // every key's group
+  std::unordered_map<std::string, std::uint32_t> index;  // key -> its group
+  std::uint64_t generation = 0;          // the step being grouped (counted from 1)
+  std::vector<std::uint32_t> touched;    // this step's groups, in the order first read
+  std::vector<std::uint32_t> in_order;   // the same in execution order (put_in_execution_order)
+  std::vector<std::uint32_t> previous_touched;  // the previous step's `touched`
   std::string key;                    // scratch for the key being looked up
   std::vector<Record> spare_records;  // buffers for the next records read
-  std::vector<std::uint32_t> in_order;  // [0, used) in execution order (put_in_execution_order)
 
-  // The group of `key` in this step, and whether it was just created (to fill in).
-  std::pair<Group*, bool> find_or_add(const std::string& key);
+  // The group of `key` (`hint`: the group a rank's record at the same position went to in
+  // the previous step), and whether this step had none before (to fill in).
+  std::pair<Group*, bool> find_or_add(const std::string& key, std::uint32_t hint);
   void start_step();
   void put_in_execution_order();
-  void keep_buffers();  // moves the parts' records into spare_records
+  void keep_buffers();  // moves this step's parts' records into spare_records
 };
 
 // What merging a group needs to know of its run, and where its issues go.
