@@ -35,6 +35,30 @@ Record tensor_record() {
   return r;
 }
 
+void expect_same_record(const Record& a, const Record& b, const std::string& what) {
+  EXPECT_EQ(a.step, b.step) << what;
+  EXPECT_EQ(a.kind, b.kind) << what;
+  EXPECT_EQ(a.name, b.name) << what;
+  EXPECT_EQ(a.microbatch, b.microbatch) << what;
+  EXPECT_EQ(a.state, b.state) << what;
+  EXPECT_EQ(a.value, b.value) << what;
+  EXPECT_EQ(a.phase, b.phase) << what;
+  EXPECT_EQ(a.inputs, b.inputs) << what;
+  const auto &x = a.stats, &y = b.stats;
+  EXPECT_EQ(x.hash, y.hash) << what;
+  for (auto [u, v] : {std::pair{x.norm, y.norm}, {x.min, y.min}, {x.max, y.max}, {x.mean, y.mean}})
+    EXPECT_TRUE(std::memcmp(&u, &v, sizeof u) == 0 || (std::isnan(u) && std::isnan(v))) << what;
+  EXPECT_EQ(x.nan, y.nan) << what;
+  EXPECT_EQ(x.inf, y.inf) << what;
+  EXPECT_EQ(x.dtype, y.dtype) << what;
+  EXPECT_EQ(x.shape, y.shape) << what;
+  EXPECT_EQ(x.nnz, y.nnz) << what;
+  EXPECT_EQ(x.shard, y.shard) << what;
+  EXPECT_EQ(x.unsupported, y.unsupported) << what;
+  EXPECT_EQ(x.torch_hash, y.torch_hash) << what;
+}
+
+
 void expect_same_double(double a, double b) {
   if (std::isnan(a)) {
     EXPECT_TRUE(std::isnan(b));
@@ -194,35 +218,99 @@ TEST(LogFormat, ParsingIntoAUsedRecordGivesAFreshParse) {
       "step=7 kind=grad name=w none",
       "step=8 kind=scalar name=loss value=0.25",
   };
-  auto expect_same = [](const Record& a, const Record& b, const std::string& what) {
-    EXPECT_EQ(a.step, b.step) << what;
-    EXPECT_EQ(a.kind, b.kind) << what;
-    EXPECT_EQ(a.name, b.name) << what;
-    EXPECT_EQ(a.microbatch, b.microbatch) << what;
-    EXPECT_EQ(a.state, b.state) << what;
-    EXPECT_EQ(a.value, b.value) << what;
-    EXPECT_EQ(a.phase, b.phase) << what;
-    EXPECT_EQ(a.inputs, b.inputs) << what;
-    const auto &x = a.stats, &y = b.stats;
-    EXPECT_EQ(x.hash, y.hash) << what;
-    for (auto [u, v] : {std::pair{x.norm, y.norm}, {x.min, y.min}, {x.max, y.max}, {x.mean, y.mean}})
-      EXPECT_TRUE(u == v || (std::isnan(u) && std::isnan(v))) << what;
-    EXPECT_EQ(x.nan, y.nan) << what;
-    EXPECT_EQ(x.inf, y.inf) << what;
-    EXPECT_EQ(x.dtype, y.dtype) << what;
-    EXPECT_EQ(x.shape, y.shape) << what;
-    EXPECT_EQ(x.nnz, y.nnz) << what;
-    EXPECT_EQ(x.shard, y.shard) << what;
-    EXPECT_EQ(x.unsupported, y.unsupported) << what;
-    EXPECT_EQ(x.torch_hash, y.torch_hash) << what;
-  };
   for (const auto& before : lines) {
     for (const auto& line : lines) {
       Record used = lf::parse_record(before);
       lf::parse_record_into(line, used);
-      expect_same(used, lf::parse_record(line), "after '" + before + "': '" + line + "'");
+      expect_same_record(used, lf::parse_record(line), "after '" + before + "': '" + line + "'");
     }
   }
+}
+
+// The one-pass reader of the writer's field order gives what the general reader gives, on
+// every line it accepts: the writer's own lines and thousands of mutations of them (a
+// character deleted, replaced or doubled, a space inserted), where it must either read the
+// same record or leave the line to the general reader (which words the error).
+TEST(LogFormat, WriterOrderReadsWhatAnyOrderReads) {
+  Record sharded = tensor_record();  // mb, shard, torch_hash
+  Record whole = tensor_record();
+  whole.microbatch.reset();
+  whole.stats.shard = {};
+  whole.stats.torch_hash.reset();
+  whole.stats.nnz = 7;
+  whole.stats.min = -0.0;
+  whole.stats.mean = 6.02e23;
+  Record scalar;
+  scalar.step = 12;
+  scalar.name = "loss";
+  scalar.state = Record::State::scalar;
+  scalar.value = -1.25e-7;
+  Record nan_figures = whole;
+  nan_figures.stats.min = nan_figures.stats.max = nan_figures.stats.mean = std::nan("");
+  Record escaped = whole;
+  escaped.name = "a name with spaces";
+  std::vector<std::string> lines;
+  for (const Record* r : {&sharded, &whole, &scalar}) {
+    lines.push_back(lf::format_record(*r));
+    Record read;
+    EXPECT_TRUE(lf::parse_in_writer_order(lines.back(), read)) << lines.back();
+    expect_same_record(read, *r, lines.back());
+  }
+  for (const Record* r : {&nan_figures, &escaped}) {  // left to the general reader
+    Record read;
+    EXPECT_FALSE(lf::parse_in_writer_order(lf::format_record(*r), read));
+  }
+  const std::string alphabet = " -09[],@=x%e.+";
+  std::size_t checked = 0, read_in_one_pass = 0;
+  auto check = [&](const std::string& line) {
+    ++checked;
+    Record fast;
+    if (!lf::parse_in_writer_order(line, fast)) return;
+    ++read_in_one_pass;
+    Record general;
+    try {
+      lf::parse_any_order_into(line, general);
+    } catch (const lf::ParseError& e) {
+      ADD_FAILURE() << "read in one pass, rejected by the general reader (" << e.what() << "): '" << line << "'";
+      return;
+    }
+    expect_same_record(fast, general, line);
+  };
+  for (const auto& line : lines) {
+    for (std::size_t i = 0; i <= line.size(); ++i) {
+      if (i < line.size()) {
+        check(line.substr(0, i) + line.substr(i + 1));                  // deleted
+        check(line.substr(0, i) + line[i] + line.substr(i));            // doubled
+        for (char c : alphabet) {
+          if (c == line[i]) continue;
+          std::string replaced = line;
+          replaced[i] = c;
+          check(replaced);
+        }
+      }
+      check(line.substr(0, i) + ' ' + line.substr(i));  // a space inserted
+    }
+  }
+  const std::string tail = " hash=0123456789abcdef norm=1 min=0 max=1 mean=0.5 nan=0 inf=0 dtype=float32";
+  for (const std::string& near_miss : std::vector<std::string>{
+           "step=1 kind=grad name=w" + tail + " shape=[4] shard=[8,16]@[4,0]",  // ranks differ
+           "step=1 kind=grad name=w" + tail + " shape=[4] shard=[8]@[4,0]",
+           "step=1 kind=grad name=w" + tail + " shape=[4] shard=[]@[]",
+           "step=1 kind=grad name=w" + tail + " shape=[004,0016]",
+           "step=1 kind=grad name=w" + tail + " shape=[4] nnz=-1",
+           "step=1 kind=grad name=w" + tail + " shape=[4] torch_hash=0123",
+           "step=1 kind=grad name=w" + tail + " shape=[4] shard=[8]@[4] nnz=2",  // out of order
+           "step=1234567890123456789 kind=grad name=w" + tail + " shape=[4]",
+           "step=1 kind=grad name=w mb=-1" + tail + " shape=[4]",
+           "step=1 kind=grad name=w" + tail.substr(0, tail.size() - 7) + " shape=[4]",  // empty dtype
+           std::string("step=1 kind=scalar name=w value=nan"),
+           "step=1 kind=scalar name=w value=1e999",
+           "step=1 kind=op name=w" + tail + " shape=[4]",
+           "step=1 kind=grad name=w none",
+       })
+    check(near_miss);
+  // The mutations that keep a valid record (a digit for a digit) go the one-pass way too.
+  EXPECT_GT(read_in_one_pass, checked / 20) << read_in_one_pass << " of " << checked;
 }
 
 // Integers are read by hand (a hot path of the differ): exactly what std::from_chars accepts.

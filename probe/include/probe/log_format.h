@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -54,6 +55,8 @@ double parse_double(std::string_view text);
 // 16 lowercase hex digits.
 std::string format_hash(std::uint64_t h);
 std::uint64_t parse_hash(std::string_view text);
+// The same without throwing: nullopt for text that is not 16 lowercase hex digits.
+std::optional<std::uint64_t> read_hash(std::string_view text);
 
 // Values are percent-escaped so they never hold a space, '=', '%' or a control character.
 std::string escape_value(std::string_view raw);
@@ -91,6 +94,14 @@ Record parse_record(std::string_view line);
 // the same Record again allocates nothing per record once the buffers have grown. `out` is
 // unspecified after a ParseError.
 void parse_record_into(std::string_view line, Record& out);
+// parse_record_into's two paths. The first reads a record whose fields are in the order
+// format_record writes them, in one pass; it returns false for any other line (another order,
+// a %-escaped value, NaN or Inf figures, op and `none` records, a value the second would
+// reject), leaving `out` unspecified. The second reads fields in any order and throws
+// ParseError for a line that is not a record. Where the first reads a record, the second
+// reads the same.
+bool parse_in_writer_order(std::string_view line, Record& out);
+void parse_any_order_into(std::string_view line, Record& out);
 // `r` as a default Record, keeping its strings' and vectors' capacity (for code that reuses
 // records, like parse_record_into).
 void reset_record(Record& r);

@@ -224,8 +224,8 @@ std::string format_hash(std::uint64_t h) {
   return out;
 }
 
-std::uint64_t parse_hash(std::string_view text) {
-  if (text.size() != 16) fail("hash is not 16 hex digits: '" + std::string(text) + "'");
+std::optional<std::uint64_t> read_hash(std::string_view text) {
+  if (text.size() != 16) return std::nullopt;
   static constexpr auto kHex = [] {
     std::array<std::int8_t, 256> t{};
     t.fill(-1);
@@ -240,8 +240,15 @@ std::uint64_t parse_hash(std::string_view text) {
     bad |= d;  // negative once any digit is not lowercase hex
     h = (h << 4) | static_cast<std::uint64_t>(d & 0xf);
   }
-  if (bad < 0) fail("hash is not lowercase hex: '" + std::string(text) + "'");
+  if (bad < 0) return std::nullopt;
   return h;
+}
+
+std::uint64_t parse_hash(std::string_view text) {
+  if (text.size() != 16) fail("hash is not 16 hex digits: '" + std::string(text) + "'");
+  const auto h = read_hash(text);
+  if (!h) fail("hash is not lowercase hex: '" + std::string(text) + "'");
+  return *h;
 }
 
 std::string escape_value(std::string_view raw) {
@@ -512,6 +519,10 @@ void reset_record(Record& r) {
 }
 
 void parse_record_into(std::string_view line, Record& r) {
+  if (!parse_in_writer_order(line, r)) parse_any_order_into(line, r);
+}
+
+void parse_any_order_into(std::string_view line, Record& r) {
   reset_record(r);
   bool has_step = false, has_kind = false, has_name = false, has_value = false;
   bool has_hash = false, has_dtype = false, has_shape = false;

@@ -1,0 +1,161 @@
+// Records in the order the writer puts their fields (format_record), read in one pass: each
+// key is checked where the writer puts it and each value read up to where it ends, without
+// splitting the line into tokens first. The differ reads millions of records; nearly all are
+// in this order. Whatever departs from it (another order, a field left to the general parser,
+// a value the general parser would reject or word an error for) makes it return false, and
+// the general parser reads the line: a record read here is the record the general parser
+// gives (tests/core/log_format_test.cpp checks that on mutated lines).
+#include <charconv>
+#include <cmath>
+#include <cstring>
+
+#include "probe/log_format.h"
+
+namespace probe::log_format {
+namespace {
+
+class Cursor {
+ public:
+  explicit Cursor(std::string_view line) : p_(line.data()), end_(line.data() + line.size()) {}
+
+  bool at_end() const { return p_ == end_; }
+
+  // `text` at the cursor (a key with its leading space and '='), stepped over. Its length is
+  // known at compile time: the comparison is a few loads, not a call.
+  template <std::size_t N>
+  bool skip(const char (&text)[N]) {
+    constexpr std::size_t n = N - 1;
+    if (static_cast<std::size_t>(end_ - p_) < n || std::memcmp(p_, text, n) != 0) return false;
+    p_ += n;
+    return true;
+  }
+
+  bool skip(char c) {
+    if (p_ == end_ || *p_ != c) return false;
+    ++p_;
+    return true;
+  }
+
+  // Up to the next space or the end; false when empty or when it holds a %-escape (left to
+  // the general parser's unescaping).
+  bool word(std::string_view& out) {
+    const void* space = std::memchr(p_, ' ', static_cast<std::size_t>(end_ - p_));
+    const char* stop = space ? static_cast<const char*>(space) : end_;
+    out = std::string_view(p_, static_cast<std::size_t>(stop - p_));
+    p_ = stop;
+    return !out.empty() && out.find('%') == std::string_view::npos;
+  }
+
+  // Decimal, an optional '-', at most 18 digits (cannot overflow); longer numbers are the
+  // general parser's.
+  bool integer(std::int64_t& out) {
+    const bool negative = p_ < end_ && *p_ == '-';
+    const char* digits = p_ + (negative ? 1 : 0);
+    const char* q = digits;
+    std::int64_t v = 0;
+    while (q < end_ && q - digits < 19 && static_cast<unsigned char>(*q - '0') < 10)
+      v = v * 10 + (*q++ - '0');
+    if (q == digits || q - digits > 18) return false;
+    p_ = q;
+    out = negative ? -v : v;
+    return true;
+  }
+
+  // A finite number (NaN and infinities are the general parser's).
+  bool real(double& out) {
+    auto [q, ec] = std::from_chars(p_, end_, out);
+    if (ec != std::errc() || !std::isfinite(out)) return false;
+    p_ = q;
+    return true;
+  }
+
+  bool hash(std::uint64_t& out) {
+    if (end_ - p_ < 16) return false;
+    const auto h = read_hash(std::string_view(p_, 16));
+    if (!h) return false;
+    out = *h;
+    p_ += 16;
+    return true;
+  }
+
+  // "[d0,d1,...]" into `dims` (its capacity reused).
+  bool dims(std::vector<std::int64_t>& out) {
+    out.clear();
+    if (!skip('[')) return false;
+    if (skip(']')) return true;
+    for (;;) {
+      std::int64_t d = 0;
+      if (!integer(d)) return false;
+      out.push_back(d);
+      if (skip(']')) return true;
+      if (!skip(',')) return false;
+    }
+  }
+
+  bool dims_then_end_of_value(std::vector<std::int64_t>& out) {
+    return dims(out) && (at_end() || *p_ == ' ');
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+// hash norm min max mean nan inf dtype shape [nnz] [shard] [torch_hash], after the name.
+bool read_tensor_fields(Cursor& c, TensorStats& s) {
+  std::string_view dtype;
+  if (!(c.skip(" hash=") && c.hash(s.hash) && c.skip(" norm=") && c.real(s.norm) &&
+        c.skip(" min=") && c.real(s.min) && c.skip(" max=") && c.real(s.max) &&
+        c.skip(" mean=") && c.real(s.mean) && c.skip(" nan=") && c.integer(s.nan) &&
+        c.skip(" inf=") && c.integer(s.inf) && c.skip(" dtype=") && c.word(dtype) &&
+        c.skip(" shape=") && c.dims_then_end_of_value(s.shape)))
+    return false;
+  s.dtype.assign(dtype);
+  if (c.skip(" nnz=")) {
+    std::int64_t nnz = 0;
+    if (!c.integer(nnz) || nnz < 0) return false;
+    s.nnz = nnz;
+  }
+  if (c.skip(" shard=")) {
+    if (!(c.dims(s.shard.global_shape) && c.skip('@') &&
+          c.dims_then_end_of_value(s.shard.offset)))
+      return false;
+    if (s.shard.global_shape.size() != s.shard.offset.size() ||
+        s.shard.offset.size() != s.shape.size())
+      return false;
+  }
+  if (c.skip(" torch_hash=")) {
+    std::uint64_t h = 0;
+    if (!c.hash(h)) return false;
+    s.torch_hash = h;
+  }
+  return c.at_end();
+}
+
+}  // namespace
+
+bool parse_in_writer_order(std::string_view line, Record& r) {
+  reset_record(r);
+  Cursor c(line);
+  std::string_view kind, name;
+  if (!(c.skip("step=") && c.integer(r.step) && r.step >= 0 && c.skip(" kind=") && c.word(kind) &&
+        c.skip(" name=") && c.word(name)))
+    return false;
+  const auto k = parse_kind(kind);
+  if (!k || *k == Kind::op) return false;  // op records carry phase= and in=
+  r.kind = *k;
+  r.name.assign(name);
+  if (c.skip(" mb=")) {
+    std::int64_t mb = 0;
+    if (!c.integer(mb) || mb < 0) return false;
+    r.microbatch = mb;
+  }
+  if (c.skip(" value=")) {
+    r.state = Record::State::scalar;
+    return c.real(r.value) && c.at_end();
+  }
+  r.state = Record::State::tensor;
+  return read_tensor_fields(c, r.stats);
+}
+
+}  // namespace probe::log_format
