@@ -227,6 +227,34 @@ TEST(LogFormat, ParsingIntoAUsedRecordGivesAFreshParse) {
   }
 }
 
+// Records are swapped member by member (the differ's reused buffers): every field moves. The
+// two records differ in every field, so a field the swap forgets stays and fails here.
+TEST(LogFormat, SwappingRecordsExchangesEveryField) {
+  Record a = tensor_record();
+  a.stats.torch_hash = 42;
+  Record b;
+  b.step = 9;
+  b.kind = Kind::op;
+  b.name = "a name longer than the short string buffer";
+  b.state = Record::State::scalar;
+  b.value = 2.5;
+  b.phase = probe::Phase::backward;
+  b.inputs = {std::uint64_t{1}, std::nullopt};
+  b.stats.hash = 7;
+  b.stats.norm = 3;
+  b.stats.min = 1;
+  b.stats.max = 4;
+  b.stats.mean = 2;
+  b.stats.dtype = "float16";
+  b.stats.shape = {2};
+  b.stats.nnz = 3;
+  b.stats.unsupported = "quantized";
+  const Record a0 = a, b0 = b;
+  swap(a, b);
+  expect_same_record(a, b0, "a after the swap");
+  expect_same_record(b, a0, "b after the swap");
+}
+
 // The one-pass reader of the writer's field order gives what the general reader gives, on
 // every line it accepts: the writer's own lines and thousands of mutations of them (a
 // character deleted, replaced or doubled, a space inserted), where it must either read the

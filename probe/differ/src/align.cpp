@@ -57,7 +57,7 @@ bool heap_less(const Pair& a, const Pair& b) { return a.rel_diff > b.rel_diff; }
 // step's records (the step merge fills it next). Swapping keeps both sets of buffers.
 void take_side(Side& s, Merged& m) {
   s.present = true;
-  std::swap(s.m, m);
+  swap(s.m, m);
   s.m.rec.name.clear();  // the pair holds the name
   s.m.key.clear();
 }

@@ -258,7 +258,7 @@ void merge_group(Group& g, MergeContext& ctx, Merged& m) {
     if (m.replicas_disagree) m.value_ranks = {whole->rank};
     // The group's parts are consumed: the part takes m's old record, and its buffers go on
     // to the records read next (StepGroups::keep_buffers).
-    std::swap(m.rec, whole->rec);
+    swap(m.rec, whole->rec);
   }
   m.rec.name = g.name;
   m.key = g.key;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "probe/tensor_stats_record.h"
@@ -64,6 +65,20 @@ struct Record {
   // in argument order, nullopt for an input without one (undefined, unsupported dtype).
   std::optional<Phase> phase;
   std::vector<std::optional<std::uint64_t>> inputs;
+
+  // Member by member, every field (see TensorStats' swap).
+  friend void swap(Record& a, Record& b) noexcept {
+    using std::swap;
+    swap(a.step, b.step);
+    swap(a.kind, b.kind);
+    a.name.swap(b.name);
+    swap(a.microbatch, b.microbatch);
+    swap(a.state, b.state);
+    swap(a.stats, b.stats);
+    swap(a.value, b.value);
+    swap(a.phase, b.phase);
+    a.inputs.swap(b.inputs);
+  }
 };
 
 }  // namespace probe

@@ -24,6 +24,10 @@ struct Shard {
   static Shard along(std::vector<std::int64_t> global_shape, int dim, std::int64_t begin);
 
   friend bool operator==(const Shard&, const Shard&) = default;
+  friend void swap(Shard& a, Shard& b) noexcept {
+    a.global_shape.swap(b.global_shape);
+    a.offset.swap(b.offset);
+  }
 };
 
 }  // namespace probe

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "probe/shard.h"
@@ -34,6 +35,26 @@ struct TensorStats {
 
   std::int64_t numel() const;
   bool supported() const { return !unsupported.has_value(); }
+
+  // Member by member, every field (a new field goes here too): std::swap's three moves of
+  // every string and vector cost several times more, and the differ swaps records between
+  // reused buffers once per record.
+  friend void swap(TensorStats& a, TensorStats& b) noexcept {
+    using std::swap;
+    swap(a.hash, b.hash);
+    swap(a.norm, b.norm);
+    swap(a.min, b.min);
+    swap(a.max, b.max);
+    swap(a.mean, b.mean);
+    swap(a.nan, b.nan);
+    swap(a.inf, b.inf);
+    a.dtype.swap(b.dtype);
+    a.shape.swap(b.shape);
+    swap(a.nnz, b.nnz);
+    swap(a.shard, b.shard);
+    swap(a.unsupported, b.unsupported);
+    swap(a.torch_hash, b.torch_hash);
+  }
 };
 
 }  // namespace probe

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -29,6 +30,18 @@ struct Merged {
   std::string key;  // alignment key: kind, microbatch and canonical name
   bool replicas_disagree = false;  // ranks holding the same shard (or whole) logged different values
   std::vector<int> value_ranks;    // when they disagree: the ranks whose records rec holds
+
+  // Member by member, every field (see TensorStats' swap).
+  friend void swap(Merged& a, Merged& b) noexcept {
+    using std::swap;
+    swap(a.rec, b.rec);
+    a.raw_name.swap(b.raw_name);
+    a.ranks.swap(b.ranks);
+    swap(a.hash_source, b.hash_source);
+    a.key.swap(b.key);
+    swap(a.replicas_disagree, b.replicas_disagree);
+    a.value_ranks.swap(b.value_ranks);
+  }
 };
 
 struct Issue {
