@@ -8,11 +8,14 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "probe/log_format.h"
 
 namespace probe::log_format {
 namespace {
+
+bool is_digit(char c) { return static_cast<unsigned char>(c - '0') < 10; }
 
 class Cursor {
  public:
@@ -46,18 +49,29 @@ class Cursor {
     return !out.empty() && out.find('%') == std::string_view::npos;
   }
 
-  // Decimal, an optional '-', at most 18 digits (cannot overflow); longer numbers are the
-  // general parser's.
+  // Decimal, an optional '-', at most 18 digits: 10^18 - 1 fits in int64 with room to spare,
+  // so accumulating never overflows. Longer numbers are the general parser's.
   bool integer(std::int64_t& out) {
+    constexpr std::ptrdiff_t kMaxDigits = 18;
     const bool negative = p_ < end_ && *p_ == '-';
     const char* digits = p_ + (negative ? 1 : 0);
     const char* q = digits;
     std::int64_t v = 0;
-    while (q < end_ && q - digits < 19 && static_cast<unsigned char>(*q - '0') < 10)
-      v = v * 10 + (*q++ - '0');
-    if (q == digits || q - digits > 18) return false;
+    while (q < end_ && q - digits < kMaxDigits && is_digit(*q)) v = v * 10 + (*q++ - '0');
+    if (q == digits || (q < end_ && is_digit(*q))) return false;
     p_ = q;
     out = negative ? -v : v;
+    return true;
+  }
+
+  // " key=" then a non-negative integer, when the key is there; false only when the key is
+  // there and its value is not such an integer.
+  template <std::size_t N>
+  bool optional_count(const char (&key)[N], std::optional<std::int64_t>& out) {
+    if (!skip(key)) return true;
+    std::int64_t v = 0;
+    if (!integer(v) || v < 0) return false;
+    out = v;
     return true;
   }
 
@@ -111,11 +125,7 @@ bool read_tensor_fields(Cursor& c, TensorStats& s) {
         c.skip(" shape=") && c.dims_then_end_of_value(s.shape)))
     return false;
   s.dtype.assign(dtype);
-  if (c.skip(" nnz=")) {
-    std::int64_t nnz = 0;
-    if (!c.integer(nnz) || nnz < 0) return false;
-    s.nnz = nnz;
-  }
+  if (!c.optional_count(" nnz=", s.nnz)) return false;
   if (c.skip(" shard=")) {
     if (!(c.dims(s.shard.global_shape) && c.skip('@') &&
           c.dims_then_end_of_value(s.shard.offset)))
@@ -145,11 +155,7 @@ bool parse_in_writer_order(std::string_view line, Record& r) {
   if (!k || *k == Kind::op) return false;  // op records carry phase= and in=
   r.kind = *k;
   r.name.assign(name);
-  if (c.skip(" mb=")) {
-    std::int64_t mb = 0;
-    if (!c.integer(mb) || mb < 0) return false;
-    r.microbatch = mb;
-  }
+  if (!c.optional_count(" mb=", r.microbatch)) return false;
   if (c.skip(" value=")) {
     r.state = Record::State::scalar;
     return c.real(r.value) && c.at_end();
