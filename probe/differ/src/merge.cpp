@@ -63,16 +63,17 @@ void StepGroups::start_step() {
   touched.clear();
 }
 
-std::pair<Group*, bool> StepGroups::find_or_add(const std::string& k, std::uint32_t hint) {
-  std::uint32_t i = hint;
-  if (i >= groups.size() || groups[i].key != k) {
-    auto [it, added] = index.try_emplace(k, static_cast<std::uint32_t>(groups.size()));
-    if (added) {
-      groups.emplace_back();
-      groups.back().key = k;
-    }
-    i = it->second;
+std::pair<std::uint32_t, bool> StepGroups::find_or_add(const std::string& k, std::uint32_t hint) {
+  if (hint < groups.size() && groups[hint].key == k) return {hint, false};
+  auto [it, added] = index.try_emplace(k, static_cast<std::uint32_t>(groups.size()));
+  if (added) {
+    groups.emplace_back();
+    groups.back().key = k;
   }
+  return {it->second, added};
+}
+
+std::pair<Group*, bool> StepGroups::touch(std::uint32_t i) {
   Group& g = groups[i];
   if (g.generation == generation) return {&g, false};
   g.generation = generation;
@@ -85,7 +86,7 @@ std::pair<Group*, bool> StepGroups::find_or_add(const std::string& k, std::uint3
 // their buffers for the records read next (Run::add_to_group).
 void StepGroups::keep_buffers() {
   for (std::uint32_t i : in_order)
-    for (auto& p : groups[i].parts) spare_records.push_back(std::move(p.rec));
+    for (auto& p : groups[i].parts) spare_records.push_back(std::move(p.rec));  // a pointer
 }
 
 // A rank whose log ended cleanly at a step boundary while others go on: the process stopped
@@ -120,23 +121,16 @@ void Run::note_early_ends(std::int64_t step) {
 void Run::group_step(std::int64_t step) {
   StepGroups& sg = *step_groups_;
   sg.start_step();
-  std::string& key = sg.key;
   const std::int64_t world = std::max<std::int64_t>(world_size_, 1);
   for (auto& src : ranks_) {
     std::int64_t pos = 0;
     while (src->ahead && src->ahead->step == step) {
       Record& r = *src->ahead;
       ++records_read_;
-      const std::string& canon = mapper_->map(r.name, src->rank);
-      key.clear();
-      key += static_cast<char>('0' + static_cast<int>(r.kind));
-      if (r.microbatch) key += std::to_string(*r.microbatch);
-      key += '|';
-      key += canon;
       const auto at = static_cast<std::size_t>(pos);
       const std::uint32_t hint = at < src->step_groups.size() ? src->step_groups[at] : UINT32_MAX;
-      auto [g, added] = sg.find_or_add(key, hint);
-      const auto gi = static_cast<std::uint32_t>(g - sg.groups.data());
+      const std::uint32_t gi = group_of(r, src->rank, hint);
+      auto [g, added] = sg.touch(gi);
       if (at < src->step_groups.size())
         src->step_groups[at] = gi;
       else
@@ -146,11 +140,8 @@ void Run::group_step(std::int64_t step) {
       const std::int64_t rank_order =
           phase_of(r) == Phase::backward ? world - 1 - src->rank : src->rank;
       const std::int64_t order = rank_order * (std::int64_t{1} << 40) + pos++;
-      if (added) {
-        g->kind = r.kind;
+      if (added) {  // its first record this step
         g->phase = phase_of(r);
-        g->name = canon;
-        g->mb = r.microbatch;
         g->raw_name = r.name;
         g->order = order;
       }
@@ -162,6 +153,31 @@ void Run::group_step(std::int64_t step) {
   }
 }
 
+// The group of `r`'s key (kind, canonical name, microbatch), added when new. `hint`: the group
+// of the record at the same position of the rank's previous step.
+std::uint32_t Run::group_of(const Record& r, int rank, std::uint32_t hint) {
+  StepGroups& sg = *step_groups_;
+  // Steps of a run repeat: most records have the key of their position's group of the
+  // previous step, seen from their raw names without mapping them.
+  if (mapper_->rank_independent() && hint < sg.groups.size() && sg.groups[hint].has_key_of(r))
+    return hint;
+  const std::string& canon = mapper_->map(r.name, rank);
+  std::string& key = sg.key;
+  key.clear();
+  key += static_cast<char>('0' + static_cast<int>(r.kind));
+  if (r.microbatch) key += std::to_string(*r.microbatch);
+  key += '|';
+  key += canon;
+  const auto [gi, added] = sg.find_or_add(key, hint);
+  if (added) {
+    Group& g = sg.groups[gi];
+    g.kind = r.kind;
+    g.name = canon;
+    g.mb = r.microbatch;
+  }
+  return gi;
+}
+
 // Moves the rank's record ahead into its group; a second record of the same rank and shard is
 // a duplicate.
 void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, Group& g) {
@@ -171,16 +187,9 @@ void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, G
   // looking at those alone keeps a key replicated on thousands of ranks linear.
   bool duplicate = false;
   for (auto p = g.parts.rbegin(); p != g.parts.rend() && p->rank == src.rank; ++p)
-    duplicate = duplicate || p->rec.stats.shard == r.stats.shard;
+    duplicate = duplicate || p->rec->stats.shard == r.stats.shard;
   if (!duplicate) {
-    g.parts.emplace_back(src.rank, std::move(r));
-    // The event the record was read into gets a merged record's buffers: its reader parses the
-    // next record into them.
-    auto& spare = step_groups_->spare_records;
-    if (!spare.empty()) {
-      r = std::move(spare.back());
-      spare.pop_back();
-    }
+    g.parts.push_back({src.rank, take_ahead(src)});
     return;
   }
   std::string msg = src.reader ? src.reader->path().string() + ":" + std::to_string(src.ahead_line) + ": "
@@ -189,6 +198,25 @@ void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, G
          std::to_string(step);
   if (!options_.lenient) throw InputError(msg);
   issues_.add({Issue::Severity::warning, "duplicate_record", options_.label, step, msg});
+}
+
+// The rank's record ahead, taken by its pointer: the event it was read into gets the buffers
+// of a record merged earlier (or none: its reader allocates one), to parse the next one into.
+// Python records are moved out of the run's list.
+std::unique_ptr<Record> Run::take_ahead(RankSource& src) {
+  auto& spare = step_groups_->spare_records;
+  std::unique_ptr<Record> other;
+  if (!spare.empty()) {
+    other = std::move(spare.back());
+    spare.pop_back();
+  }
+  if (src.ahead_slot) {
+    std::swap(other, *src.ahead_slot);
+    return other;
+  }
+  if (!other) other = std::make_unique<Record>();
+  *other = std::move(*src.ahead);
+  return other;
 }
 
 }  // namespace probe::differ

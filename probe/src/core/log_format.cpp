@@ -131,8 +131,11 @@ std::string_view kind_name(Kind kind) {
 }
 
 std::optional<Kind> parse_kind(std::string_view name) {
-  for (std::size_t i = 0; i < log_format::kKindNames.size(); ++i)
-    if (log_format::kKindNames[i] == name) return static_cast<Kind>(i);
+  // Length and first letter before the bytes: this runs for every record read.
+  for (std::size_t i = 0; i < log_format::kKindNames.size(); ++i) {
+    const std::string_view k = log_format::kKindNames[i];
+    if (k.size() == name.size() && k[0] == name[0] && k == name) return static_cast<Kind>(i);
+  }
   return std::nullopt;
 }
 

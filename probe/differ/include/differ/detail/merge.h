@@ -26,6 +26,7 @@ struct Run::RankSource {
   // The record read ahead: in the event it was read into (or the Python records), until the
   // step merge takes it; null at the end.
   Record* ahead = nullptr;
+  std::unique_ptr<Record>* ahead_slot = nullptr;  // the event's pointer to it (not for Python)
   std::int64_t ahead_line = 0;  // its line in the log
   std::vector<std::uint32_t> step_groups;  // the group of each record of the rank's last step
   std::int64_t last_step = -1;
@@ -39,7 +40,7 @@ struct Run::RankSource {
 // One rank's record of a key.
 struct Part {
   int rank;
-  Record rec;
+  std::unique_ptr<Record> rec;  // never null; taken from the reader by its pointer
 };
 
 // Every rank's records of one key (kind, canonical name, microbatch) at one step.
@@ -53,6 +54,12 @@ struct Group {
   std::int64_t order = 0;  // execution-order position (see Run::group_step)
   std::vector<Part> parts;
   std::uint64_t generation = 0;  // the last step that held the key (StepGroups::generation)
+
+  // Whether `r` has this group's key, known without mapping its name: the same kind,
+  // microbatch and raw name as a record of the group (names mapping the same on every rank).
+  bool has_key_of(const Record& r) const {
+    return kind == r.kind && mb == r.microbatch && raw_name == r.name;
+  }
 };
 
 // A run's groups, and what they keep between steps so that merging a step allocates nothing
@@ -69,11 +76,13 @@ struct StepGroups {
   std::vector<std::uint32_t> in_order;   // the same in execution order (put_in_execution_order)
   std::vector<std::uint32_t> previous_touched;  // the previous step's `touched`
   std::string key;                    // scratch for the key being looked up
-  std::vector<Record> spare_records;  // buffers for the next records read
+  std::vector<std::unique_ptr<Record>> spare_records;  // buffers for the next records read
 
   // The group of `key` (`hint`: the group a rank's record at the same position went to in
-  // the previous step), and whether this step had none before (to fill in).
-  std::pair<Group*, bool> find_or_add(const std::string& key, std::uint32_t hint);
+  // the previous step), and whether it was added (new: its key's fields to fill in).
+  std::pair<std::uint32_t, bool> find_or_add(const std::string& key, std::uint32_t hint);
+  // Group `i` as this step's, and whether this step had it before (false: to fill in).
+  std::pair<Group*, bool> touch(std::uint32_t i);
   void start_step();
   void put_in_execution_order();
   void keep_buffers();  // moves this step's parts' records into spare_records

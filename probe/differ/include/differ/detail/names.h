@@ -19,6 +19,8 @@ class NameMapper {
  public:
   NameMapper(bool strip_wrappers, const std::vector<std::string>& rules);  // throws InputError
   const std::string& map(const std::string& name, int rank = 0);
+  // Whether a name maps the same on every rank (no rule is scoped to ranks).
+  bool rank_independent() const { return !rank_scoped_; }
 
   struct Rule {
     std::vector<std::pair<int, int>> ranks;  // empty: every rank
