@@ -187,9 +187,16 @@ void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, G
   // looking at those alone keeps a key replicated on thousands of ranks linear.
   bool duplicate = false;
   for (auto p = g.parts.rbegin(); p != g.parts.rend() && p->rank == src.rank; ++p)
-    duplicate = duplicate || p->rec->stats.shard == r.stats.shard;
+    duplicate = duplicate || p->rec.stats.shard == r.stats.shard;
   if (!duplicate) {
-    g.parts.push_back({src.rank, take_ahead(src)});
+    g.parts.emplace_back(src.rank, std::move(r));
+    // The event the record was read into gets a merged record's buffers: its reader parses the
+    // next record into them.
+    auto& spare = step_groups_->spare_records;
+    if (!spare.empty()) {
+      r = std::move(spare.back());
+      spare.pop_back();
+    }
     return;
   }
   std::string msg = src.reader ? src.reader->path().string() + ":" + std::to_string(src.ahead_line) + ": "
@@ -198,25 +205,6 @@ void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, G
          std::to_string(step);
   if (!options_.lenient) throw InputError(msg);
   issues_.add({Issue::Severity::warning, "duplicate_record", options_.label, step, msg});
-}
-
-// The rank's record ahead, taken by its pointer: the event it was read into gets the buffers
-// of a record merged earlier (or none: its reader allocates one), to parse the next one into.
-// Python records are moved out of the run's list.
-std::unique_ptr<Record> Run::take_ahead(RankSource& src) {
-  auto& spare = step_groups_->spare_records;
-  std::unique_ptr<Record> other;
-  if (!spare.empty()) {
-    other = std::move(spare.back());
-    spare.pop_back();
-  }
-  if (src.ahead_slot) {
-    std::swap(other, *src.ahead_slot);
-    return other;
-  }
-  if (!other) other = std::make_unique<Record>();
-  *other = std::move(*src.ahead);
-  return other;
 }
 
 }  // namespace probe::differ

@@ -45,8 +45,7 @@ void ReadAhead::work() {
 
 void read_event(LogReader& reader, ReadEvent& event) {
   try {
-    if (!event.record) event.record = std::make_unique<Record>();
-    const bool more = reader.next(*event.record);
+    const bool more = reader.next(event.record);
     event.line = reader.line_number();
     event.type = more ? ReadEvent::Type::record : ReadEvent::Type::end;
   } catch (const log_format::ParseError& e) {

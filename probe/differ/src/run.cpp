@@ -207,7 +207,6 @@ void Run::note_missing_ranks(const RankFiles& files, const std::vector<bool>& se
 void Run::advance(RankSource& src) {
   if (!src.reader) {
     src.ahead = src.python_pos < src.python.size() ? &src.python[src.python_pos++] : nullptr;
-    src.ahead_slot = nullptr;
     return;
   }
   for (;;) {
@@ -228,7 +227,7 @@ void Run::advance(RankSource& src) {
       case ReadEvent::Type::record:
         break;
     }
-    Record& r = *event.record;
+    Record& r = event.record;
     if (r.step < src.last_step) {
       std::string msg = src.reader->path().string() + ":" + std::to_string(event.line) + ": step " +
                         std::to_string(r.step) + " after step " + std::to_string(src.last_step) +
@@ -239,7 +238,6 @@ void Run::advance(RankSource& src) {
     }
     src.last_step = r.step;
     src.ahead = &r;  // valid until the next event is read: the merge takes it first
-    src.ahead_slot = &event.record;
     src.ahead_line = event.line;
     return;
   }

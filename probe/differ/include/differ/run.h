@@ -64,7 +64,6 @@ class Run {
   void group_step(std::int64_t step);
   std::uint32_t group_of(const Record& r, int rank, std::uint32_t hint);
   void add_to_group(std::int64_t step, RankSource& src, std::int64_t order, Group& g);
-  std::unique_ptr<Record> take_ahead(RankSource& src);
 
   std::filesystem::path path_, header_file_;
   RunOptions options_;

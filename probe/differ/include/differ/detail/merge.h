@@ -26,7 +26,6 @@ struct Run::RankSource {
   // The record read ahead: in the event it was read into (or the Python records), until the
   // step merge takes it; null at the end.
   Record* ahead = nullptr;
-  std::unique_ptr<Record>* ahead_slot = nullptr;  // the event's pointer to it (not for Python)
   std::int64_t ahead_line = 0;  // its line in the log
   std::vector<std::uint32_t> step_groups;  // the group of each record of the rank's last step
   std::int64_t last_step = -1;
@@ -40,7 +39,7 @@ struct Run::RankSource {
 // One rank's record of a key.
 struct Part {
   int rank;
-  std::unique_ptr<Record> rec;  // never null; taken from the reader by its pointer
+  Record rec;
 };
 
 // Every rank's records of one key (kind, canonical name, microbatch) at one step.
@@ -76,7 +75,7 @@ struct StepGroups {
   std::vector<std::uint32_t> in_order;   // the same in execution order (put_in_execution_order)
   std::vector<std::uint32_t> previous_touched;  // the previous step's `touched`
   std::string key;                    // scratch for the key being looked up
-  std::vector<std::unique_ptr<Record>> spare_records;  // buffers for the next records read
+  std::vector<Record> spare_records;  // buffers for the next records read
 
   // The group of `key` (`hint`: the group a rank's record at the same position went to in
   // the previous step), and whether it was added (new: its key's fields to fill in).

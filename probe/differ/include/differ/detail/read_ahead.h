@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -30,15 +29,13 @@ struct ReadEvent {
     end,          // the end of the log: the reader may be asked about truncation now
   };
   Type type = Type::end;
-  // The record, on the heap so that the step merge takes it by its pointer and leaves another
-  // record's buffers (or null: reading allocates one) in its place.
-  std::unique_ptr<Record> record;
+  Record record;
   std::int64_t line = 0;
   std::string message;
 };
 
 // Reads `reader`'s next event into `event` (the worker's step; also the whole of reading when
-// no worker runs). The record is parsed into event.record's buffers (allocated when null).
+// no worker runs). The record is parsed into event.record's buffers.
 void read_event(LogReader& reader, ReadEvent& event);
 
 class ReadAhead {
@@ -51,8 +48,8 @@ class ReadAhead {
   ReadAhead& operator=(const ReadAhead&) = delete;
 
   // The next event; blocks while the worker has none ready. After the end event, returns it
-  // again on every call. The caller may take the event's record and leave another (or null)
-  // in its place: the worker parses into it once the batch is consumed.
+  // again on every call. The caller may swap buffers into the event's record: the worker
+  // parses into them again once the batch is consumed.
   ReadEvent& next();
 
  private:
