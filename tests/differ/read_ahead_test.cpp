@@ -58,6 +58,21 @@ std::vector<std::vector<Record>> sharded_run(int world, int steps, int params, b
   return ranks;
 }
 
+// world ranks holding the same whole grads, params_at(s) of them at step s; with `perturb`,
+// the first one (each step's first record) changes from step 6 on.
+std::vector<std::vector<Record>> replicated_run(int world, int steps, const std::function<int(int)>& params_at,
+                                                bool perturb) {
+  std::vector<std::vector<Record>> ranks(static_cast<std::size_t>(world));
+  for (int s = 0; s < steps; ++s)
+    for (int p = 0; p < params_at(s); ++p) {
+      const std::uint64_t hash = 1000003u * static_cast<std::uint64_t>(s) + 7919u * static_cast<std::uint64_t>(p) +
+                                 (perturb && s >= 6 && p == 0 ? 1 : 0);
+      Record grad = tensor(s, Kind::grad, "layers." + std::to_string(p) + ".weight", hash, 1.0 + p);
+      for (auto& rank : ranks) rank.push_back(grad);
+    }
+  return ranks;
+}
+
 void append_line(const std::filesystem::path& log, const std::string& line) {
   std::ofstream(log, std::ios::binary | std::ios::app) << line;
 }
@@ -69,6 +84,25 @@ TEST(ReadAhead, WorkersGiveTheSameReportAsReadingInline) {
   write_run(dir / "a", sharded_run(4, 30, 60, false));
   write_run(dir / "b", sharded_run(4, 30, 60, true));
   expect_same_outcome(dir / "a", dir / "b", false, "DIVERGENCE  step");
+}
+
+// Read inline, a step's records stay where they were read until it is merged, and the next
+// step's first record, read before that, must survive the reuse of their places when a step
+// holds more records than the one before (or fewer). Each step's first record is the one that
+// differs.
+TEST(ReadAhead, StepsOfChangingSizeGiveTheSameReportInlineAndOnWorkers) {
+  auto dir = fresh_dir("readahead_step_sizes");
+  const std::function<int(int)> growing = [](int s) { return 3 + 4 * s; };
+  const std::function<int(int)> shrinking = [](int s) { return 50 - 4 * s; };
+  const std::function<int(int)> alternating = [](int s) { return s % 2 ? 20 : 5; };
+  for (const auto* params_at : {&growing, &shrinking, &alternating}) {
+    const auto a = dir / "a", b = dir / "b";
+    std::filesystem::remove_all(a);
+    std::filesystem::remove_all(b);
+    write_run(a, replicated_run(2, 12, *params_at, false));
+    write_run(b, replicated_run(2, 12, *params_at, true));
+    expect_same_outcome(a, b, false, "DIVERGENCE  step 6  step end  grad layers.0.weight");
+  }
 }
 
 TEST(ReadAhead, BadLinesAreNamedByFileAndLineAsWhenReadingInline) {

@@ -158,8 +158,8 @@ void mismatch(Merged& m, Kind kind, const MergeContext& ctx, std::string message
 std::string disagreement(const MergeContext& ctx, const Group& g, const Part& a, const Part& b,
                          const char* a_has) {
   return "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": rank " +
-         std::to_string(a.rank) + a_has + record_brief(a.rec) + ", rank " +
-         std::to_string(b.rank) + " has " + record_brief(b.rec);
+         std::to_string(a.rank) + a_has + record_brief(*a.rec) + ", rank " +
+         std::to_string(b.rank) + " has " + record_brief(*b.rec);
 }
 
 // Buckets of replicas: same shard (or whole). Each bucket's first part represents it (into
@@ -169,14 +169,14 @@ void check_replicas(Merged& m, const Group& g, MergeContext& ctx) {
   for (const auto& p : g.parts) {
     const Part* rep = nullptr;
     for (const Part* r : ctx.reps) {
-      if (r->rec.stats.shard == p.rec.stats.shard) {
+      if (r->rec->stats.shard == p.rec->stats.shard) {
         rep = r;
         break;
       }
     }
     if (!rep)
       ctx.reps.push_back(&p);
-    else if (!same_record(rep->rec, p.rec))
+    else if (!same_record(*rep->rec, *p.rec))
       mismatch(m, g.kind, ctx, disagreement(ctx, g, *rep, p, " has "));
   }
 }
@@ -188,8 +188,8 @@ const Part* split_whole_and_shards(Merged& m, const Group& g, MergeContext& ctx)
   const Part* whole = nullptr;
   ctx.shards.clear();
   for (const Part* b : ctx.reps) {
-    if (b->rec.state == Record::State::tensor && !b->rec.stats.shard.empty())
-      ctx.shards.push_back(&b->rec.stats);
+    if (b->rec->state == Record::State::tensor && !b->rec->stats.shard.empty())
+      ctx.shards.push_back(&b->rec->stats);
     else if (!whole)
       whole = b;
     else
@@ -245,20 +245,20 @@ void merge_group(Group& g, MergeContext& ctx, Merged& m) {
   Part* whole = const_cast<Part*>(split_whole_and_shards(m, g, ctx));  // g's own parts
   if (!ctx.shards.empty()) {
     compose_into(m, g, ctx, m.rec);
-    if (whole && !same_record(whole->rec, m.rec))
+    if (whole && !same_record(*whole->rec, m.rec))
       mismatch(m, g.kind, ctx,
                "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) +
                    ": rank " + std::to_string(whole->rank) + " has the whole tensor " +
-                   record_brief(whole->rec) + ", the composed shards have " +
+                   record_brief(*whole->rec) + ", the composed shards have " +
                    record_brief(m.rec));
     if (m.replicas_disagree)
       for (const Part* b : ctx.reps)
-        if (!b->rec.stats.shard.empty()) m.value_ranks.push_back(b->rank);
+        if (!b->rec->stats.shard.empty()) m.value_ranks.push_back(b->rank);
   } else {
     if (m.replicas_disagree) m.value_ranks = {whole->rank};
-    // The group's parts are consumed: the part takes m's old record, and its buffers go on
-    // to the records read next (StepGroups::keep_buffers).
-    swap(m.rec, whole->rec);
+    // The group's parts are consumed: the part takes m's old record, whose buffers its reader
+    // parses a later record into.
+    swap(m.rec, *whole->rec);
   }
   m.rec.name = g.name;
   m.key = g.key;

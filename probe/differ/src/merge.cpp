@@ -38,7 +38,7 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   // Merged into the records of the previous step: their buffers are reused.
   records.resize(sg.in_order.size());
   for (std::size_t i = 0; i < records.size(); ++i) merge_group(sg.groups[sg.in_order[i]], ctx, records[i]);
-  sg.keep_buffers();
+  for (auto& src : ranks_) src->release_step_records();
   return true;
 }
 
@@ -78,15 +78,8 @@ std::pair<Group*, bool> StepGroups::touch(std::uint32_t i) {
   if (g.generation == generation) return {&g, false};
   g.generation = generation;
   touched.push_back(i);
-  g.parts.clear();  // their records went to spare_records (keep_buffers)
+  g.parts.clear();
   return {&g, true};
-}
-
-// The records merging left in the groups (shards: it composes them without taking them) keep
-// their buffers for the records read next (Run::add_to_group).
-void StepGroups::keep_buffers() {
-  for (std::uint32_t i : in_order)
-    for (auto& p : groups[i].parts) spare_records.push_back(std::move(p.rec));  // a pointer
 }
 
 // A rank whose log ended cleanly at a step boundary while others go on: the process stopped
@@ -178,7 +171,7 @@ std::uint32_t Run::group_of(const Record& r, int rank, std::uint32_t hint) {
   return gi;
 }
 
-// Moves the rank's record ahead into its group; a second record of the same rank and shard is
+// Puts the rank's record ahead into its group; a second record of the same rank and shard is
 // a duplicate.
 void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, Group& g) {
   Record& r = *src.ahead;
@@ -187,16 +180,9 @@ void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, G
   // looking at those alone keeps a key replicated on thousands of ranks linear.
   bool duplicate = false;
   for (auto p = g.parts.rbegin(); p != g.parts.rend() && p->rank == src.rank; ++p)
-    duplicate = duplicate || p->rec.stats.shard == r.stats.shard;
+    duplicate = duplicate || p->rec->stats.shard == r.stats.shard;
   if (!duplicate) {
-    g.parts.emplace_back(src.rank, std::move(r));
-    // The event the record was read into gets a merged record's buffers: its reader parses the
-    // next record into them.
-    auto& spare = step_groups_->spare_records;
-    if (!spare.empty()) {
-      r = std::move(spare.back());
-      spare.pop_back();
-    }
+    g.parts.push_back({src.rank, &r});
     return;
   }
   std::string msg = src.reader ? src.reader->path().string() + ":" + std::to_string(src.ahead_line) + ": "

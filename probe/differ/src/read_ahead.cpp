@@ -76,8 +76,8 @@ ReadEvent& ReadAhead::next() {
     if (last.type != ReadEvent::Type::record && last.type != ReadEvent::Type::parse_error)
       return last;  // the end (or the read error) again
   }
+  if (current_.size > 0) consumed_.push_back(std::move(current_));  // its events stay put
   std::unique_lock lock(mutex_);
-  if (current_.size > 0) spare_.push_back(std::move(current_));
   ready_.wait(lock, [&] { return !queue_.empty(); });
   current_ = std::move(queue_.front());
   queue_.pop_front();
@@ -85,6 +85,13 @@ ReadEvent& ReadAhead::next() {
   space_.notify_one();
   pos_ = 0;
   return current_.events[pos_++];
+}
+
+void ReadAhead::release_consumed() {
+  if (consumed_.empty()) return;
+  std::lock_guard lock(mutex_);
+  for (auto& b : consumed_) spare_.push_back(std::move(b));
+  consumed_.clear();
 }
 
 }  // namespace probe::differ

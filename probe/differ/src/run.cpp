@@ -237,10 +237,31 @@ void Run::advance(RankSource& src) {
       continue;
     }
     src.last_step = r.step;
-    src.ahead = &r;  // valid until the next event is read: the merge takes it first
+    src.ahead = src.read_ahead ? &r : src.keep_for_step(r);
     src.ahead_line = event.line;
     return;
   }
+}
+
+// Without a worker, the event is read into again: its record moves to the rank's records of
+// the step (swapping buffers with one of an earlier step), where the step merge points at it.
+Record* Run::RankSource::keep_for_step(Record& r) {
+  if (step_records_used == step_records.size()) step_records.emplace_back();
+  Record& kept = step_records[step_records_used++];
+  swap(kept, r);
+  return &kept;
+}
+
+void Run::RankSource::release_step_records() {
+  if (read_ahead) read_ahead->release_consumed();
+  if (step_records_used == 0) return;
+  // The record ahead (a later step's first) was kept last: it moves to the front and stays.
+  Record& last = step_records[step_records_used - 1];
+  step_records_used = 0;
+  if (ahead != &last) return;
+  swap(step_records[0], last);
+  ahead = &step_records[0];
+  step_records_used = 1;
 }
 
 // A rank's log that ends without its last step's end (format 2), mid-line, or with the

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,10 +22,14 @@ struct Run::RankSource {
   std::unique_ptr<LogReader> reader;       // numprobe logs
   std::unique_ptr<ReadAhead> read_ahead;   // parses `reader` on a worker (after it: joined first)
   ReadEvent event;                         // what reading without a worker yielded last
+  // Without a worker: the records of the step being grouped, moved out of `event` (a deque:
+  // they stay where they are while it grows), their buffers reused by the next steps.
+  std::deque<Record> step_records;
+  std::size_t step_records_used = 0;
   std::vector<Record> python;              // NumericsLogger logs (loaded whole, sorted)
   std::size_t python_pos = 0;
-  // The record read ahead: in the event it was read into (or the Python records), until the
-  // step merge takes it; null at the end.
+  // The record read ahead, where it was read (an event of the worker's, `step_records`, the
+  // Python records): it stays there until its step is merged; null at the end.
   Record* ahead = nullptr;
   std::int64_t ahead_line = 0;  // its line in the log
   std::vector<std::uint32_t> step_groups;  // the group of each record of the rank's last step
@@ -34,12 +39,17 @@ struct Run::RankSource {
   void release() {
     if (pooled && reader) reader->release();
   }
+  // Without a worker: `r` (the event's record) moved into step_records, where it stays.
+  Record* keep_for_step(Record& r);
+  // Its records of the step just merged are no longer looked at: their places are read into
+  // (run.cpp).
+  void release_step_records();
 };
 
 // One rank's record of a key.
 struct Part {
   int rank;
-  Record rec;
+  Record* rec;  // where it was read (Run::RankSource::ahead), until the step is merged
 };
 
 // Every rank's records of one key (kind, canonical name, microbatch) at one step.
@@ -75,7 +85,6 @@ struct StepGroups {
   std::vector<std::uint32_t> in_order;   // the same in execution order (put_in_execution_order)
   std::vector<std::uint32_t> previous_touched;  // the previous step's `touched`
   std::string key;                    // scratch for the key being looked up
-  std::vector<Record> spare_records;  // buffers for the next records read
 
   // The group of `key` (`hint`: the group a rank's record at the same position went to in
   // the previous step), and whether it was added (new: its key's fields to fill in).
@@ -84,7 +93,6 @@ struct StepGroups {
   std::pair<Group*, bool> touch(std::uint32_t i);
   void start_step();
   void put_in_execution_order();
-  void keep_buffers();  // moves this step's parts' records into spare_records
 };
 
 // What merging a group needs to know of its run, and where its issues go.

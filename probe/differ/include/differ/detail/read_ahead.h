@@ -48,9 +48,11 @@ class ReadAhead {
   ReadAhead& operator=(const ReadAhead&) = delete;
 
   // The next event; blocks while the worker has none ready. After the end event, returns it
-  // again on every call. The caller may swap buffers into the event's record: the worker
-  // parses into them again once the batch is consumed.
+  // again on every call. Events stay where they are (the step merge points at their records)
+  // until release_consumed(); the caller may swap buffers into their records.
   ReadEvent& next();
+  // Hands the batches whose events next() has gone past back to the worker, to read into.
+  void release_consumed();
 
  private:
   // Events travel in batches: one lock per batch, not per record. A batch's events are kept
@@ -74,6 +76,7 @@ class ReadAhead {
   bool stop_ = false;
 
   Batch current_;  // the batch the caller is taking events from (caller only)
+  std::vector<Batch> consumed_;  // gone past, not yet released (caller only)
   std::size_t pos_ = 0;
   std::thread worker_;
 };
