@@ -50,6 +50,32 @@ std::string what(const Pair& p) {
   return std::string(kind_name(p.kind)) + " " + p.name + mb_text(p);
 }
 
+// A difference nothing it depends on explains: with noise in its inputs, one beyond what that
+// noise accounts for; without, the computation itself (or, for a parameter, the uncompared
+// step before it).
+Cause unexplained_cause(const Pair& p, const std::string& s, const std::string& rel,
+                        std::vector<Evidence> ev, double noise_amplification) {
+  if (p.why.roots > 0) {
+    ev.push_back({"noise_roots", lf::format_double(p.why.roots)});
+    ev.push_back({"bound", lf::format_double(p.why.bound)});
+    return Cause{std::string(kUnexplained),
+                 what(p) + " differs by relative norm " + rel + " at step " + s +
+                     ", beyond what the noise it depends on explains (at most " +
+                     lf::format_double(noise_amplification) + " x " +
+                     lf::format_double(p.why.roots) + " = " + lf::format_double(p.why.bound) +
+                     "): a difference of its own adds to the inherited one",
+                 std::move(ev)};
+  }
+  const bool gap = p.kind == Kind::param;
+  return Cause{std::string(kUnexplained),
+               what(p) + " differs by relative norm " + rel + " at step " + s +
+                   (gap ? " while the step before it was not compared: what changed it is unknown"
+                        : " while everything it depends on (the step's parameters or the steps "
+                          "before, and the records of its microbatch before it) is equal: the "
+                          "computation itself differs (a kernel, an op order, the code)"),
+               std::move(ev)};
+}
+
 }  // namespace
 
 double unit_roundoff(const std::string& dtype) {
@@ -262,27 +288,7 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
   if (p.mb) ev.push_back({"mb", *p.mb});
   ev.push_back({"rel_diff", rel});
   const std::string rule(p.why.rule);
-  if (rule == kUnexplained) {
-    if (p.why.roots > 0) {
-      ev.push_back({"noise_roots", lf::format_double(p.why.roots)});
-      ev.push_back({"bound", lf::format_double(p.why.bound)});
-      return Cause{rule,
-                   what(p) + " differs by relative norm " + rel + " at step " + s +
-                       ", beyond what the noise it depends on explains (at most " +
-                       lf::format_double(options_.noise_amplification) + " x " +
-                       lf::format_double(p.why.roots) + " = " + lf::format_double(p.why.bound) +
-                       "): a difference of its own adds to the inherited one",
-                   std::move(ev)};
-    }
-    const bool gap = p.kind == Kind::param;
-    return Cause{rule,
-                 what(p) + " differs by relative norm " + rel + " at step " + s +
-                     (gap ? " while the step before it was not compared: what changed it is unknown"
-                          : " while everything it depends on (the step's parameters or the steps "
-                            "before, and the records of its microbatch before it) is equal: the "
-                            "computation itself differs (a kernel, an op order, the code)"),
-                 std::move(ev)};
-  }
+  if (rule == kUnexplained) return unexplained_cause(p, s, rel, std::move(ev), options_.noise_amplification);
   if (rule == "optimizer" && p.why.roots > 0) {
     ev.push_back({"noise_roots", lf::format_double(p.why.roots)});
     ev.push_back({"bound", lf::format_double(p.why.bound)});

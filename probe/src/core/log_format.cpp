@@ -496,6 +496,115 @@ RecordField record_field(std::string_view k) {
   }
 }
 
+// Which fields a record line held: what checking the record needs beyond the record itself.
+struct FieldsSeen {
+  bool step = false, kind = false, name = false, value = false, hash = false, dtype = false;
+  bool shape = false, none = false, inputs = false;
+};
+
+// A tensor's field (hash= to torch_hash=) into `s`; false when `field` is not one.
+bool read_stats_field(RecordField field, std::string_view k, std::string_view v, TensorStats& s,
+                      FieldsSeen& seen) {
+  using F = RecordField;
+  switch (field) {
+    case F::hash: s.hash = parse_hash(v); seen.hash = true; return true;
+    case F::norm: s.norm = parse_double(v); return true;
+    case F::min: s.min = parse_double(v); return true;
+    case F::max: s.max = parse_double(v); return true;
+    case F::mean: s.mean = parse_double(v); return true;
+    case F::nan: s.nan = parse_int(v, k); return true;
+    case F::inf: s.inf = parse_int(v, k); return true;
+    case F::dtype: unescape_value_into(v, s.dtype); seen.dtype = true; return true;
+    case F::shape: parse_dims_into(v, k, s.shape); seen.shape = true; return true;
+    case F::nnz:
+      s.nnz = parse_int(v, k);
+      if (*s.nnz < 0) fail("negative nnz");
+      return true;
+    case F::shard: {
+      auto at = v.find('@');
+      if (at == std::string_view::npos) fail("field 'shard' is not [global]@[offset]");
+      parse_dims_into(v.substr(0, at), k, s.shard.global_shape);
+      parse_dims_into(v.substr(at + 1), k, s.shard.offset);
+      if (s.shard.global_shape.size() != s.shard.offset.size())
+        fail("field 'shard' has global shape and offset of different ranks");
+      return true;
+    }
+    case F::unsupported: s.unsupported = unescape_value(v); return true;
+    case F::torch_hash: s.torch_hash = parse_hash(v); return true;
+    default: return false;
+  }
+}
+
+// One field of a record line, in any order, into `r`.
+void read_field(const Field& f, Record& r, FieldsSeen& seen) {
+  if (f.bare) {
+    if (f.key != "none") fail("unexpected token '" + std::string(f.key) + "'");
+    seen.none = true;
+    return;
+  }
+  const std::string_view k = f.key, v = f.value;
+  using F = RecordField;
+  const F field = record_field(k);
+  if (read_stats_field(field, k, v, r.stats, seen)) return;
+  switch (field) {
+    case F::step:
+      r.step = parse_int(v, k);
+      seen.step = true;
+      return;
+    case F::kind: {
+      auto kind = parse_kind(v);
+      if (!kind) fail("unknown kind '" + std::string(v) + "'");
+      r.kind = *kind;
+      seen.kind = true;
+      return;
+    }
+    case F::name:
+      unescape_value_into(v, r.name);
+      seen.name = !r.name.empty();
+      return;
+    case F::mb: r.microbatch = parse_int(v, k); return;
+    case F::phase:
+      r.phase = parse_phase(v);
+      if (!r.phase || (*r.phase != Phase::forward && *r.phase != Phase::backward))
+        fail("field 'phase' is not forward or backward");
+      return;
+    case F::in:
+      r.inputs = parse_input_hashes(v);
+      seen.inputs = true;
+      return;
+    case F::value:
+      r.value = parse_double(v);
+      seen.value = true;
+      return;
+    default: fail("unknown field '" + std::string(k) + "'");
+  }
+}
+
+// What makes a record: its key, exactly one state (none, a value, a tensor), an op's phase and
+// inputs, a tensor's dtype, shape and hash. Sets r.state.
+void check_record(Record& r, const FieldsSeen& seen) {
+  if (!seen.step) fail("record lacks step=");
+  if (!seen.kind) fail("record lacks kind=");
+  if (!seen.name) fail("record lacks name=");
+  if (r.step < 0) fail("negative step");
+  if (r.microbatch && *r.microbatch < 0) fail("negative mb");
+  if ((r.phase || seen.inputs) != (r.kind == Kind::op)) fail("phase= and in= belong to op records, and only to them");
+  if (r.kind == Kind::op && !(r.phase && seen.inputs)) fail("op record lacks phase= or in=");
+  const int states = int(seen.none) + int(seen.value) + int(seen.hash || seen.dtype);
+  if (states != 1)
+    fail("record must have exactly one of: 'none', value=, or tensor fields (hash=/dtype=)");
+  if (seen.none) {
+    r.state = Record::State::none;
+  } else if (seen.value) {
+    r.state = Record::State::scalar;
+  } else {
+    if (!seen.dtype || !seen.shape) fail("tensor record lacks dtype= or shape=");
+    if (!seen.hash && !r.stats.unsupported) fail("tensor record lacks hash= (or unsupported=)");
+    if (!r.stats.shard.empty() && r.stats.shard.offset.size() != r.stats.shape.size())
+      fail("field 'shard' rank differs from shape's");
+  }
+}
+
 }  // namespace
 
 void reset_record(Record& r) {
@@ -527,122 +636,9 @@ void parse_record_into(std::string_view line, Record& r) {
 
 void parse_any_order_into(std::string_view line, Record& r) {
   reset_record(r);
-  bool has_step = false, has_kind = false, has_name = false, has_value = false;
-  bool has_hash = false, has_dtype = false, has_shape = false;
-  bool is_none = false, has_inputs = false;
-  for_each_field(line, [&](const Field& f) {
-    if (f.bare) {
-      if (f.key != "none") fail("unexpected token '" + std::string(f.key) + "'");
-      is_none = true;
-      return;
-    }
-    const std::string_view k = f.key, v = f.value;
-    using F = RecordField;
-    switch (record_field(k)) {
-      case F::step:
-        r.step = parse_int(v, k);
-        has_step = true;
-        return;
-      case F::kind: {
-        auto kind = parse_kind(v);
-        if (!kind) fail("unknown kind '" + std::string(v) + "'");
-        r.kind = *kind;
-        has_kind = true;
-        return;
-      }
-      case F::name:
-        unescape_value_into(v, r.name);
-        has_name = !r.name.empty();
-        return;
-      case F::mb:
-        r.microbatch = parse_int(v, k);
-        return;
-      case F::phase:
-        r.phase = parse_phase(v);
-        if (!r.phase || (*r.phase != Phase::forward && *r.phase != Phase::backward))
-          fail("field 'phase' is not forward or backward");
-        return;
-      case F::in:
-        r.inputs = parse_input_hashes(v);
-        has_inputs = true;
-        return;
-      case F::value:
-        r.value = parse_double(v);
-        has_value = true;
-        return;
-      case F::hash:
-        r.stats.hash = parse_hash(v);
-        has_hash = true;
-        return;
-      case F::norm:
-        r.stats.norm = parse_double(v);
-        return;
-      case F::min:
-        r.stats.min = parse_double(v);
-        return;
-      case F::max:
-        r.stats.max = parse_double(v);
-        return;
-      case F::mean:
-        r.stats.mean = parse_double(v);
-        return;
-      case F::nan:
-        r.stats.nan = parse_int(v, k);
-        return;
-      case F::inf:
-        r.stats.inf = parse_int(v, k);
-        return;
-      case F::dtype:
-        unescape_value_into(v, r.stats.dtype);
-        has_dtype = true;
-        return;
-      case F::shape:
-        parse_dims_into(v, k, r.stats.shape);
-        has_shape = true;
-        return;
-      case F::nnz:
-        r.stats.nnz = parse_int(v, k);
-        if (*r.stats.nnz < 0) fail("negative nnz");
-        return;
-      case F::shard: {
-        auto at = v.find('@');
-        if (at == std::string_view::npos) fail("field 'shard' is not [global]@[offset]");
-        parse_dims_into(v.substr(0, at), k, r.stats.shard.global_shape);
-        parse_dims_into(v.substr(at + 1), k, r.stats.shard.offset);
-        if (r.stats.shard.global_shape.size() != r.stats.shard.offset.size())
-          fail("field 'shard' has global shape and offset of different ranks");
-        return;
-      }
-      case F::unsupported:
-        r.stats.unsupported = unescape_value(v);
-        return;
-      case F::torch_hash:
-        r.stats.torch_hash = parse_hash(v);
-        return;
-      case F::unknown:
-        fail("unknown field '" + std::string(k) + "'");
-    }
-  });
-  if (!has_step) fail("record lacks step=");
-  if (!has_kind) fail("record lacks kind=");
-  if (!has_name) fail("record lacks name=");
-  if (r.step < 0) fail("negative step");
-  if (r.microbatch && *r.microbatch < 0) fail("negative mb");
-  if ((r.phase || has_inputs) != (r.kind == Kind::op)) fail("phase= and in= belong to op records, and only to them");
-  if (r.kind == Kind::op && !(r.phase && has_inputs)) fail("op record lacks phase= or in=");
-  const int states = int(is_none) + int(has_value) + int(has_hash || has_dtype);
-  if (states != 1)
-    fail("record must have exactly one of: 'none', value=, or tensor fields (hash=/dtype=)");
-  if (is_none) {
-    r.state = Record::State::none;
-  } else if (has_value) {
-    r.state = Record::State::scalar;
-  } else {
-    if (!has_dtype || !has_shape) fail("tensor record lacks dtype= or shape=");
-    if (!has_hash && !r.stats.unsupported) fail("tensor record lacks hash= (or unsupported=)");
-    if (!r.stats.shard.empty() && r.stats.shard.offset.size() != r.stats.shape.size())
-      fail("field 'shard' rank differs from shape's");
-  }
+  FieldsSeen seen;
+  for_each_field(line, [&](const Field& f) { read_field(f, r, seen); });
+  check_record(r, seen);
 }
 
 }  // namespace probe::log_format
