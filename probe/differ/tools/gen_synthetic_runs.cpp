@@ -113,6 +113,149 @@ std::uint64_t tid(int step, int kind, int param, int mb) {
              (static_cast<std::uint64_t>(param) << 12) ^ static_cast<std::uint64_t>(mb + 1));
 }
 
+// Who holds what: pipeline stages own contiguous parameters, data-parallel replicas own
+// microbatches.
+struct Layout {
+  const Config& c;
+  int stages = c.layout == "pp" ? c.stages : 1;
+  int dp = c.world / stages;
+
+  int stage_of(int p) const { return p * stages / c.params; }
+  // Stage-major, as moe_train and torchtitan lay out a pipeline: stage s is ranks s*dp .. s*dp+dp-1.
+  int rank_of(int stage, int d) const { return stage * dp + d; }
+  int dp_of_mb(int mb) const { return mb % dp; }
+  int first_of_stage(int stage) const {  // smallest p with stage_of(p) == stage
+    int p = 0;
+    while (p < c.params && stage_of(p) < stage) ++p;
+    return p;
+  }
+  std::string layer_name(int p) const {
+    const int shown = c.layout == "pp" && c.pp_renumber ? p - first_of_stage(stage_of(p)) : p;
+    return "layers." + std::to_string(shown) + ".w";
+  }
+};
+
+// Each rank's diff.log, a step at a time, closed by its step end as LogWriter does.
+class RunWriter {
+ public:
+  RunWriter(const std::string& out_dir, const Config& c)
+      : files_(static_cast<std::size_t>(c.world)), buf_(files_.size()), lines_(files_.size()) {
+    for (int r = 0; r < c.world; ++r) {
+      auto path = std::filesystem::path(out_dir) / ("rank" + std::to_string(r)) / "diff.log";
+      std::filesystem::create_directories(path.parent_path());
+      files_[static_cast<std::size_t>(r)].open(path, std::ios::binary);
+      lf::Header h;
+      h.rank = r;
+      h.world_size = c.world;
+      h.torch_version = "synthetic";
+      h.setup = c.layout + " x" + std::to_string(c.world) + " variant=" + c.variant;
+      files_[static_cast<std::size_t>(r)] << lf::format_header(h) << "\n";
+    }
+  }
+
+  void emit(int rank, const Record& r) {
+    const auto i = static_cast<std::size_t>(rank);
+    buf_[i] += lf::format_record(r);
+    buf_[i] += '\n';
+    ++lines_[i];
+  }
+
+  void end_step(int step) {
+    for (std::size_t i = 0; i < files_.size(); ++i) {
+      if (lines_[i] == 0) continue;  // as LogWriter: a step without records writes nothing
+      buf_[i] += lf::format_step_end(step, static_cast<std::int64_t>(lines_[i]));
+      buf_[i] += '\n';
+      files_[i] << buf_[i];
+      buf_[i].clear();
+      lines_[i] = 0;
+    }
+  }
+
+  bool close() {
+    bool ok = true;
+    for (auto& f : files_) ok = static_cast<bool>(f.flush()) && ok;
+    return ok;
+  }
+
+ private:
+  std::vector<std::ofstream> files_;
+  std::vector<std::string> buf_;
+  std::vector<std::size_t> lines_;  // records in buf_
+};
+
+// A microbatch's forward records (rng, input, output) and its mb_grads, last parameter first.
+void write_microbatch(const Config& c, const Layout& l, RunWriter& w, int step, int mb) {
+  const bool on = step >= c.at_step;
+  const int d = l.dp_of_mb(mb);
+  if (c.forward) {
+    Tensor rng{tid(step, 0, 0, mb)};
+    if (c.variant == "rng" && on && mb == 0) rng.id = mix(rng.id);
+    Tensor in{tid(step, 1, 0, mb)};
+    Tensor out{tid(step, 2, 0, mb)};
+    if (c.variant == "rng" && on) out.id = mix(out.id);
+    w.emit(l.rank_of(0, d), tensor_record(c, step, Kind::rng, "cuda_rng", mb, rng, 0, kBlocks));
+    w.emit(l.rank_of(0, d), tensor_record(c, step, Kind::input, "tokens", mb, in, 0, kBlocks));
+    w.emit(l.rank_of(l.stages - 1, d), tensor_record(c, step, Kind::output, "logits", mb, out, 0, kBlocks));
+  }
+  if (!c.mb_grads) return;
+  for (int p = c.params - 1; p >= 0; --p) {  // backward: last parameter first
+    Tensor g{tid(step, 5, p, mb)};
+    if (c.variant == "rng" && on) g.id = mix(g.id);
+    w.emit(l.rank_of(l.stage_of(p), d),
+           tensor_record(c, step, Kind::mb_grad, l.layer_name(p), mb, g, 0, kBlocks));
+  }
+}
+
+// Every parameter's accumulated grad: under zero3 each rank holds 1/world of it.
+void write_grads(const Config& c, const Layout& l, RunWriter& w, int step) {
+  const bool on = step >= c.at_step;
+  for (int p = 0; p < c.params; ++p) {
+    const std::string name =
+        (c.layout == "ddp" ? "module." : c.layout == "zero3" ? "_fsdp_wrapped_module." : "") +
+        l.layer_name(p);
+    Tensor g{tid(step, 6, p, 0)};
+    if (c.variant == "sum_order" && on && p == c.param) g.perturb = true;
+    if (c.variant == "rng" && on) g.id = mix(g.id);
+    if (c.variant == "nan" && on && p == c.param) g.nan = true;
+    const bool none = c.variant == "none_grads" && on;
+    for (int d = 0; d < l.dp; ++d) {
+      const bool zero3 = c.layout == "zero3";
+      const int per = kBlocks / c.world;
+      Record rec = zero3 ? tensor_record(c, step, Kind::grad, name, std::nullopt, g, d * per, per)
+                         : tensor_record(c, step, Kind::grad, name, std::nullopt, g, 0, kBlocks);
+      if (none) rec.state = Record::State::none;
+      w.emit(zero3 ? d : l.rank_of(l.stage_of(p), d), rec);
+    }
+  }
+}
+
+// The loss and learning rate, on every rank (replicated after the all-reduce).
+void write_scalars(const Config& c, RunWriter& w, int step) {
+  const bool on = step >= c.at_step;
+  for (int r = 0; r < c.world; ++r) {
+    Record loss;
+    loss.step = step;
+    loss.kind = Kind::scalar;
+    loss.name = "loss";
+    loss.state = Record::State::scalar;
+    loss.value = 2.5 / (1 + 0.01 * step);
+    if (c.variant == "loss_ulp" && step == c.at_step) loss.value = std::nextafter(loss.value, 10.0);
+    if (c.variant == "rng" && on) loss.value *= 1.001;
+    w.emit(r, loss);
+    loss.name = "lr";
+    loss.value = 1e-3;
+    w.emit(r, loss);
+  }
+}
+
+// The layout's constraints; an error message, empty when they hold.
+std::string layout_error(const Config& c) {
+  if (c.layout == "zero3" && kBlocks % c.world != 0) return "zero3 needs a world size dividing 8";
+  if (c.layout == "pp" && (c.world % c.stages != 0 || c.stages > c.params))
+    return "pp needs world divisible by stages and params >= stages";
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,127 +280,21 @@ int main(int argc, char** argv) {
   app.add_option("--param", c.param, "parameter the variant touches");
   CLI11_PARSE(app, argc, argv);
   if (c.layout == "single") c.world = 1;
-  if (c.layout == "zero3" && kBlocks % c.world != 0) {
-    std::cerr << "zero3 needs a world size dividing 8\n";
+  if (const std::string e = layout_error(c); !e.empty()) {
+    std::cerr << e << "\n";
     return 2;
   }
-  if (c.layout == "pp" && (c.world % c.stages != 0 || c.stages > c.params)) {
-    std::cerr << "pp needs world divisible by stages and params >= stages\n";
-    return 2;
-  }
-  const int stages = c.layout == "pp" ? c.stages : 1;
-  const int dp = c.world / stages;
-
-  std::vector<std::ofstream> files(static_cast<std::size_t>(c.world));
-  std::vector<std::string> buf(static_cast<std::size_t>(c.world));
-  std::vector<std::size_t> lines(static_cast<std::size_t>(c.world));  // records in buf
-  for (int r = 0; r < c.world; ++r) {
-    auto path = std::filesystem::path(out_dir) / ("rank" + std::to_string(r)) / "diff.log";
-    std::filesystem::create_directories(path.parent_path());
-    files[static_cast<std::size_t>(r)].open(path, std::ios::binary);
-    lf::Header h;
-    h.rank = r;
-    h.world_size = c.world;
-    h.torch_version = "synthetic";
-    h.setup = c.layout + " x" + std::to_string(c.world) + " variant=" + c.variant;
-    files[static_cast<std::size_t>(r)] << lf::format_header(h) << "\n";
-  }
-  auto emit = [&](int rank, const Record& r) {
-    auto& b = buf[static_cast<std::size_t>(rank)];
-    b += lf::format_record(r);
-    b += '\n';
-    ++lines[static_cast<std::size_t>(rank)];
-  };
-  auto stage_of = [&](int p) { return p * stages / c.params; };
-  // Stage-major, as moe_train and torchtitan lay out a pipeline: stage s is ranks s*dp .. s*dp+dp-1.
-  auto rank_of = [&](int stage, int d) { return stage * dp + d; };
-  auto dp_of_mb = [&](int mb) { return mb % dp; };
-  auto first_of_stage = [&](int stage) {  // smallest p with stage_of(p) == stage
-    int p = 0;
-    while (p < c.params && stage_of(p) < stage) ++p;
-    return p;
-  };
-  auto layer_name = [&](int p) {
-    const int shown = c.layout == "pp" && c.pp_renumber ? p - first_of_stage(stage_of(p)) : p;
-    return "layers." + std::to_string(shown) + ".w";
-  };
-
+  const Layout layout{c};
+  RunWriter w(out_dir, c);
   for (int step = 0; step < c.steps; ++step) {
-    const bool on = step >= c.at_step;
-    for (int mb = 0; mb < c.mbs; ++mb) {
-      const int d = dp_of_mb(mb);
-      if (c.forward) {
-        Tensor rng{tid(step, 0, 0, mb)};
-        if (c.variant == "rng" && on && mb == 0) rng.id = mix(rng.id);
-        Tensor in{tid(step, 1, 0, mb)};
-        Tensor out{tid(step, 2, 0, mb)};
-        if (c.variant == "rng" && on) out.id = mix(out.id);
-        emit(rank_of(0, d), tensor_record(c, step, Kind::rng, "cuda_rng", mb, rng, 0, kBlocks));
-        emit(rank_of(0, d), tensor_record(c, step, Kind::input, "tokens", mb, in, 0, kBlocks));
-        emit(rank_of(stages - 1, d), tensor_record(c, step, Kind::output, "logits", mb, out, 0, kBlocks));
-      }
-      if (c.mb_grads) {
-        for (int p = c.params - 1; p >= 0; --p) {  // backward: last parameter first
-          Tensor g{tid(step, 5, p, mb)};
-          if (c.variant == "rng" && on) g.id = mix(g.id);
-          emit(rank_of(stage_of(p), d),
-               tensor_record(c, step, Kind::mb_grad, layer_name(p), mb, g, 0, kBlocks));
-        }
-      }
-    }
-    for (int p = 0; p < c.params; ++p) {
-      const std::string name =
-          (c.layout == "ddp" ? "module." : c.layout == "zero3" ? "_fsdp_wrapped_module." : "") +
-          layer_name(p);
-      Tensor g{tid(step, 6, p, 0)};
-      if (c.variant == "sum_order" && on && p == c.param) g.perturb = true;
-      if (c.variant == "rng" && on) g.id = mix(g.id);
-      if (c.variant == "nan" && on && p == c.param) g.nan = true;
-      const bool none = c.variant == "none_grads" && on;
-      for (int d = 0; d < dp; ++d) {
-        if (c.layout == "zero3") {
-          const int per = kBlocks / c.world;
-          const int r = d;  // zero3: every rank holds 1/world of every parameter
-          Record rec = tensor_record(c, step, Kind::grad, name, std::nullopt, g, r * per, per);
-          if (none) rec.state = Record::State::none;
-          emit(r, rec);
-        } else {
-          Record rec = tensor_record(c, step, Kind::grad, name, std::nullopt, g, 0, kBlocks);
-          if (none) rec.state = Record::State::none;
-          emit(rank_of(stage_of(p), d), rec);
-        }
-      }
-    }
-    for (int r = 0; r < c.world; ++r) {  // scalars: every rank (replicated after all-reduce)
-      Record loss;
-      loss.step = step;
-      loss.kind = Kind::scalar;
-      loss.name = "loss";
-      loss.state = Record::State::scalar;
-      loss.value = 2.5 / (1 + 0.01 * step);
-      if (c.variant == "loss_ulp" && step == c.at_step) loss.value = std::nextafter(loss.value, 10.0);
-      if (c.variant == "rng" && on) loss.value *= 1.001;
-      emit(r, loss);
-      loss.name = "lr";
-      loss.value = 1e-3;
-      emit(r, loss);
-    }
-    for (int r = 0; r < c.world; ++r) {
-      const auto i = static_cast<std::size_t>(r);
-      if (lines[i] == 0) continue;  // as LogWriter: a step without records writes nothing
-      buf[i] += lf::format_step_end(step, lines[i]);
-      buf[i] += '\n';
-      files[i] << buf[i];
-      buf[i].clear();
-      lines[i] = 0;
-    }
+    for (int mb = 0; mb < c.mbs; ++mb) write_microbatch(c, layout, w, step, mb);
+    write_grads(c, layout, w, step);
+    write_scalars(c, w, step);
+    w.end_step(step);
   }
-  for (auto& f : files) {
-    f.flush();
-    if (!f) {
-      std::cerr << "write failed\n";
-      return 1;
-    }
+  if (!w.close()) {
+    std::cerr << "write failed\n";
+    return 1;
   }
   return 0;
 }

@@ -10,14 +10,6 @@
 namespace probe {
 
 struct Shard {
-  // A loop, not memcmp: dims are a handful of integers, a call costs more than comparing them.
-  static bool same_dims(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i)
-      if (a[i] != b[i]) return false;
-    return true;
-  }
-
   std::vector<std::int64_t> global_shape;  // shape of the whole (unsharded) tensor
   std::vector<std::int64_t> offset;        // start of this shard in each dim
 
@@ -39,6 +31,15 @@ struct Shard {
   friend void swap(Shard& a, Shard& b) noexcept {
     a.global_shape.swap(b.global_shape);
     a.offset.swap(b.offset);
+  }
+
+ private:
+  // A loop, not memcmp: dims are a handful of integers, a call costs more than comparing them.
+  static bool same_dims(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i] != b[i]) return false;
+    return true;
   }
 };
 

@@ -76,7 +76,7 @@ struct Group {
 // list are reused every step it occurs); the index maps keys to groups, and each rank's
 // records of the previous step say which group each position went to: steps of a run mostly
 // repeat, so the record at that position of the next step is looked up there first. The
-// records merging left behind keep their buffers for the records read next.
+// parts point at the records where their readers put them (Run::RankSource::ahead).
 struct StepGroups {
   std::vector<Group> groups;  // every key's group
   std::unordered_map<std::string, std::uint32_t> index;  // key -> its group
