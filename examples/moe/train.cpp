@@ -248,14 +248,19 @@ class Trainer {
     probe_.watch_optimizer(*optimizer_);
   }
 
+  // Per step: the loss, the wall time spent inside the probe's step calls (probe_ms_) and the
+  // step's wall time, which includes it.
   void train() {
     double total_ms = 0;
     for (std::int64_t step = 0; step < config_.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
+      probe_ms_ = 0;
       const double loss = train_step(step);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      const double ms = milliseconds_since(start);
       if (step > 0) total_ms += ms;  // step 0 warms up allocators and connections
-      if (groups_.rank == 0) std::printf("step %lld  loss %.6f  time %.2f ms\n", static_cast<long long>(step), loss, ms);
+      if (groups_.rank == 0)
+        std::printf("step %lld  loss %.6f  probe %.3f ms  time %.2f ms\n", static_cast<long long>(step), loss,
+                    probe_ms_, ms);
       std::fflush(stdout);
     }
     if (groups_.rank == 0 && config_.steps > 1)
@@ -265,8 +270,23 @@ class Trainer {
   }
 
  private:
+  static double milliseconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  // A call into the probe at the step's edges, its wall time added to probe_ms_: begin_step
+  // records the parameters, end_step the gradients and the optimizer state and hands the step
+  // to the writer. What `param` and `optim` cost is read there directly, not as the difference
+  // of two noisy step times (scripts/perf_examples.sh).
+  template <class Call>
+  void in_probe(Call&& call) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    probe_ms_ += milliseconds_since(start);
+  }
+
   double train_step(std::int64_t step) {
-    probe_.begin_step(step);
+    in_probe([&] { probe_.begin_step(step); });
     if (zero3_) gather_parameters();
     auto losses = at::zeros({config_.microbatches}, at::kDouble);
     pipeline(step, losses);
@@ -295,12 +315,14 @@ class Trainer {
       // already cleared them, so every logged gradient is `none`.
       optimizer_step(step);
       zero_grad();
-      probe_.scalar("loss", loss);
-      probe_.end_step();
+      in_probe([&] {
+        probe_.scalar("loss", loss);
+        probe_.end_step();
+      });
     } else {
-      probe_.scalar("loss", loss);
+      in_probe([&] { probe_.scalar("loss", loss); });
       optimizer_step(step);
-      probe_.end_step();  // logs every accumulated gradient and the optimizer state after the update
+      in_probe([&] { probe_.end_step(); });  // every accumulated gradient, the optimizer state after the update
       zero_grad();
     }
     return loss;
@@ -507,6 +529,7 @@ class Trainer {
   std::vector<Param> params_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::int64_t backward_microbatch_ = 0;
+  double probe_ms_ = 0;  // this step's time in in_probe() calls
 };
 
 int stages_for(const Config& c, int world_size) {
@@ -520,12 +543,8 @@ int stages_for(const Config& c, int world_size) {
   throw std::invalid_argument("--setup '" + c.setup + "': expected single, ddp, zero3, pp or pp-ddp");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Config c;
-  CLI::App app{"moe_train: a tiny DeepSeek-V3-style MoE trained under one parallel setup, logged "
-               "by the numprobe probe (docs/examples.md)"};
+// moe_train's flags, their defaults written once (CLI11 prints them with --help).
+void add_options(CLI::App& app, Config& c) {
   app.add_option("--setup", c.setup, "single, ddp, zero3, pp or pp-ddp")->capture_default_str();
   app.add_option("--stages", c.stages, "pipeline stages of pp-ddp (pp: every rank is a stage)")->capture_default_str();
   app.add_option("--rng-seed", c.rng_seed, "seed of weights, data and dropout")->capture_default_str();
@@ -559,6 +578,51 @@ int main(int argc, char** argv) {
   app.add_option("--moe-hidden", m.moe_hidden_dim)->capture_default_str();
   app.add_option("--shared-hidden", m.shared_hidden_dim)->capture_default_str();
   app.add_option("--dropout", m.dropout)->capture_default_str();
+}
+
+// --fault op / op-backward: the model computes that layer's softmax another way.
+void apply_op_fault(const Fault& fault, ModelArgs& model) {
+  if (fault.kind != Fault::Kind::op && fault.kind != Fault::Kind::op_backward) return;
+  model.alt_softmax = fault.kind == Fault::Kind::op ? ModelArgs::AltSoftmax::forward : ModelArgs::AltSoftmax::backward;
+  model.alt_softmax_layer = fault.layer;
+}
+
+// The probe's options: this run's defaults, PROBE_* variables over them, flags given on the
+// command line over both.
+probe::ProbeOptions probe_options(const Config& c, const CLI::App& app, const ProcessGroups& groups) {
+  probe::ProbeOptions defaults;
+  defaults.enabled = c.probe;
+  defaults.kinds = probe::KindSet::parse(c.probe_kinds);
+  defaults.rank = groups.rank;
+  defaults.world_size = groups.world_size;
+  std::ostringstream setup;
+  setup << c.setup << " x" << groups.world_size << " (" << groups.stages << " stages x " << groups.dp_size
+        << " dp, " << groups.backend_name << "), " << c.optimizer << " lr " << c.lr << ", seed "
+        << c.rng_seed << ", fault " << c.fault;
+  defaults.setup = setup.str();
+  probe::ProbeOptions options = probe::ProbeOptions::from_env(defaults);
+  if (app.count("--out")) options.run_dir = c.out;
+  if (app.count("--probe")) options.enabled = c.probe;
+  if (app.count("--probe-kinds")) options.kinds = defaults.kinds;
+  return options;
+}
+
+void print_banner(const Config& c, const probe::ProbeOptions& options, const probe::Probe& probe) {
+  const auto& m = c.model;
+  std::printf("moe_train: %s; %lld layers, dim %lld, %lld experts top-%lld; %lld microbatches x %lld x %lld tokens; probe %s\n",
+              options.setup.c_str(), static_cast<long long>(m.n_layers), static_cast<long long>(m.dim),
+              static_cast<long long>(m.n_experts), static_cast<long long>(m.top_k),
+              static_cast<long long>(c.microbatches), static_cast<long long>(c.microbatch_size),
+              static_cast<long long>(c.seq_len), probe.enabled() ? probe.run_dir().c_str() : "off");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"moe_train: a tiny DeepSeek-V3-style MoE trained under one parallel setup, logged "
+               "by the numprobe probe (docs/examples.md)"};
+  add_options(app, c);
   CLI11_PARSE(app, argc, argv);
   if (!app.count("--lr") && c.optimizer == "adamw") c.lr = 1e-3;
 
@@ -578,35 +642,11 @@ int main(int argc, char** argv) {
     // Before the probe makes its run directory: a bad --fault leaves nothing behind.
     Fault fault = Fault::parse(c.fault);
     check_fault(fault, c, groups);
-    if (fault.kind == Fault::Kind::op || fault.kind == Fault::Kind::op_backward) {
-      c.model.alt_softmax = fault.kind == Fault::Kind::op ? moe::ModelArgs::AltSoftmax::forward
-                                                          : moe::ModelArgs::AltSoftmax::backward;
-      c.model.alt_softmax_layer = fault.layer;
-    }
+    apply_op_fault(fault, c.model);
 
-    probe::ProbeOptions defaults;
-    defaults.enabled = c.probe;
-    defaults.kinds = probe::KindSet::parse(c.probe_kinds);
-    defaults.rank = groups.rank;
-    defaults.world_size = groups.world_size;
-    std::ostringstream setup;
-    setup << c.setup << " x" << groups.world_size << " (" << groups.stages << " stages x " << groups.dp_size
-          << " dp, " << groups.backend_name << "), " << c.optimizer << " lr " << c.lr << ", seed "
-          << c.rng_seed << ", fault " << c.fault;
-    defaults.setup = setup.str();
-    // PROBE_* variables override the defaults; a flag given on the command line overrides them.
-    probe::ProbeOptions options = probe::ProbeOptions::from_env(defaults);
-    if (app.count("--out")) options.run_dir = c.out;
-    if (app.count("--probe")) options.enabled = c.probe;
-    if (app.count("--probe-kinds")) options.kinds = defaults.kinds;
+    const probe::ProbeOptions options = probe_options(c, app, groups);
     probe::Probe probe(options);
-    if (groups.rank == 0)
-      std::printf("moe_train: %s; %lld layers, dim %lld, %lld experts top-%lld; %lld microbatches x %lld x %lld tokens; probe %s\n",
-                  options.setup.c_str(), static_cast<long long>(m.n_layers), static_cast<long long>(m.dim),
-                  static_cast<long long>(m.n_experts), static_cast<long long>(m.top_k),
-                  static_cast<long long>(c.microbatches), static_cast<long long>(c.microbatch_size),
-                  static_cast<long long>(c.seq_len),
-                  probe.enabled() ? probe.run_dir().c_str() : "off");
+    if (groups.rank == 0) print_banner(c, options, probe);
 
     Trainer trainer(c, groups, probe, std::move(fault));
     trainer.train();
