@@ -88,6 +88,9 @@ inline bool is_stopped(std::string_view line) {
 Stopped parse_stopped(std::string_view line);
 
 std::string format_record(const Record& record);
+// The same line appended to `out` (no newline): a writer that formats a step's records into one
+// reused buffer allocates nothing per record.
+void append_record(std::string& out, const Record& record);
 // Throws ParseError (saying which field is wrong) for a line that is not a record.
 Record parse_record(std::string_view line);
 // The same into `out`, reusing its strings' and vectors' capacity: a reader that parses into

@@ -45,6 +45,9 @@ class LogWriter {
   // the failed step and the reason; room for it is reserved after each step (fallocate), so on
   // a full disk it usually fits.
   void write_step(std::int64_t step, const std::vector<std::string>& lines);
+  // The same for `count` records already formatted into `records`, each line ending in '\n'
+  // (log_format::append_record): the caller's buffer can be reused from step to step.
+  void write_step(std::int64_t step, std::string_view records, std::size_t count);
   const std::filesystem::path& path() const;
 
  private:

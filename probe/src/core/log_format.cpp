@@ -44,13 +44,20 @@ std::int64_t parse_int(std::string_view text, std::string_view field) {
   return negative ? static_cast<std::int64_t>(std::uint64_t{0} - v) : static_cast<std::int64_t>(v);
 }
 
-std::string format_dims(const std::vector<std::int64_t>& dims) {
-  std::string out = "[";
+void append_int(std::string& out, std::int64_t v) {
+  char buf[24];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  (void)ec;  // 20 characters hold any int64
+  out.append(buf, end);
+}
+
+void append_dims(std::string& out, const std::vector<std::int64_t>& dims) {
+  out += '[';
   for (std::size_t i = 0; i < dims.size(); ++i) {
     if (i) out += ',';
-    out += std::to_string(dims[i]);
+    append_int(out, dims[i]);
   }
-  return out + "]";
+  out += ']';
 }
 
 // Into `dims`, reusing its capacity (the differ parses millions of records into reused ones).
@@ -200,13 +207,53 @@ std::optional<Phase> parse_phase(std::string_view name) {
 
 namespace probe::log_format {
 
+namespace {
+
+void append_double(std::string& out, double v) {
+  if (std::isnan(v)) {
+    out += "nan";
+  } else if (std::isinf(v)) {
+    out += v > 0 ? "inf" : "-inf";
+  } else {
+    char buf[32];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    (void)ec;  // 32 chars always suffice for the shortest round-trip form
+    out.append(buf, end);
+  }
+}
+
+void append_hash(std::string& out, std::uint64_t h) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  char buf[16];
+  for (int i = 15; i >= 0; --i, h >>= 4) buf[i] = kDigits[h & 0xf];
+  out.append(buf, sizeof buf);
+}
+
+bool needs_escape(unsigned char c) { return c <= 0x20 || c == '%' || c == '=' || c == 0x7f; }
+
+void append_escaped(std::string& out, std::string_view raw) {
+  static constexpr char kDigits[] = "0123456789ABCDEF";
+  if (std::none_of(raw.begin(), raw.end(), [](char c) { return needs_escape(static_cast<unsigned char>(c)); })) {
+    out += raw;  // the common case: a name as it was given
+    return;
+  }
+  for (unsigned char c : raw) {
+    if (needs_escape(c)) {
+      out += '%';
+      out += kDigits[c >> 4];
+      out += kDigits[c & 0xf];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+}
+
+}  // namespace
+
 std::string format_double(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  std::array<char, 32> buf{};
-  auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), v);
-  (void)ec;  // 32 chars always suffice for the shortest round-trip form
-  return std::string(buf.data(), end);
+  std::string out;
+  append_double(out, v);
+  return out;
 }
 
 double parse_double(std::string_view text) {
@@ -221,9 +268,8 @@ double parse_double(std::string_view text) {
 }
 
 std::string format_hash(std::uint64_t h) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(16, '0');
-  for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = kDigits[h & 0xf];
+  std::string out;
+  append_hash(out, h);
   return out;
 }
 
@@ -255,18 +301,9 @@ std::uint64_t parse_hash(std::string_view text) {
 }
 
 std::string escape_value(std::string_view raw) {
-  static constexpr char kDigits[] = "0123456789ABCDEF";
   std::string out;
   out.reserve(raw.size());
-  for (unsigned char c : raw) {
-    if (c <= 0x20 || c == '%' || c == '=' || c == 0x7f) {
-      out += '%';
-      out += kDigits[c >> 4];
-      out += kDigits[c & 0xf];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
+  append_escaped(out, raw);
   return out;
 }
 
@@ -415,51 +452,93 @@ Stopped parse_stopped(std::string_view line) {
   return stopped;
 }
 
+namespace {
+
+void append_op_fields(std::string& out, const Record& record) {
+  out += " phase=";
+  out += phase_name(record.phase.value_or(Phase::forward));
+  out += " in=[";
+  for (std::size_t i = 0; i < record.inputs.size(); ++i) {
+    if (i) out += ',';
+    if (record.inputs[i]) append_hash(out, *record.inputs[i]);
+    else out += '-';
+  }
+  out += ']';
+}
+
+void append_tensor_fields(std::string& out, const TensorStats& s) {
+  if (s.unsupported) {
+    out += " unsupported=";
+    append_escaped(out, *s.unsupported);
+  } else {
+    out += " hash=";
+    append_hash(out, s.hash);
+    out += " norm=";
+    append_double(out, s.norm);
+    out += " min=";
+    append_double(out, s.min);
+    out += " max=";
+    append_double(out, s.max);
+    out += " mean=";
+    append_double(out, s.mean);
+    out += " nan=";
+    append_int(out, s.nan);
+    out += " inf=";
+    append_int(out, s.inf);
+  }
+  out += " dtype=";
+  append_escaped(out, s.dtype);
+  out += " shape=";
+  append_dims(out, s.shape);
+  if (s.nnz) {
+    out += " nnz=";
+    append_int(out, *s.nnz);
+  }
+  if (!s.shard.empty()) {
+    out += " shard=";
+    append_dims(out, s.shard.global_shape);
+    out += '@';
+    append_dims(out, s.shard.offset);
+  }
+  if (s.torch_hash) {
+    out += " torch_hash=";
+    append_hash(out, *s.torch_hash);
+  }
+}
+
+}  // namespace
+
 std::string format_record(const Record& record) {
-  std::string out = "step=" + std::to_string(record.step);
+  std::string out;
+  out.reserve(192 + record.name.size());  // a tensor record's line, without growing
+  append_record(out, record);
+  return out;
+}
+
+void append_record(std::string& out, const Record& record) {
+  out += "step=";
+  append_int(out, record.step);
   out += " kind=";
   out += kind_name(record.kind);
-  out += " name=" + escape_value(record.name);
-  if (record.microbatch) out += " mb=" + std::to_string(*record.microbatch);
-  if (record.kind == Kind::op) {
-    out += " phase=";
-    out += phase_name(record.phase.value_or(Phase::forward));
-    out += " in=[";
-    for (std::size_t i = 0; i < record.inputs.size(); ++i) {
-      if (i) out += ',';
-      out += record.inputs[i] ? format_hash(*record.inputs[i]) : "-";
-    }
-    out += ']';
+  out += " name=";
+  append_escaped(out, record.name);
+  if (record.microbatch) {
+    out += " mb=";
+    append_int(out, *record.microbatch);
   }
+  if (record.kind == Kind::op) append_op_fields(out, record);
   switch (record.state) {
     case Record::State::none:
       out += " none";
-      return out;
+      return;
     case Record::State::scalar:
-      out += " value=" + format_double(record.value);
-      return out;
+      out += " value=";
+      append_double(out, record.value);
+      return;
     case Record::State::tensor:
       break;
   }
-  const TensorStats& s = record.stats;
-  if (s.unsupported) {
-    out += " unsupported=" + escape_value(*s.unsupported);
-  } else {
-    out += " hash=" + format_hash(s.hash);
-    out += " norm=" + format_double(s.norm);
-    out += " min=" + format_double(s.min);
-    out += " max=" + format_double(s.max);
-    out += " mean=" + format_double(s.mean);
-    out += " nan=" + std::to_string(s.nan);
-    out += " inf=" + std::to_string(s.inf);
-  }
-  out += " dtype=" + escape_value(s.dtype);
-  out += " shape=" + format_dims(s.shape);
-  if (s.nnz) out += " nnz=" + std::to_string(*s.nnz);
-  if (!s.shard.empty())
-    out += " shard=" + format_dims(s.shard.global_shape) + "@" + format_dims(s.shard.offset);
-  if (s.torch_hash) out += " torch_hash=" + format_hash(*s.torch_hash);
-  return out;
+  append_tensor_fields(out, record.stats);
 }
 
 Record parse_record(std::string_view line) {

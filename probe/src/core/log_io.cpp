@@ -185,6 +185,7 @@ struct LogWriter::Impl {
   std::uint64_t flushes_requested = 0;
   std::string error;  // the first write error, thrown again by every later write
   bool stop_line_written = false;
+  std::string step_text;  // a step's records and end line, as handed to the logger
 
   ~Impl() {
     // The logger's worker drains the queue before the pool joins.
@@ -235,19 +236,25 @@ void LogWriter::write_step(std::int64_t step, const std::vector<std::string>& li
   // A step that recorded nothing (PROBE_EVERY skips it) has nothing to flush: every earlier
   // step is on disk already, so it costs no round trip to the writer thread.
   if (lines.empty()) return;
+  std::size_t size = lines.size();
+  for (const auto& line : lines) size += line.size();
+  std::string records;
+  records.reserve(size);
+  for (const auto& line : lines) {
+    records += line;
+    records += '\n';
+  }
+  write_step(step, records, lines.size());
+}
+
+void LogWriter::write_step(std::int64_t step, std::string_view records, std::size_t count) {
+  if (count == 0) return;
   // One message per step, not per line: each message wakes spdlog's worker thread, and with
   // hundreds of records a step those wake-ups cost more than the records (docs/perf.md).
   // The step end comes last: a reader trusts a step only once it has read it.
-  const std::string end = log_format::format_step_end(step, lines.size());
-  std::size_t size = lines.size() + end.size();
-  for (const auto& line : lines) size += line.size();
-  std::string text;
-  text.reserve(size);
-  for (const auto& line : lines) {
-    text += line;
-    text += '\n';
-  }
-  text += end;
+  std::string& text = impl_->step_text;  // its capacity is kept from step to step
+  text.assign(records);
+  text += log_format::format_step_end(step, count);
   impl_->write(text, step);
 }
 

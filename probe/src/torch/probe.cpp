@@ -193,6 +193,7 @@ struct Probe::Impl {
     int seen = 0;
   };
   std::vector<KeySlot> key_slots;
+  std::string step_lines;  // end_step's formatted records, reused from step to step
   std::unique_ptr<detail::OpTracer> tracer;  // only with a trace setting
 
   bool recording() const { return writer && !stopped.load(std::memory_order_relaxed); }
@@ -534,8 +535,8 @@ void Probe::end_step() {
   impl.number_repeated_keys(records);
   // Tensor figures and scalar tensors come back in one copy per device: one host sync a step.
   impl.batch.resolve();
-  std::vector<std::string> lines;
-  lines.reserve(records.size());
+  std::string& lines = impl.step_lines;  // one buffer for the step, its capacity kept
+  lines.clear();
   for (auto& r : records) {
     for (const auto& input : r.input_entries) {  // before any entry's figures move out
       const TensorStats* in = input ? &impl.batch.stats(*input) : nullptr;
@@ -543,11 +544,12 @@ void Probe::end_step() {
     }
     if (r.entry && r.record.state == Record::State::scalar) r.record.value = impl.batch.scalar(*r.entry);
     else if (r.entry) r.record.stats = std::move(impl.batch.stats(*r.entry));
-    lines.push_back(log_format::format_record(r.record));
+    log_format::append_record(lines, r.record);
+    lines += '\n';
   }
   impl.batch.clear();
   try {
-    impl.writer->write_step(step, lines);
+    impl.writer->write_step(step, lines, records.size());
   } catch (const LogWriteError& e) {
     if (impl.options.on_error == ProbeOptions::OnError::throw_error) throw;
     impl.stop_recording(e.what(), e.stop_line_written
