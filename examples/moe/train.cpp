@@ -285,7 +285,8 @@ class Trainer {
     probe_ms_ += milliseconds_since(start);
   }
 
-  double train_step(std::int64_t step) {
+  // Not inlined: a profiler can select one training step by this name (docs/perf.md).
+  [[gnu::noinline]] double train_step(std::int64_t step) {
     in_probe([&] { probe_.begin_step(step); });
     if (zero3_) gather_parameters();
     auto losses = at::zeros({config_.microbatches}, at::kDouble);

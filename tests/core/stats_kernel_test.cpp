@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -116,6 +118,24 @@ TEST(StatsKernel, EveryIsaBuildGivesTheSameBits) {
       }
     }
   }
+}
+
+// Run by ctest with PROBE_STATS_ISA set (tests/CMakeLists.txt; skipped without it): the
+// dispatcher takes the build named there when this CPU runs it, and the best one otherwise.
+TEST(StatsKernel, DispatchTakesTheBuildProbeStatsIsaNames) {
+  const char* wanted = std::getenv("PROBE_STATS_ISA");
+  if (!wanted) GTEST_SKIP() << "PROBE_STATS_ISA is not set (the ctest entries set it)";
+  const auto kernels = k::runnable_isa_kernels();
+  const bool runnable = std::any_of(kernels.begin(), kernels.end(),
+                                    [&](const k::IsaKernel& kernel) { return std::strcmp(kernel.isa, wanted) == 0; });
+  EXPECT_STREQ(k::stats_kernel_isa(), runnable ? wanted : kernels.back().isa);
+  // Whichever build runs, the figures are the same bits as the best build's.
+  const auto data = random_floats(60'001, 7);
+  const auto chosen = k::stats_run(k::ElementType::float32, data.data(), static_cast<std::int64_t>(data.size()), 0);
+  const auto best = kernels.back().run(k::ElementType::float32, data.data(), static_cast<std::int64_t>(data.size()), 0);
+  EXPECT_EQ(chosen.hash, best.hash);
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(chosen.sum), std::bit_cast<std::uint64_t>(best.sum));
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(chosen.sum_squares), std::bit_cast<std::uint64_t>(best.sum_squares));
 }
 
 TEST(StatsKernel, HashOfEveryIsaEqualsLibxxhashSum) {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 namespace probe::kernels {
@@ -37,19 +40,27 @@ bool cpu_runs_avx2() {
 }
 #endif
 
+// The best build this CPU runs, or the one PROBE_STATS_ISA names (generic, avx2, avx512) when
+// the CPU runs it: every build gives the same bits, so the variable changes the speed only (to
+// measure what a CPU without AVX-512 pays, on one with it). A name this CPU cannot run, or an
+// unknown one, is said once on stderr and the best build is used.
 struct Dispatch {
-  RunFn run = generic::stats_run;
-  const char* isa = "generic";
+  RunFn run = nullptr;
+  const char* isa = nullptr;
   Dispatch() {
-#if defined(NUMPROBE_X86_KERNELS)
-    if (cpu_runs_avx512()) {
-      run = avx512::stats_run;
-      isa = "avx512";
-    } else if (cpu_runs_avx2()) {
-      run = avx2::stats_run;
-      isa = "avx2";
+    const auto kernels = runnable_isa_kernels();  // best last
+    const char* wanted = std::getenv("PROBE_STATS_ISA");
+    const IsaKernel* chosen = &kernels.back();
+    if (wanted && *wanted) {
+      const auto it = std::find_if(kernels.begin(), kernels.end(),
+                                   [&](const IsaKernel& k) { return std::strcmp(k.isa, wanted) == 0; });
+      if (it != kernels.end()) chosen = &*it;
+      else
+        std::fprintf(stderr, "numprobe: PROBE_STATS_ISA=%s is not a kernel build this CPU runs; using %s\n",
+                     wanted, chosen->isa);
     }
-#endif
+    run = chosen->run;
+    isa = chosen->isa;
   }
 };
 
