@@ -16,26 +16,15 @@
 #include "cuda/stats_reference.h"
 #include "probe/tensor_stats.h"
 #include "torch/stats_device.h"
+#include "torch_test_util.h"
 
 namespace {
 
 namespace tile = probe::kernels::cuda_tile;
+using test_util::random_of;
 
 #define SKIP_WITHOUT_GPU() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
-
-at::Tensor random_of(at::ScalarType type, at::IntArrayRef shape) {
-  auto cuda = at::TensorOptions().device(at::kCUDA);
-  if (type == at::kBool) return at::randint(0, 2, shape, cuda.dtype(at::kLong)).to(at::kBool);
-  if (type == at::kByte || type == at::kUInt16 || type == at::kUInt32 || type == at::kUInt64)
-    return at::randint(0, 200, shape, cuda.dtype(at::kLong)).to(type);
-  if (at::isIntegralType(type, false)) return at::randint(-100, 100, shape, cuda.dtype(at::kLong)).to(type);
-#if NUMPROBE_TORCH_AT_LEAST(2, 7)
-  // Every bit pattern (NaN 0xff included), without relying on a conversion kernel for the type.
-  if (type == at::kFloat8_e8m0fnu) return at::randint(0, 256, shape, cuda.dtype(at::kByte)).view(type);
-#endif
-  return (at::randn(shape, cuda.dtype(at::kFloat)) * 3).to(type);
-}
 
 const std::vector<at::ScalarType> kTypes = {
     at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2,
@@ -100,7 +89,8 @@ TEST(CudaStats, GpuFiguresEqualTheCpuReferenceBitwiseForEveryDtypeAndSize) {
   at::manual_seed(0);
   for (auto type : kTypes)
     for (std::int64_t n : {0, 1, 7, 16, 1000, 8192, 8193, 65536 * 3 + 5, 1 << 22})
-      expect_gpu_equals_reference_and_cpu(random_of(type, {n}), {}, std::string(at::toString(type)) + " n=" + std::to_string(n));
+      expect_gpu_equals_reference_and_cpu(random_of(type, {n}, at::kCUDA), {},
+                                          std::string(at::toString(type)) + " n=" + std::to_string(n));
 }
 
 TEST(CudaStats, LargeTensorsUpTo512MiB) {
@@ -108,14 +98,15 @@ TEST(CudaStats, LargeTensorsUpTo512MiB) {
   for (auto type : {at::kFloat, at::kBFloat16, at::kByte, at::kBool})
     for (std::int64_t mib : {64, 512}) {
       const std::int64_t n = (mib << 20) / at::elementSize(type);
-      expect_gpu_equals_reference_and_cpu(random_of(type, {n}), {}, std::string(at::toString(type)) + " " + std::to_string(mib) + " MiB");
+      expect_gpu_equals_reference_and_cpu(random_of(type, {n}, at::kCUDA), {},
+                                          std::string(at::toString(type)) + " " + std::to_string(mib) + " MiB");
     }
 }
 
 TEST(CudaStats, ShardsUseGlobalIndexSeeds) {
   SKIP_WITHOUT_GPU();
   for (auto type : {at::kFloat, at::kBFloat16, at::kFloat8_e4m3fn, at::kLong}) {
-    at::Tensor whole = random_of(type, {64, 48, 6});
+    at::Tensor whole = random_of(type, {64, 48, 6}, at::kCUDA);
     const std::uint64_t expected = probe::tensor_stats(whole).hash;
     std::uint64_t sum = 0;
     for (std::int64_t c = 0; c < 48; c += 12) {  // tensor parallel: column blocks, many runs
@@ -135,21 +126,21 @@ TEST(CudaStats, ShardsUseGlobalIndexSeeds) {
 
 TEST(CudaStats, StridedViewsAndMisalignedStorage) {
   SKIP_WITHOUT_GPU();
-  at::Tensor t = random_of(at::kFloat, {1031, 517});
+  at::Tensor t = random_of(at::kFloat, {1031, 517}, at::kCUDA);
   expect_gpu_equals_reference_and_cpu(t.t(), {}, "transpose");
   expect_gpu_equals_reference_and_cpu(t.slice(1, 5, 400, 3), {}, "strided slice");
   expect_gpu_equals_reference_and_cpu(t.view(-1).narrow(0, 1, 100000), {}, "offset by 4 bytes");
   expect_gpu_equals_reference_and_cpu(t.narrow(0, 0, 1).expand({1031, 517}), {}, "expanded (zero stride)");
-  expect_gpu_equals_reference_and_cpu(random_of(at::kHalf, {64, 1}).expand({64, 300}).t(), {},
+  expect_gpu_equals_reference_and_cpu(random_of(at::kHalf, {64, 1}, at::kCUDA).expand({64, 300}).t(), {},
                                       "expanded, then transposed");
-  at::Tensor h = random_of(at::kBFloat16, {1 << 20});
+  at::Tensor h = random_of(at::kBFloat16, {1 << 20}, at::kCUDA);
   expect_gpu_equals_reference_and_cpu(h.narrow(0, 3, (1 << 20) - 3), {}, "offset by 6 bytes");
 }
 
 TEST(CudaStats, NanAndInfAreCountedAndKeptOutOfMinMaxMean) {
   SKIP_WITHOUT_GPU();
   for (auto type : {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble}) {
-    at::Tensor t = random_of(type, {100000});
+    at::Tensor t = random_of(type, {100000}, at::kCUDA);
     t.index_put_({at::arange(0, 100000, 997, at::kLong).cuda()}, std::nan(""));
     t.index_put_({at::arange(5, 100000, 1999, at::kLong).cuda()}, INFINITY);
     t.index_put_({at::arange(7, 100000, 3001, at::kLong).cuda()}, -INFINITY);
@@ -163,7 +154,7 @@ TEST(CudaStats, NanAndInfAreCountedAndKeptOutOfMinMaxMean) {
 
 TEST(CudaStats, SameTensorGivesBitwiseSameFiguresEveryTime) {
   SKIP_WITHOUT_GPU();
-  at::Tensor t = random_of(at::kFloat, {10'000'000});
+  at::Tensor t = random_of(at::kFloat, {10'000'000}, at::kCUDA);
   const auto first = probe::tensor_stats(t);
   for (int i = 0; i < 5; ++i) {
     const auto again = probe::tensor_stats(t);
@@ -177,9 +168,10 @@ TEST(CudaStats, StatsBatchNeverSyncsTheHostBeforeResolve) {
   SKIP_WITHOUT_GPU();
   // A CUDA graph capture fails on any host sync (or sync-requiring call) made while capturing:
   // adding several tensors and a scalar inside one proves the per-entry path is sync-free.
-  std::vector<at::Tensor> tensors{random_of(at::kFloat, {1 << 20}), random_of(at::kBFloat16, {4096, 3}),
-                                  random_of(at::kInt, {17})};
-  const at::Tensor loss = random_of(at::kFloat, {}).abs();
+  std::vector<at::Tensor> tensors{random_of(at::kFloat, {1 << 20}, at::kCUDA),
+                                  random_of(at::kBFloat16, {4096, 3}, at::kCUDA),
+                                  random_of(at::kInt, {17}, at::kCUDA)};
+  const at::Tensor loss = random_of(at::kFloat, {}, at::kCUDA).abs();
   probe::StatsBatch batch;
   // Warm up the kernels and the batch's device chunk outside the capture; clear() keeps the chunk.
   for (auto& t : tensors) batch.add(t);
@@ -211,10 +203,11 @@ TEST(CudaStats, StatsBatchRowsSpanChunks) {
   std::vector<std::pair<std::size_t, at::Tensor>> tensors;
   std::vector<std::pair<std::size_t, double>> scalars;
   for (int i = 0; i < 11; ++i) {
-    at::Tensor t = random_of(kTypes[static_cast<std::size_t>(i) % kTypes.size()], {37 * (i + 1)});
+    at::Tensor t =
+        random_of(kTypes[static_cast<std::size_t>(i) % kTypes.size()], {37 * (i + 1)}, at::kCUDA);
     tensors.emplace_back(batch.add(t), t);
     if (i % 4 == 1) {
-      at::Tensor value = random_of(at::kBFloat16, {1, 1});
+      at::Tensor value = random_of(at::kBFloat16, {1, 1}, at::kCUDA);
       scalars.emplace_back(batch.add_scalar(value), value.to(at::kDouble).item<double>());
     }
   }
@@ -235,7 +228,7 @@ TEST(CudaStats, TorchHashOptionMatchesTheCpu) {
   options.torch_hash = true;
   for (auto type : {at::kFloat, at::kBFloat16, at::kInt, at::kBool}) {
     if (!probe::detail::has_torch_hash_kernel(type)) continue;  // LibTorch < 2.9
-    at::Tensor t = random_of(type, {300, 7});
+    at::Tensor t = random_of(type, {300, 7}, at::kCUDA);
     const auto gpu = probe::tensor_stats(t, {}, options);
     const auto cpu = probe::tensor_stats(t.cpu(), {}, options);
     ASSERT_TRUE(gpu.torch_hash.has_value()) << at::toString(type);
@@ -249,10 +242,10 @@ TEST(CudaStats, TensorOnAnotherDeviceThanTheCurrentOne) {
   SKIP_WITHOUT_GPU();
   if (torch::cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs";
   const c10::cuda::CUDAGuard current(0);
-  at::Tensor t = random_of(at::kFloat, {1 << 20}).to(at::Device(at::kCUDA, 1));
+  at::Tensor t = random_of(at::kFloat, {1 << 20}, at::kCUDA).to(at::Device(at::kCUDA, 1));
   probe::StatsBatch batch;
   const auto entry = batch.add(t);
-  const auto on_device0 = batch.add(random_of(at::kFloat, {1000}));
+  const auto on_device0 = batch.add(random_of(at::kFloat, {1000}, at::kCUDA));
   batch.resolve();
   EXPECT_EQ(batch.stats(entry).hash, probe::tensor_stats(t.cpu()).hash);
   EXPECT_TRUE(batch.ready(on_device0));
@@ -263,7 +256,7 @@ TEST(CudaStats, TensorOnAnotherDeviceThanTheCurrentOne) {
 // a sleeping kernel, so a copy that did not wait would read the row before it is written.
 TEST(CudaStats, StatsBatchCopyWaitsForRowsWrittenOnAnotherStream) {
   SKIP_WITHOUT_GPU();
-  at::Tensor t = random_of(at::kFloat, {1 << 22});
+  at::Tensor t = random_of(at::kFloat, {1 << 22}, at::kCUDA);
   const auto expected = probe::tensor_stats(t.cpu());  // the copy syncs: t is ready everywhere
   probe::StatsBatch batch;
   std::size_t entry = 0, scalar_entry = 0;
@@ -291,7 +284,7 @@ TEST(CudaStats, StatsBatchInputFreedRightAfterAddIsNotReusedBeforeItIsRead) {
   std::optional<at::Tensor> t;
   {
     const at::cuda::CUDAStreamGuard guard(side);  // allocated on the trainer's side stream
-    t = random_of(at::kFloat, {1 << 22});
+    t = random_of(at::kFloat, {1 << 22}, at::kCUDA);
   }
   side.synchronize();
   const std::uint64_t expected = probe::tensor_stats(t->cpu()).hash;
@@ -317,7 +310,7 @@ TEST(CudaStats, EmptyTensorsGiveTheDocumentedFigures) {
   auto kernel = probe::detail::device_kernel(c10::DeviceType::CUDA);
   ASSERT_NE(kernel, nullptr);
   for (auto type : kTypes) {
-    at::Tensor base = random_of(type, {4, 3});
+    at::Tensor base = random_of(type, {4, 3}, at::kCUDA);
     const auto cuda = base.options();
     for (const at::Tensor& t : {at::empty({0}, cuda), at::empty({0, 5}, cuda), at::empty({3, 0, 2}, cuda),
                                 base.narrow(0, 2, 0), base.t().narrow(1, 4, 0)})
@@ -364,7 +357,7 @@ TEST(CudaStats, SparseTensorFiguresAreTheDenseEquivalentsOnTheCpu) {
   options.torch_hash = true;
   for (auto type : {at::kFloat, at::kBFloat16, at::kLong})
     for (double density : {0.0, 0.05, 1.0}) {
-      at::Tensor dense = random_of(type, {3, 70001});
+      at::Tensor dense = random_of(type, {3, 70001}, at::kCUDA);
       dense = at::where(at::rand(dense.sizes(), dense.options().dtype(at::kFloat)) < density, dense,
                         at::zeros({}, dense.options()));
       const std::string what = at::toString(type) + std::string(" density ") + std::to_string(density);

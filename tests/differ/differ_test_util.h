@@ -1,5 +1,6 @@
 // The differ tests' helpers: runs written through probe::LogWriter (the probe's own writer),
-// comparisons, class counts, report text matched by content; the shared ones from test_util.h.
+// comparisons, class counts, the terminal report and its text matched by content; the shared
+// ones from test_util.h.
 #pragma once
 
 #include <unistd.h>
@@ -7,10 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "differ/diff.h"
+#include "differ/report.h"
 #include "probe/log_io.h"
 #include "test_util.h"
 
@@ -71,6 +74,13 @@ inline probe::differ::Result diff(const std::filesystem::path& a, const std::fil
   probe::differ::Run base(a, {lenient, true, maps, "base"});
   probe::differ::Run test(b, {lenient, true, maps, "test"});
   return probe::differ::diff_runs(base, test, opt);
+}
+
+// The terminal report of `r`, with diff_logs' default options (no colour) unless told.
+inline std::string text_of(const probe::differ::Result& r, const probe::differ::TextOptions& opt = {}) {
+  std::ostringstream out;
+  probe::differ::print_text(r, out, opt);
+  return out.str();
 }
 
 }  // namespace differ_test

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "differ/report.h"
 #include "differ_test_util.h"
@@ -32,12 +31,6 @@ Result compare(const std::filesystem::path& dir, const std::vector<Record>& a, c
   write_run(dir / "a", {a});
   write_run(dir / "b", {b});
   return diff(dir / "a", dir / "b", opt);
-}
-
-std::string text_of(const Result& r) {
-  std::ostringstream out;
-  print_text(r, out, {});
-  return out.str();
 }
 
 // The summation-order bound of 8 float32 mb_grads of norm 1 summing to norm 8: 2 * 8 * 2^-24.

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <sstream>
 
 #include "differ/report_html.h"
 #include "differ_test_util.h"
@@ -26,12 +25,6 @@ Record op(const std::string& name, std::uint64_t out, std::vector<std::optional<
 }
 
 Record tap(const std::string& name, std::uint64_t hash) { return tensor(0, Kind::tap, name, hash, 1.0 + hash % 7, 0); }
-
-std::string text_of(const probe::differ::Result& r) {
-  std::ostringstream out;
-  probe::differ::print_text(r, out, {});
-  return out.str();
-}
 
 }  // namespace
 

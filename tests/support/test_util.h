@@ -1,7 +1,8 @@
 // What every numprobe test suite needs: scratch directories, whole files read and written, and
 // records built in one line. Torch-free (the core only), so the core, differ and LibTorch
 // tests all share it; the differ's own helpers (runs written rank by rank, comparisons, class
-// counts) are in tests/differ/differ_test_util.h.
+// counts) are in tests/differ/differ_test_util.h, the LibTorch tests' (random tensors of every
+// dtype, probe options) in torch_test_util.h.
 #pragma once
 
 #include <unistd.h>

@@ -8,20 +8,17 @@
 
 #include "small_file_system.h"
 #include "test_util.h"
+#include "torch_test_util.h"
 #include "probe/log_io.h"
 #include "probe/probe.h"
 #include "probe/scope.h"
 
 namespace {
 
-// Names of their own beside probe_test.cpp's in the same test binary.
-std::filesystem::path fresh_dir(const std::string& name) { return test_util::fresh_dir("optrace_" + name); }
+using test_util::fresh_dir;  // directories named optrace_*, apart from probe_test.cpp's in the same binary
 
 probe::ProbeOptions traced(const std::filesystem::path& dir, const std::string& trace) {
-  probe::ProbeOptions o;
-  o.run_dir = dir;
-  o.rank = 0;
-  o.world_size = 1;
+  probe::ProbeOptions o = test_util::options_in(dir);
   o.trace = trace;
   return o;
 }
@@ -66,7 +63,7 @@ TORCH_MODULE(Block);
 }  // namespace
 
 TEST(OpTrace, NoSettingRecordsNoOpAndRegistersNoCallback) {
-  auto dir = fresh_dir("none");
+  auto dir = fresh_dir("optrace_none");
   {
     probe::Probe p(traced(dir, ""));
     Block block;
@@ -82,7 +79,7 @@ TEST(OpTrace, NoSettingRecordsNoOpAndRegistersNoCallback) {
 }
 
 TEST(OpTrace, CallbacksAreRegisteredOnlyInsideTracedScopesOfTracedSteps) {
-  auto dir = fresh_dir("callbacks");
+  auto dir = fresh_dir("optrace_callbacks");
   probe::Probe p(traced(dir, "steps=1;scopes=^layers\\.0$"));
   p.begin_step(0);
   {
@@ -123,7 +120,7 @@ TEST(OpTrace, ScopesNestWithDotsAndARootScopeStandsAlone) {
 }
 
 TEST(OpTrace, ForwardOpsAreNamedByScopeAndOccurrenceWithInputHashes) {
-  auto dir = fresh_dir("forward");
+  auto dir = fresh_dir("optrace_forward");
   torch::manual_seed(0);
   Block block;
   const auto x = torch::randn({2, 4});
@@ -160,7 +157,7 @@ TEST(OpTrace, ForwardOpsAreNamedByScopeAndOccurrenceWithInputHashes) {
 }
 
 TEST(OpTrace, OccurrencesCountPerScopeOpAndMicrobatch) {
-  auto dir = fresh_dir("occurrence");
+  auto dir = fresh_dir("optrace_occurrence");
   {
     probe::Probe p(traced(dir, "phases=forward"));
     p.begin_step(0);
@@ -183,7 +180,7 @@ TEST(OpTrace, OccurrencesCountPerScopeOpAndMicrobatch) {
 }
 
 TEST(OpTrace, InPlaceOpsRecordTheTensorAfterTheOpAndViewsTheirValuesThen) {
-  auto dir = fresh_dir("inplace");
+  auto dir = fresh_dir("optrace_inplace");
   const auto base = torch::arange(6, torch::kFloat32);
   at::Tensor before, after, view_then;
   {
@@ -215,7 +212,7 @@ TEST(OpTrace, InPlaceOpsRecordTheTensorAfterTheOpAndViewsTheirValuesThen) {
 }
 
 TEST(OpTrace, OpsWithoutATensorOutputAreNotRecorded) {
-  auto dir = fresh_dir("notensor");
+  auto dir = fresh_dir("optrace_notensor");
   {
     probe::Probe p(traced(dir, "phases=forward"));
     p.begin_step(0);
@@ -232,7 +229,7 @@ TEST(OpTrace, OpsWithoutATensorOutputAreNotRecorded) {
 }
 
 TEST(OpTrace, BackwardOpsAreNamedAfterTheForwardOpThatMadeTheirNode) {
-  auto dir = fresh_dir("backward");
+  auto dir = fresh_dir("optrace_backward");
   torch::manual_seed(0);
   Block block;
   {
@@ -260,7 +257,7 @@ TEST(OpTrace, BackwardOpsAreNamedAfterTheForwardOpThatMadeTheirNode) {
 
 TEST(OpTrace, PhasesStepsAndMicrobatchesSelectWhatIsRecorded) {
   auto run = [](const std::string& name, const std::string& trace) {
-    auto dir = fresh_dir(name);
+    auto dir = fresh_dir("optrace_" + name);
     torch::manual_seed(0);
     Block block;
     {
@@ -286,7 +283,7 @@ TEST(OpTrace, PhasesStepsAndMicrobatchesSelectWhatIsRecorded) {
 
 TEST(OpTrace, TracingChangesNoResultAndConsumesNoRandomness) {
   auto train = [](const std::string& trace) {
-    auto dir = fresh_dir("perturb" + std::to_string(trace.size()));
+    auto dir = fresh_dir("optrace_perturb" + std::to_string(trace.size()));
     torch::manual_seed(1);
     Block block;
     torch::nn::Dropout dropout(0.5);
@@ -314,7 +311,7 @@ TEST(OpTrace, TracingChangesNoResultAndConsumesNoRandomness) {
 
 TEST(OpTrace, BadSettingIsAClearError) {
   try {
-    probe::Probe p(traced(fresh_dir("bad"), "steps=7;layer=3"));
+    probe::Probe p(traced(fresh_dir("optrace_bad"), "steps=7;layer=3"));
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("numprobe: ProbeOptions::trace: trace setting 'steps=7;layer=3': unknown field 'layer'"),
@@ -333,7 +330,7 @@ TEST(OpTrace, BadSettingIsAClearError) {
 }
 
 TEST(OpTrace, KindsWithoutOpTurnTheTraceOff) {
-  auto dir = fresh_dir("kindsoff");
+  auto dir = fresh_dir("optrace_kindsoff");
   auto o = traced(dir, "phases=forward");
   o.kinds = probe::KindSet::all().without(probe::Kind::op);
   {

@@ -2,7 +2,6 @@
 // optimizer's state after the update), with LibTorch's built-in optimizers and a registered one.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <map>
 
@@ -10,23 +9,13 @@
 #include "probe/optimizer_state.h"
 #include "probe/probe.h"
 #include "probe/tensor_stats.h"
+#include "test_util.h"
+#include "torch_test_util.h"
 
 namespace {
 
-std::filesystem::path fresh_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("numprobe_optim_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-probe::ProbeOptions options_in(const std::filesystem::path& dir) {
-  probe::ProbeOptions o;
-  o.run_dir = dir;
-  o.rank = 0;
-  o.world_size = 1;
-  return o;
-}
+using test_util::fresh_dir;  // directories named optim_*, apart from probe_test.cpp's in the same binary
+using test_util::options_in;
 
 // (step, kind name, record name) -> record
 using Log = std::map<std::tuple<std::int64_t, std::string, std::string>, probe::Record>;
@@ -52,7 +41,7 @@ std::uint64_t hash_of(const torch::Tensor& t, const probe::Shard& shard = {}) {
 // tensors' hashes as the optimizer holds them after the update.
 template <class Optimizer, class Options>
 Log one_step(const std::string& dir_name, Options options) {
-  auto dir = fresh_dir(dir_name);
+  auto dir = fresh_dir("optim_" + dir_name);
   torch::manual_seed(5);
   torch::nn::Linear lin(3, 2);
   Optimizer opt(lin->parameters(), options);
@@ -74,7 +63,7 @@ Log one_step(const std::string& dir_name, Options options) {
 }  // namespace
 
 TEST(ParamRecords, AreTheValuesAtBeginStepBeforeTheUpdate) {
-  auto dir = fresh_dir("param");
+  auto dir = fresh_dir("optim_param");
   torch::manual_seed(2);
   torch::nn::Linear lin(3, 2);
   const auto initial = lin->weight.detach().clone();
@@ -101,7 +90,7 @@ TEST(ParamRecords, AreTheValuesAtBeginStepBeforeTheUpdate) {
 }
 
 TEST(ParamRecords, ShardedParameterRecordsCarryTheShard) {
-  auto dir = fresh_dir("param_shard");
+  auto dir = fresh_dir("optim_param_shard");
   auto shard_rows = torch::arange(8, torch::kFloat).reshape({2, 4}).requires_grad_(true);
   const auto shard = probe::Shard::along({6, 4}, 0, 2);
   {

@@ -16,21 +16,11 @@
 #include "probe/log_io.h"
 #include "small_file_system.h"
 #include "test_util.h"
+#include "torch_test_util.h"
 
 namespace {
 
 using namespace test_util;
-
-probe::ProbeOptions options_in(const std::filesystem::path& dir) {
-  probe::ProbeOptions o;
-  o.run_dir = dir;
-  o.rank = 0;
-  o.world_size = 1;
-  o.setup = "unit test";
-  return o;
-}
-
-
 
 struct NetImpl : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};

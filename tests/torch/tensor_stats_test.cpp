@@ -11,6 +11,7 @@
 #include <string>
 
 #include "torch/stats_device.h"
+#include "torch_test_util.h"
 
 namespace {
 
@@ -53,14 +54,7 @@ std::uint64_t torch_hash_of(const at::Tensor& t) {
 #endif
 }
 
-at::Tensor random_of(at::ScalarType type, at::IntArrayRef shape) {
-  if (type == at::kBool) return at::randint(0, 2, shape, at::kLong).to(at::kBool);
-  if (at::isIntegralType(type, /*includeBool=*/false))
-    return at::randint(-100, 100, shape, at::kLong).to(type);
-  if (type == at::kByte || type == at::kUInt16 || type == at::kUInt32 || type == at::kUInt64)
-    return at::randint(0, 200, shape, at::kLong).to(type);
-  return (at::randn(shape, at::kDouble) * 3).to(type);
-}
+using test_util::random_of;
 
 const std::vector<at::ScalarType> kHashableTypes = {
     at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2,
@@ -78,6 +72,27 @@ TEST(TensorStats, HashEqualsLibxxhashElementByElementForEveryDtype) {
       EXPECT_EQ(probe::tensor_stats(t).hash, reference_hash(t)) << at::toString(type) << " n=" << n;
     }
   }
+}
+
+// The dtype tests' values come from random_of: an unsigned tensor drawn like a signed one wraps
+// to values near its type's maximum (uint64: ~1.8e19), outside the range random_of promises.
+TEST(RandomOf, UnsignedTypesStayInRangeSignedOnesReachBelowZero) {
+  at::manual_seed(4);
+  for (auto type : {at::kByte, at::kUInt16, at::kUInt32, at::kUInt64}) {
+    const at::Tensor v = random_of(type, {1000}).to(at::kDouble);
+    EXPECT_GE(v.min().item<double>(), 0) << at::toString(type);
+    EXPECT_LT(v.max().item<double>(), 200) << at::toString(type);
+  }
+  for (auto type : {at::kChar, at::kShort, at::kInt, at::kLong}) {
+    const at::Tensor v = random_of(type, {1000}).to(at::kDouble);
+    EXPECT_GE(v.min().item<double>(), -100) << at::toString(type);
+    EXPECT_LT(v.min().item<double>(), 0) << at::toString(type);
+    EXPECT_LT(v.max().item<double>(), 100) << at::toString(type);
+  }
+  const at::Tensor b = random_of(at::kBool, {1000});
+  EXPECT_EQ(b.scalar_type(), at::kBool);
+  EXPECT_TRUE(b.any().item<bool>());
+  EXPECT_FALSE(b.all().item<bool>());
 }
 
 TEST(TensorStats, TransposedViewHashesLikeItsContiguousCopy) {
