@@ -10,11 +10,6 @@ using namespace differ_test;
 using namespace probe::differ;
 
 namespace {
-std::string text_of(const Result& r) {
-  std::ostringstream out;
-  print_text(r, out, {});
-  return out.str();
-}
 bool has_cause(const Result& r, const std::string& rule) {
   for (const auto& c : r.causes)
     if (c.rule == rule) return true;
@@ -471,6 +466,7 @@ TEST(Report, MismatchingSeriesAreListedEarliestDivergenceFirst) {
   write_run(dir / "b", {b});
   auto res = diff(dir / "a", dir / "b");
   TextOptions one;
+  one.all_series = true;
   one.max_series = 1;
   std::ostringstream out;
   print_text(res, out, one);
@@ -645,19 +641,28 @@ TEST(Causes, KindOneRunNeverRecordedIsNoNameToMap) {
   }
   write_run(dir / "a", {a});
   write_run(dir / "b", {b});
+  // By default the kind is left out: the rest is equal.
   auto res = diff(dir / "a", dir / "b");
-  ASSERT_TRUE(res.first_divergence);
-  EXPECT_EQ(res.first_divergence->kind, Kind::mb_grad);
-  EXPECT_EQ(cause_text(res, "kind_not_recorded"),
-            "the test run recorded no mb_grad at all (PROBE_KINDS?); --kinds -mb_grad compares the rest");
+  EXPECT_FALSE(res.first_divergence) << text_of(res);
+  EXPECT_EQ(res.exit_code(), 0);
+  EXPECT_TRUE(res.kinds_left_out);
   EXPECT_EQ(res.kinds_only_base, std::vector<Kind>{Kind::mb_grad});
   EXPECT_TRUE(res.names_only_base.empty());  // not names for --map
   const std::string text = text_of(res);
   EXPECT_EQ(text.find("NAMES IN ONE RUN ONLY"), std::string::npos) << text;
-  EXPECT_TRUE(says(text, "KINDS IN ONE RUN ONLY the test run recorded no mb_grad")) << text;
+  EXPECT_TRUE(says(text, "KINDS IN ONE RUN ONLY the test run recorded no mb_grad (PROBE_KINDS?): left out")) << text;
   const auto j = nlohmann::json::parse(to_json(res, {}));
   EXPECT_EQ(j["kinds_only_base"], nlohmann::json({"mb_grad"}));
   EXPECT_EQ(j["kinds_only_test"], nlohmann::json::array());
+  // Asked for with --kinds, it is compared, and the cause says what is going on.
+  DiffOptions all;
+  all.kinds_mask = parse_kinds("all");
+  auto compared = diff(dir / "a", dir / "b", all);
+  ASSERT_TRUE(compared.first_divergence);
+  EXPECT_EQ(compared.first_divergence->kind, Kind::mb_grad);
+  EXPECT_EQ(cause_text(compared, "kind_not_recorded"),
+            "the test run recorded no mb_grad at all (PROBE_KINDS?); --kinds -mb_grad compares the rest");
+  EXPECT_TRUE(says(text_of(compared), "KINDS IN ONE RUN ONLY the test run recorded no mb_grad (PROBE_KINDS?); --kinds can leave them out"));
   DiffOptions rest;
   rest.kinds_mask = parse_kinds("-mb_grad");
   EXPECT_EQ(diff(dir / "a", dir / "b", rest).exit_code(), 0);

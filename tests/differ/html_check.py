@@ -7,9 +7,16 @@ data-render-ms="T">, the heat map canvas's data-cells-drawn, the first-divergenc
 data-name. Script errors are caught twice: the page writes them into the DOM, and Chromium's
 console log (--enable-logging=stderr) must hold no "Uncaught" line.
 
-    html_check.py REPORT.html [--expect-name NAME] [--cells N]   (a manual check)
+Where things are drawn is measured in the browser: a copy of the page gets a script that, once
+the page is drawn, writes the bounding rectangles of the first screen's elements (the RESULT
+line, the "First unexplained divergence" panel, the cause's rule) into the DOM as JSON, laid
+out at the window size Chromium was given (first_screen_problems).
+
+    html_check.py REPORT.html [--expect-name NAME] [--cells N] [--rule RULE]   (a manual check)
 """
 import argparse
+import html as html_text
+import json
 import os
 import re
 import shutil
@@ -34,6 +41,7 @@ class Browser:
     def __init__(self, chromium):
         self.chromium = chromium
         self.profile = tempfile.mkdtemp(prefix="numprobe-chromium-")
+        self._windows = {}  # viewport -> window size (window_for_viewport)
 
     def close(self):
         shutil.rmtree(self.profile, ignore_errors=True)
@@ -52,6 +60,22 @@ class Browser:
         """The DOM after the page's scripts ran, and Chromium's log."""
         proc = self._run(html, ["--dump-dom"], budget_ms, timeout_s)
         return proc.stdout, proc.stderr
+
+    def window_for_viewport(self, width, height):
+        """The --window-size whose page viewport is width x height: a headless window's
+        viewport is shorter than the window by browser chrome (an info bar about flags, ...),
+        so it is measured once on a blank page."""
+        if (width, height) not in self._windows:
+            probe = os.path.join(self.profile, "viewport.html")
+            with open(probe, "w") as f:
+                f.write("<!DOCTYPE html><body><p id='v'></p><script>document.getElementById('v')"
+                        ".textContent = innerWidth + 'x' + innerHeight;</script></body>")
+            proc = self._run(probe, ["--dump-dom", f"--window-size={width},{height}"], 5000, 120)
+            m = re.search(r"<p id=\"v\">(\d+)x(\d+)</p>", proc.stdout)
+            if not m:
+                raise RuntimeError("could not measure the headless viewport: " + proc.stderr[-500:])
+            self._windows[(width, height)] = (2 * width - int(m.group(1)), 2 * height - int(m.group(2)))
+        return self._windows[(width, height)]
 
     def screenshot(self, html, png, width, height, budget_ms=20000, timeout_s=240):
         proc = self._run(html, [f"--window-size={width},{height}", "--screenshot=" + os.path.abspath(png)],
@@ -81,6 +105,103 @@ def render_problems(dom, log):
     uncaught = [line for line in log.splitlines() if "Uncaught" in line]
     if uncaught:
         problems.append("console: " + " | ".join(uncaught[:5]))
+    return problems
+
+
+# The first screen's elements (report.js, drawHeader and drawHeadline).
+FIRST_SCREEN = {
+    "result": "#result",
+    "panel": "#headline",
+    "title": "#headline > h2",
+    "record": "#fd-headline",
+    "cause": "#headline-cause",
+    "rule": "#headline-cause .rule",
+    "evidence": "#headline-cause .evidence",
+    "noise": "#noise-summary",
+}
+HEADLINE_TITLE = "First unexplained divergence"
+
+# Runs after the page's own script has drawn (window load follows its DOMContentLoaded work).
+LAYOUT_PROBE = """<script>
+window.addEventListener('load', function () {
+  setTimeout(function () {
+    var wanted = %s, out = {viewport: [window.innerWidth, window.innerHeight],
+                            scroll: [window.scrollX, window.scrollY], elements: {}};
+    Object.keys(wanted).forEach(function (key) {
+      var e = document.querySelector(wanted[key]);
+      if (!e) return;
+      var r = e.getBoundingClientRect();
+      out.elements[key] = {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY,
+                           left: r.left + window.scrollX, right: r.right + window.scrollX,
+                           text: e.textContent.replace(/\\s+/g, ' ').trim().slice(0, 300)};
+    });
+    var pre = document.createElement('pre');
+    pre.id = 'numprobe-layout';
+    pre.textContent = JSON.stringify(out);
+    document.body.appendChild(pre);
+  }, 0);
+});
+</script>
+"""
+
+
+def with_script(html, script, suffix):
+    """A copy of the page with `script` (an HTML fragment) at the end of its body."""
+    with open(html, encoding="utf-8") as f:
+        page = f.read()
+    at = page.rfind("</body>")
+    if at < 0:
+        raise ValueError(f"{html}: no </body>")
+    copy = html[:-len(".html")] + suffix + ".html" if html.endswith(".html") else html + suffix + ".html"
+    with open(copy, "w", encoding="utf-8") as f:
+        f.write(page[:at] + script + page[at:])
+    return copy
+
+
+def measure(browser, html, width=1280, height=800, extra_html=""):
+    """(layout, dom, log): the first screen's rectangles as the browser laid them out in a
+    width x height viewport (document coordinates, in CSS pixels), or None when none were
+    written."""
+    copy = with_script(html, extra_html + LAYOUT_PROBE % json.dumps(FIRST_SCREEN), ".layout")
+    window = browser.window_for_viewport(width, height)
+    try:
+        proc = browser._run(copy, ["--dump-dom", f"--window-size={window[0]},{window[1]}"], 20000, 240)
+    finally:
+        os.remove(copy)
+    m = re.search(r'<pre id="numprobe-layout">([^<]*)</pre>', proc.stdout)
+    layout = json.loads(html_text.unescape(m.group(1))) if m else None
+    return layout, proc.stdout, proc.stderr
+
+
+def first_screen_problems(layout, rule=None, title=HEADLINE_TITLE, width=1280, height=800,
+                          required=("result", "panel", "title", "record", "cause", "rule", "noise")):
+    """What of the first screen is missing or lies (even in part) outside width x height."""
+    if layout is None:
+        return ["the layout probe wrote nothing (the page did not load?)"]
+    problems = []
+    if layout["viewport"] != [width, height]:
+        problems.append(f"viewport {layout['viewport']}, expected {[width, height]}")
+    if layout["scroll"] != [0, 0]:
+        problems.append(f"the page opened scrolled to {layout['scroll']}")
+    boxes = layout["elements"]
+    for key in required:
+        box = boxes.get(key)
+        if box is None:
+            problems.append(f"{FIRST_SCREEN[key]} is not on the page")
+            continue
+        if box["bottom"] <= box["top"] or box["right"] <= box["left"]:
+            problems.append(f"{FIRST_SCREEN[key]} has no size: {box}")
+        if box["top"] < 0 or box["left"] < 0 or box["bottom"] > height or box["right"] > width:
+            problems.append(f"{FIRST_SCREEN[key]} lies outside the first {width}x{height} screen: "
+                            f"top {box['top']:.0f}, bottom {box['bottom']:.0f}, right {box['right']:.0f}")
+    if "title" in boxes and boxes["title"]["text"] != title:
+        problems.append(f"the panel is titled {boxes['title']['text']!r}, expected {title!r}")
+    if "result" in boxes and not boxes["result"]["text"].startswith("RESULT: "):
+        problems.append(f"the result line reads {boxes['result']['text']!r}")
+    if rule is not None and "rule" in boxes and boxes["rule"]["text"] != f"[{rule}]":
+        problems.append(f"the cause's rule reads {boxes['rule']['text']!r}, expected [{rule}]")
+    if "noise" in boxes and re.search(r"[{}]", boxes["noise"]["text"]):
+        problems.append(f"the noise summary prints a raw structure: {boxes['noise']['text']!r}")
     return problems
 
 
@@ -148,6 +269,7 @@ def main():
     ap.add_argument("report")
     ap.add_argument("--expect-name", help="the first-divergence panel must name this tensor")
     ap.add_argument("--cells", type=int, help="the heat map must have drawn this many cells")
+    ap.add_argument("--rule", help="the first screen (1280x800) must show the headline with this cause")
     args = ap.parse_args()
     chromium = find_chromium()
     if not chromium:
@@ -156,9 +278,12 @@ def main():
     browser = Browser(chromium)
     try:
         dom, log = browser.dump_dom(args.report)
+        layout = measure(browser, args.report)[0] if args.rule else None
     finally:
         browser.close()
     problems = render_problems(dom, log)
+    if args.rule:
+        problems += first_screen_problems(layout, args.rule)
     if args.expect_name and attr(dom, "fd-headline", "data-name") != args.expect_name:
         problems.append(f"first divergence names {attr(dom, 'fd-headline', 'data-name')}, expected {args.expect_name}")
     if args.cells is not None and attr(dom, "heatmap-canvas", "data-cells-drawn") != str(args.cells):

@@ -4,9 +4,12 @@
     html_report_test.py CASE    (CASE: pages, 1000x1000)
 
 Environment (set by ctest): DIFF_LOGS, GEN_SYNTHETIC_RUNS, WORK (a scratch directory).
-pages: a summation-order and a none-gradient comparison render without script errors, with
-every pair drawn as a heat map cell and the first divergence named; a page whose script
-throws is caught. 1000x1000: 1,000 series x 1,000 steps stay under 20 MB and draw within
+pages: a summation-order, a none-gradient and an unreduced-gradient comparison render without
+script errors, with every pair drawn as a heat map cell, coloured by its verdict (as many bug
+and noise cells as the --json counts), and the first divergence named; at 1280x800 the RESULT
+line, the "First unexplained divergence" panel and its cause's rule lie on the first screen,
+as the browser lays them out; a page whose script throws, and one whose headline is pushed
+below the first screen, are caught. 1000x1000: 1,000 series x 1,000 steps stay under 20 MB and draw within
 RENDER_LIMIT_MS (docs/perf.md records the measurement). Exit 77 (skipped) without Chromium.
 """
 import json
@@ -50,6 +53,29 @@ def diff_html(a, b, name):
         return html, json.load(f)
 
 
+def verdict_problems(dom, result):
+    """The heat map's cells by verdict against the --json's noise summary (no step is binned)."""
+    problems = []
+    for what, expected in (("bug", result["noise"]["bug_pairs"]), ("noise", result["noise"]["pairs"])):
+        got = html_check.attr(dom, "heatmap-canvas", f"data-cells-{what}")
+        if got != str(expected):
+            problems.append(f"heat map coloured {got} cells as {what}, the --json counts {expected}")
+    return problems
+
+
+def check_first_screen(browser, html, rule):
+    """The RESULT line, the headline panel and its cause's rule within 1280x800."""
+    layout, dom, log = html_check.measure(browser, html)
+    problems = html_check.render_problems(dom, log) + html_check.first_screen_problems(layout, rule)
+    if problems:
+        fail(f"{html} at 1280x800: " + "; ".join(problems))
+    boxes = layout["elements"]
+    print(f"OK first screen of {os.path.basename(html)}: result {boxes['result']['top']:.0f}-"
+          f"{boxes['result']['bottom']:.0f} px, panel {boxes['panel']['top']:.0f}-{boxes['panel']['bottom']:.0f} px, "
+          f"{boxes['rule']['text']} at {boxes['rule']['top']:.0f} px", flush=True)
+    return layout
+
+
 def check_page(browser, html, result, expect_name, screenshot=None):
     dom, log = browser.dump_dom(html)
     problems = html_check.render_problems(dom, log)
@@ -57,6 +83,7 @@ def check_page(browser, html, result, expect_name, screenshot=None):
     # One cell per compared pair (no step is binned at these sizes).
     if drawn != str(result["records_compared"]):
         problems.append(f"heat map drew {drawn} cells, expected {result['records_compared']} (one per pair)")
+    problems += verdict_problems(dom, result)
     name = html_check.attr(dom, "fd-headline", "data-name")
     if name != expect_name:
         problems.append(f"first-divergence panel names {name}, expected {expect_name}")
@@ -82,12 +109,26 @@ def case_pages(browser):
                     "--variant", "sum_order", "--at-step", "2", "--param", "5")
     none = gen("pp2x4_none", "--layout", "pp", "--world", "8", "--stages", "2", *small,
                "--variant", "none_grads", "--at-step", "1")
+    unreduced = gen("pp2x4_unreduced", "--layout", "pp", "--world", "8", "--stages", "2", *small,
+                    "--variant", "unreduced", "--at-step", "2", "--param", "5")
     html, result = diff_html(base, sum_order, "sum_order")
-    check_page(browser, html, result, "layers.5.w", os.path.join(WORK, "sum_order.png"))
+    dom = check_page(browser, html, result, "layers.5.w", os.path.join(WORK, "sum_order.png"))
+    if result["noise"]["pairs"] == 0 or html_check.attr(dom, "no-unexplained", "class") is None:
+        fail("the summation-order page does not say every difference is noise")
+    check_colour_switch(browser, html)
+
     html, result = diff_html(base, none, "none_grads")
     dom = check_page(browser, html, result, "layers.0.w")
     if html_check.attr(dom, "fd-headline", "data-class") != "none_one_side":
         fail("the none-gradient page's first divergence is not none_one_side")
+    check_first_screen(browser, html, "none_gradient")
+    check_layout_check_fails(browser, html)
+
+    html, result = diff_html(base, unreduced, "unreduced")
+    check_page(browser, html, result, "layers.5.w")
+    if result["first_unexplained_divergence"]["cause"]["rule"] != "unreduced_gradient":
+        fail(f"the unreduced run's headline cause: {result['first_unexplained_divergence']['cause']}")
+    check_first_screen(browser, html, "unreduced_gradient")
 
     # The check must fail when a script throws: break the page's own script once.
     with open(html) as f:
@@ -103,6 +144,37 @@ def case_pages(browser):
     if not any("script error" in p for p in problems) or not any("Uncaught" in p for p in problems):
         fail(f"a throwing script was not caught by the DOM and console checks: {problems}")
     print("OK a throwing script fails the check: " + " | ".join(problems), flush=True)
+
+
+def check_colour_switch(browser, html):
+    """The heat map's "magnitude only" colouring draws, and says so in the DOM."""
+    switch = """<script>
+window.addEventListener('load', function () {
+  var sel = document.getElementById('heatmap-colour');
+  sel.value = 'magnitude';
+  sel.dispatchEvent(new Event('change'));
+});
+</script>
+"""
+    layout, dom, log = html_check.measure(browser, html, extra_html=switch)
+    problems = html_check.render_problems(dom, log)
+    if html_check.attr(dom, "heatmap-canvas", "data-colour") != "magnitude":
+        problems.append(f"heat map colour {html_check.attr(dom, 'heatmap-canvas', 'data-colour')} after the switch")
+    if 'class="legend" data-colour="magnitude"' not in dom:
+        problems.append("the legend does not show the magnitude scale after the switch")
+    if problems:
+        fail(f"{html}, magnitude only: " + "; ".join(problems))
+    print(f"OK {os.path.basename(html)} switches to magnitude-only colours", flush=True)
+
+
+def check_layout_check_fails(browser, html):
+    """The first-screen check must fail when the headline is pushed below the fold."""
+    push = "<style>#headline { margin-top: 900px; }</style>\n"
+    layout, dom, log = html_check.measure(browser, html, extra_html=push)
+    problems = html_check.first_screen_problems(layout, "none_gradient")
+    if not any("outside the first 1280x800 screen" in p and "#headline" in p for p in problems):
+        fail(f"a headline pushed below the first screen was not caught: {problems}")
+    print("OK a headline below the first screen fails the check: " + problems[0], flush=True)
 
 
 def case_1000x1000(browser):

@@ -101,7 +101,9 @@ TEST(PythonLog, EveryPairWithoutACommonHashIsNothingCompared) {
   EXPECT_EQ(res.exit_code(), 2);
 }
 
-TEST(PythonLog, HashesPrintAsNumericsLoggerWroteThem) {
+// NumericsLogger writes torch.hash_tensor's value in decimal; the report prints every hash in
+// hex, 16 digits (457 = 0x1c9, 999 = 0x3e7).
+TEST(PythonLog, HashesPrintInHexLikeEveryOtherHash) {
   auto dir = fresh_dir("pyhashtext");
   write_file(dir / "0" / "diff.log", kPython);
   std::string other = kPython;
@@ -109,7 +111,7 @@ TEST(PythonLog, HashesPrintAsNumericsLoggerWroteThem) {
   write_file(dir / "1" / "diff.log", other);
   std::ostringstream out;
   print_text(diff(dir / "0", dir / "1"), out, {});
-  EXPECT_TRUE(says(out.str(), "\nbase: hash=457 norm=123000 (rank 0)\ntest: hash=999 norm=123000 (rank 0)\n"))
+  EXPECT_TRUE(says(out.str(), "\nbase: hash=00000000000001c9 norm=123000 (rank 0)\ntest: hash=00000000000003e7 norm=123000 (rank 0)\n"))
       << out.str();
 }
 

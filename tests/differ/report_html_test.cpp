@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -25,6 +26,7 @@ Gathered diff_with_grid(const std::filesystem::path& a, const std::filesystem::p
   Gathered g{{}, PairGrid(max_cells, max_columns)};
   DiffOptions opt;
   opt.on_pair = [&](const Pair& p, std::size_t s) { g.grid.add(p, s); };
+  opt.on_restart = [&] { g.grid = PairGrid(max_cells, max_columns); };  // as diff_logs does
   g.result = diff(a, b, opt);
   return g;
 }
@@ -115,6 +117,116 @@ TEST(PairGrid, CellBudgetBoundsColumnsTimesSeries) {
   auto g = diff_with_grid(dir / "a", dir / "b", 8 * 20, 1000);
   EXPECT_LE(g.grid.columns().size() * g.grid.series(), 8u * 20u);
   EXPECT_EQ(g.grid.columns().back().last_step, 63);
+}
+
+namespace {
+
+// A float32 grad "w" over 8 bitwise-equal mb_grads of norm 1: its norm `grad_norm` and hash
+// say whether the runs' reductions differ by summation order (noise) or otherwise.
+std::vector<Record> reduction_step(std::int64_t step, double grad_norm, std::uint64_t grad_hash) {
+  std::vector<Record> r;
+  for (int mb = 0; mb < 8; ++mb) r.push_back(tensor(step, Kind::mb_grad, "w", 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
+  r.push_back(tensor(step, Kind::grad, "w", grad_hash, grad_norm));
+  return r;
+}
+
+// Within the summation-order bound of 8 float32 mb_grads (2 * 8 * 2^-24): noise.
+constexpr double kNoiseNorm = 8.0 * (1 + 0.9 * 2.0 * 8 * 0x1p-24);
+
+std::string decode_base64(const std::string& text) {
+  static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  std::uint32_t bits = 0;
+  int have = 0;
+  for (char c : text) {
+    if (c == '=') break;
+    bits = bits << 6 | static_cast<std::uint32_t>(kAlphabet.find(c));
+    if ((have += 6) >= 8) out += static_cast<char>(bits >> (have -= 8) & 0xff);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(PairGrid, EachCellCarriesItsPairsVerdictAndRule) {
+  auto dir = fresh_dir("grid_verdict");
+  std::vector<Record> a, b;
+  for (int s = 0; s < 3; ++s) {
+    const auto ra = reduction_step(s, 8.0, 1);
+    const auto rb = reduction_step(s, s == 0 ? kNoiseNorm : 8.0, s == 0 ? 2 : 1);  // step 0: noise
+    a.insert(a.end(), ra.begin(), ra.end());
+    b.insert(b.end(), rb.begin(), rb.end());
+    a.push_back(tensor(s, Kind::grad, "v", 5, 1.0));
+    b.push_back(s == 1 ? none(s, Kind::grad, "v") : tensor(s, Kind::grad, "v", 5, 1.0));  // step 1: a bug
+  }
+  write_run(dir / "a", {a});
+  write_run(dir / "b", {b});
+  auto g = diff_with_grid(dir / "a", dir / "b");
+  const Result& r = g.result;
+  const auto w = series_index(r, Kind::grad, "w"), v = series_index(r, Kind::grad, "v");
+  const auto& rules = g.grid.rules();
+  auto rule_of = [&](const GridCell& c) { return rules.at(c.why - 1); };
+
+  const GridCell& noise = g.grid.cell(w, 0);
+  EXPECT_EQ(noise.code, static_cast<std::uint8_t>(PairClass::different));
+  EXPECT_EQ(noise.verdict, GridCell::Verdict::noise);
+  ASSERT_GT(noise.why, 0);
+  EXPECT_EQ(rule_of(noise).rule, "summation_order");
+  EXPECT_FALSE(rule_of(noise).bug);
+
+  const GridCell& bug = g.grid.cell(v, 1);
+  EXPECT_EQ(bug.code, static_cast<std::uint8_t>(PairClass::none_one_side));
+  EXPECT_EQ(bug.verdict, GridCell::Verdict::bug);
+  ASSERT_GT(bug.why, 0);
+  EXPECT_EQ(rule_of(bug).rule, "none_gradient");
+  EXPECT_TRUE(rule_of(bug).bug);
+
+  for (const auto& [series, step] : {std::pair{w, 1}, {w, 2}, {v, 0}, {v, 2}}) {  // equal: no verdict
+    EXPECT_EQ(g.grid.cell(series, step).verdict, GridCell::Verdict::none) << series << " " << step;
+    EXPECT_EQ(g.grid.cell(series, step).why, 0);
+  }
+  EXPECT_EQ(rules.size(), 2u);  // each explanation once, however many cells name it
+
+  // On the page: the class in the code byte's low 3 bits, 1 + the rule's index above them.
+  const auto j = nlohmann::json::parse(html_data_json(r, {}, g.grid));
+  const auto& grid = j["grid"];
+  const std::string code = decode_base64(grid["code"].get<std::string>());
+  const auto rows = grid["rows"].get<std::vector<std::size_t>>();
+  const std::size_t ncols = grid["columns"].get<std::size_t>();
+  auto page_code = [&](std::size_t series, std::size_t col) {
+    const auto row = static_cast<std::size_t>(std::find(rows.begin(), rows.end(), series) - rows.begin());
+    return static_cast<std::uint8_t>(code.at(row * ncols + col));
+  };
+  auto page_rule = [&](std::uint8_t c) { return grid["rules"].at((c >> 3) - 1); };
+  EXPECT_EQ(page_code(w, 0) & 7, static_cast<int>(PairClass::different));
+  EXPECT_EQ(page_rule(page_code(w, 0)), (nlohmann::json{{"rule", "summation_order"}, {"category", "noise"}}));
+  EXPECT_EQ(page_code(v, 1) & 7, static_cast<int>(PairClass::none_one_side));
+  EXPECT_EQ(page_rule(page_code(v, 1)), (nlohmann::json{{"rule", "none_gradient"}, {"category", "bug"}}));
+  EXPECT_EQ(page_code(w, 1), static_cast<std::uint8_t>(PairClass::equal));  // no explanation bits
+  EXPECT_EQ(grid["first_unexplained"], (nlohmann::json{{"row", std::find(rows.begin(), rows.end(), v) - rows.begin()},
+                                                        {"column", 1}}));
+}
+
+TEST(PairGrid, AMergedColumnShowsABugBeforeLargerNoise) {
+  // Step 0: noise (relative difference ~1e-7); step 1: the same elements in other places, a
+  // bug of relative difference 0. Merged into one column, the bug is what the column shows.
+  auto dir = fresh_dir("grid_verdict_merge");
+  std::vector<Record> a, b;
+  for (int s = 0; s < 4; ++s) {
+    const auto ra = reduction_step(s, 8.0, 1);
+    const auto rb = reduction_step(s, s == 0 ? kNoiseNorm : 8.0, s <= 1 ? 2 : 1);
+    a.insert(a.end(), ra.begin(), ra.end());
+    b.insert(b.end(), rb.begin(), rb.end());
+  }
+  write_run(dir / "a", {a});
+  write_run(dir / "b", {b});
+  auto g = diff_with_grid(dir / "a", dir / "b", 1000, 2);
+  const auto w = series_index(g.result, Kind::grad, "w");
+  ASSERT_EQ(g.grid.columns().front().steps, 2);
+  const GridCell& shown = g.grid.cell(w, 0);
+  EXPECT_EQ(shown.step, 1);
+  EXPECT_EQ(shown.verdict, GridCell::Verdict::bug);
+  EXPECT_EQ(g.grid.rules().at(shown.why - 1).rule, "elements_moved");
 }
 
 TEST(HtmlData, HeatMapRowsPutParametersInModelOrderThenForwardRecordsByNameAndMicrobatch) {

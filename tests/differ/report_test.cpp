@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "differ_test_util.h"
 
@@ -11,14 +10,6 @@ using namespace differ_test;
 using namespace probe::differ;
 
 namespace {
-std::string text_of(const Result& r, std::size_t max_series = 20) {
-  std::ostringstream out;
-  TextOptions opt;
-  opt.max_series = max_series;
-  print_text(r, out, opt);
-  return out.str();
-}
-
 std::string line_starting(const std::string& text, const std::string& prefix) {
   const auto at = text.find("\n" + prefix);
   if (at == std::string::npos) return "(no line starting '" + prefix + "')";
@@ -61,7 +52,9 @@ TEST(Report, SeriesWithoutPairedStepsShowNoStatisticsInsteadOfZeros) {
   write_run(dir / "a", {a});
   write_run(dir / "b", {b});
   auto res = diff(dir / "a", dir / "b");
-  const std::string text = text_of(res);
+  TextOptions every_series;
+  every_series.all_series = true;
+  const std::string text = text_of(res, every_series);
   EXPECT_TRUE(says(text, "\nscalar aux_loss\nsteps base 2 test 0 paired 0 exact 0 first-divergent 0\n"
                          "MAE - RMSE - max|d| - final d -\n"))
       << text;

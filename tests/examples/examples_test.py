@@ -133,10 +133,15 @@ def case_fault_grads_none():
     if fd["class"] != "none_one_side":
         fail(f"first divergence class {fd['class']}, expected none_one_side")
     cause(r, "none_gradient", ["none in the test run", "all "])
+    first_screen(r, "RESULT: differences found", "FIRST UNEXPLAINED DIVERGENCE", "[none_gradient]")
+    if r["op_trace"]["trace_hint"] is not None:
+        fail(f"a gradient never computed is no op to trace: {r['op_trace']['trace_hint']}")
 
 
 def case_html_report():
-    """The demo's two comparisons (scripts/demo.sh) as --html reports, rendered in Chromium."""
+    """The demo's two comparisons (scripts/demo.sh) and a skipped all-reduce as --html reports,
+    rendered in Chromium: at 1280x800 the RESULT line, the "First unexplained divergence" panel
+    and its cause's rule lie on the first screen, as the browser lays the page out."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "differ"))
     import html_check
     chromium = html_check.find_chromium()
@@ -147,27 +152,47 @@ def case_html_report():
     a = train("html_zero3_4", "zero3", 4, *seed, steps=3)
     b = train("html_pp2_ddp4", "pp-ddp", 8, "--stages", "2", *seed, steps=3)
     c = train("html_pp2_ddp4_grads_none", "pp-ddp", 8, "--stages", "2", *seed, "--fault", "grads-none", steps=3)
+    # Data-parallel 4 vs 2 stages x 2: noise from the reduction order, and one bug.
+    param = "layers.1.attention.wq.weight"
+    d = train("html_ddp4", "ddp", 4, *seed, steps=3)
+    e = train("html_pp2_ddp2_skip_reduce", "pp-ddp", 4, "--stages", "2", *seed, "--fault", f"skip-reduce={param}",
+              steps=3)
     browser = html_check.Browser(chromium)
     try:
-        for name, run, expect, fd_name in [("demo1", b, 0, None), ("demo2", c, 1, "tok_embeddings.weight")]:
+        for name, base, run, expect, fd_name, rule in [
+                ("demo1", a, b, 0, None, None),
+                ("demo2", a, c, 1, "tok_embeddings.weight", "none_gradient"),
+                ("skip_reduce", d, e, 1, param, "unreduced_gradient")]:
             html = os.path.join(WORK, name + ".html")
-            r = diff(a, run, "--html", html, expect=expect)
+            r = diff(base, run, "--html", html, expect=expect)
             dom, log = browser.dump_dom(html)
             problems = html_check.render_problems(dom, log)
             drawn = html_check.attr(dom, "heatmap-canvas", "data-cells-drawn")
             if drawn != str(r["records_compared"]):
                 problems.append(f"heat map drew {drawn} cells, expected {r['records_compared']}")
+            for what, count in (("bug", r["noise"]["bug_pairs"]), ("noise", r["noise"]["pairs"])):
+                if html_check.attr(dom, "heatmap-canvas", f"data-cells-{what}") != str(count):
+                    problems.append(f"heat map coloured {html_check.attr(dom, 'heatmap-canvas', f'data-cells-{what}')} "
+                                    f"cells as {what}, the --json counts {count}")
             if fd_name is None and html_check.attr(dom, "no-divergence", "class") is None:
                 problems.append("the equal runs' page does not say there is no divergence")
             if fd_name is not None and html_check.attr(dom, "fd-headline", "data-name") != fd_name:
                 problems.append(f"first divergence panel names {html_check.attr(dom, 'fd-headline', 'data-name')}")
+            # The first screen, measured in the browser at 1280x800.
+            layout = html_check.measure(browser, html)[0]
+            problems += html_check.first_screen_problems(
+                layout, rule, required=("result", "panel", "title", "noise") if rule is None else
+                ("result", "panel", "title", "record", "cause", "rule", "noise"))
             png = os.path.join(WORK, name + ".png")
-            browser.screenshot(html, png, 1280, 1600)
-            problems += html_check.screenshot_problems(png, 1280, 1600)
+            browser.screenshot(html, png, 1280, 800)
+            problems += html_check.screenshot_problems(png, 1280, 800)
             if problems:
                 fail(f"{html}: " + "; ".join(problems))
-            print(f"OK {html}: {drawn} cells, render {html_check.attr(dom, 'body', 'data-render-ms')} ms, "
-                  f"screenshot {png}", flush=True)
+            boxes = layout["elements"]
+            print(f"OK {html}: {drawn} cells, render {html_check.attr(dom, 'body', 'data-render-ms')} ms; first screen: "
+                  f"result at {boxes['result']['top']:.0f} px, panel {boxes['panel']['top']:.0f}-"
+                  f"{boxes['panel']['bottom']:.0f} px" + (f", [{rule}] at {boxes['rule']['top']:.0f} px" if rule else "") +
+                  f"; screenshot {png}", flush=True)
     finally:
         browser.close()
 
@@ -240,6 +265,22 @@ def case_fault_lr():
         print(f"OK lr fault with {optimizer}: [optimizer] names step 0 and {fd['name']}", flush=True)
 
 
+FIRST_SCREEN = 40  # lines: what a terminal shows before the user scrolls
+
+# Causes where op records have nothing to show: no PROBE_TRACE hint may point at them (nor at
+# the noise before them).
+UNTRACEABLE = {"optimizer", "init", "none_gradient", "missing_record", "data", "rng", "replica_mismatch",
+               "unreduced_gradient", "wrong_reduction"}
+
+
+def first_screen(result, *needles):
+    """The text report's first FIRST_SCREEN lines hold every needle."""
+    top = "\n".join(result["text"].splitlines()[:FIRST_SCREEN])
+    missing = [n for n in needles if n not in top]
+    if missing:
+        fail(f"the first {FIRST_SCREEN} lines of the report lack {missing}:\n{top}")
+
+
 def headline(result, step, kind, rule, name=None):
     """The first unexplained divergence: where, and the cause that explains it."""
     u = result["first_unexplained_divergence"]
@@ -249,9 +290,12 @@ def headline(result, step, kind, rule, name=None):
         fail(f"the headline is step {u['step']} {u['kind']} {u['name']}, expected step {step} {kind} {name}")
     if u["cause"]["rule"] != rule:
         fail(f"the headline's cause is [{u['cause']['rule']}], expected [{rule}]: {u['cause']['message']}")
-    if "FIRST UNEXPLAINED DIVERGENCE" not in result["text"] or f"[{rule}]" not in result["text"]:
-        fail("the text report does not headline the unexplained divergence and its cause")
-    print(f"OK headline step {step} {kind} {u['name']} [{rule}]", flush=True)
+    first_screen(result, "RESULT: ", "FIRST UNEXPLAINED DIVERGENCE", f"[{rule}]")
+    hint = result["op_trace"]["trace_hint"]
+    if rule in UNTRACEABLE and (hint is not None or "OP TRACE" in result["text"]):
+        fail(f"an op trace cannot locate [{rule}], yet the report says to trace {hint}")
+    print(f"OK headline step {step} {kind} {u['name']} [{rule}], in the first {FIRST_SCREEN} lines"
+          f"{'' if hint is None else ', trace hint ' + hint}", flush=True)
     return u
 
 
@@ -308,10 +352,13 @@ def follow_trace_hint(name, setup, ranks, fault, *extra):
     hint = r["op_trace"]["trace_hint"]
     if not hint or f"PROBE_TRACE='{hint}'" not in r["text"]:
         fail(f"no re-run setting printed: {r['op_trace']}")
+    first_screen(r, "FIRST UNEXPLAINED DIVERGENCE", f"PROBE_TRACE='{hint}'")
     env = {"PROBE_TRACE": hint}
     a = train(name + "_base_traced", setup, ranks, *extra, env_extra=env)
     b = train(name + "_traced", setup, ranks, *extra, "--fault", fault, env_extra=env)
-    return diff(a, b, expect=1), hint
+    traced = diff(a, b, expect=1)
+    first_screen(traced, "FIRST UNEXPLAINED DIVERGENCE", "[op_root_cause]")
+    return traced, hint
 
 
 def check_html_root_cause(a, b, name):

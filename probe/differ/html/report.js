@@ -17,7 +17,8 @@
                scalar: 'step end', optim: 'step end', op: 'forward'};
   var CLASSES = ['equal', 'within_tol', 'different', 'only_base', 'only_test', 'none_one_side',
                  'unsupported'];
-  // Cell codes: the class index, 7 = NaN/Inf on a side, 255 = no record at that step.
+  // Cell codes: the class index in the low 3 bits (7 = NaN/Inf on a side) and above them
+  // 1 + the index of the pair's explanation in grid.rules (0: none); 255 = no record.
   var NONFINITE = 7, ABSENT = 255;
   var CLASS_COLOR = {
     equal: '#2ca02c', within_tol: '#98df8a', different: '#d62728', only_base: '#ff7f0e',
@@ -53,7 +54,29 @@
     if (typeof v === 'string') return v;
     return String(v);
   }
-  var short = d3.format('.4~g');
+  // A number as the text report prints it: std::to_chars' shortest round trip, the shorter of
+  // fixed and scientific notation (fixed on a tie, the exponent of at least two digits).
+  function num(v) {
+    if (v === null || v === undefined) return '-';
+    if (typeof v === 'string') return v;
+    if (isNaN(v)) return 'nan';
+    if (!isFinite(v)) return v > 0 ? 'inf' : '-inf';
+    if (v === 0) return Object.is(v, -0) ? '-0' : '0';
+    var m = /^(-?)(\d)(?:\.(\d+))?e([+-])(\d+)$/.exec(v.toExponential());
+    var sign = m[1], digits = m[2] + (m[3] || ''), exp = (m[4] === '-' ? -1 : 1) * Number(m[5]);
+    var sci = sign + m[2] + (m[3] ? '.' + m[3] : '') + 'e' + m[4] + (m[5].length < 2 ? '0' : '') + m[5];
+    var fixed = exp >= digits.length - 1 ? sign + digits + '0'.repeat(exp - digits.length + 1)
+      : exp >= 0 ? sign + digits.slice(0, exp + 1) + '.' + digits.slice(exp + 1)
+      : sign + '0.' + '0'.repeat(-exp - 1) + digits;
+    return fixed.length <= sci.length ? fixed : sci;
+  }
+  // d3's trimmed formats ('~e', '~g') also cut a trailing zero of the exponent (3.607e-10
+  // became 3.607e-1): short forms are made here.
+  function short(v) { return String(Number(v.toPrecision(4))); }
+  function expShort(v, digits) {
+    if (v === 0) return '0';
+    return v.toExponential(digits).replace(/\.?0+e/, 'e').replace('e+', 'e');
+  }
   function fmtShort(v) {
     if (v === null || v === undefined) return '-';
     if (typeof v === 'string') return v;
@@ -81,39 +104,94 @@
     try { fn(); } catch (e) { fail(e); }
   }
 
-  // ---- 1. header ---------------------------------------------------------------------------
+  // ---- 1. header: the runs and the RESULT line ---------------------------------------------
   function runLine(label, i) {
     var what = i.python ? 'NumericsLogger log' :
       i.ranks_found + '/' + i.world_size + ' ranks' + (i.setup ? ', ' + i.setup : '');
     var steps = i.steps + (i.first_step !== null ? ' [' + i.first_step + '..' + i.last_step + ']' : '');
     return el('tr', null, [el('th', {text: label}), el('td', {class: 'path', text: i.path}),
-      el('td', {text: what}), el('td', {text: 'steps ' + steps}),
-      el('td', {text: i.records + ' records'}), el('td', {text: i.torch ? 'torch ' + i.torch : ''})]);
+      el('td', {text: what}), el('td', {class: 'nowrap', text: 'steps ' + steps}),
+      el('td', {class: 'nowrap', text: i.records + ' records'}),
+      el('td', {class: 'nowrap', text: i.torch ? 'torch ' + i.torch : ''})]);
+  }
+  function pairCount(cls) {
+    return KINDS.reduce(function (n, k) { return n + (R.summary[k] ? R.summary[k][cls] : 0); }, 0);
+  }
+  // The RESULT line's words, as the text report writes them (report_text.cpp, result_text).
+  function resultText() {
+    var unsupported = pairCount('unsupported'), o = R.options;
+    var notCompared = unsupported ? ' (' + unsupported + ' unsupported pair(s) not compared)' : '';
+    switch (R.result) {
+      case 'different': return 'differences found';
+      case 'noise':
+        return 'differences found, every one explained as noise (' + R.noise.pairs +
+               ' pair(s), largest relative difference ' + num(R.noise.max_rel_diff) +
+               '); --strict counts them as differences';
+      case 'run_errors': return 'the runs agree, but a run has errors (RUN ISSUES)';
+      case 'incomplete': {
+        var at = R.truncated_at;
+        return 'incomplete: ' + (at > 0 ? 'no difference through step ' + (at - 1) + ', but ' : '') +
+               "a run's log ends early, at step " + at + ' (rank killed?)' +
+               (at > 0 ? '; --steps :' + (at - 1) + ' compares the complete steps alone' : '');
+      }
+      case 'nothing_compared': {
+        var filtered = o.kinds || o.steps[0] !== null || o.steps[1] !== null || o.name;
+        if (R.records_compared > 0)
+          return 'nothing compared: all ' + R.records_compared +
+                 ' pairs are unsupported (see the notes above and in --json)';
+        return filtered ? 'nothing compared: no record passes --kinds, --steps and --name'
+                        : 'nothing compared: the runs hold no records';
+      }
+      case 'within_tolerance':
+        return 'equal within tolerance (' + pairCount('within_tol') + ' pair(s) not bitwise equal)' + notCompared;
+    }
+    return 'equal' + notCompared;
   }
   function drawHeader() {
     var h = el('header', {id: 'header'});
     document.getElementById('app').appendChild(h);
     h.appendChild(el('h1', {text: 'numprobe: where two runs stop agreeing'}));
     h.appendChild(el('table', {class: 'runs'}, [runLine('base', R.base), runLine('test', R.test)]));
-    var ok = R.exit_code === 0;
-    var result = el('p', {id: 'result', class: ok ? 'ok' : 'bad', 'data-result': R.result,
-                          'data-exit-code': String(R.exit_code)},
-      ['RESULT: ' + R.result.replace(/_/g, ' ') + ' (exit ' + R.exit_code + ')']);
-    h.appendChild(result);
+    // Exit 4 (every difference noise) is no failure and no clean pass either.
+    var tone = R.exit_code === 0 ? 'ok' : R.exit_code === 4 ? 'warn' : 'bad';
+    h.appendChild(el('p', {id: 'result', class: tone, 'data-result': R.result,
+                           'data-exit-code': String(R.exit_code)},
+      ['RESULT: ' + resultText() + ' (exit ' + R.exit_code + ')']));
     var o = R.options, opts = [];
     opts.push('paired steps ' + R.paired_steps + ', records compared ' + R.records_compared);
     opts.push(o.rtol || o.atol ? 'tolerance rtol=' + o.rtol + ' atol=' + o.atol : 'bitwise comparison');
+    if (o.strict) opts.push('--strict');
     if (o.kinds) opts.push('--kinds ' + o.kinds.join(','));
     if (o.steps[0] !== null || o.steps[1] !== null)
       opts.push('--steps ' + (o.steps[0] === null ? '' : o.steps[0]) + ':' + (o.steps[1] === null ? '' : o.steps[1]));
     if (o.name) opts.push('--name ' + o.name);
     h.appendChild(el('p', {class: 'options', text: opts.join(' · ')}));
+    // What else needs reading, one line each: the details are further down.
     if (R.truncated_at !== null)
       h.appendChild(el('p', {class: 'warn', text: "a rank's log ends early (killed?): steps from " +
                              R.truncated_at + ' on are read but not compared'}));
     [['base', R.base], ['test', R.test]].forEach(function (bt) {
+      var types = Object.keys(bt[1].issue_counts);
+      if (types.length)
+        h.appendChild(el('p', {class: 'warn issues-line'}, ['Run issues (' + bt[0] + '): ' +
+          types.map(function (t) { return t + '=' + bt[1].issue_counts[t]; }).join('  ') + ' ',
+          el('a', {href: '#issues', text: '(below)'})]));
+    });
+    [['kinds_only_base', 'test'], ['kinds_only_test', 'base']].forEach(function (kl) {
+      if (R[kl[0]].length)
+        h.appendChild(el('p', {class: 'warn', text: 'kinds in one run only: the ' + kl[1] +
+                               ' run recorded no ' + R[kl[0]].join(', ') + ' (PROBE_KINDS?)' +
+                               (R.kinds_left_out ? ': left out of the comparison (--kinds all compares them)' : '')}));
+    });
+  }
+  function drawIssues() {
+    var runs = [['base', R.base], ['test', R.test]].filter(function (bt) {
+      return Object.keys(bt[1].issue_counts).length;
+    });
+    if (!runs.length) return;
+    var s = section('issues', 'Run issues');
+    runs.forEach(function (bt) {
       var run = bt[1], types = Object.keys(run.issue_counts);
-      if (!types.length) return;
       var box = el('div', {class: 'issues', 'data-run': bt[0]}, [
         el('h3', {text: 'Run issues (' + bt[0] + '): ' +
                   types.map(function (t) { return t + '=' + run.issue_counts[t]; }).join('  ')})]);
@@ -124,16 +202,264 @@
           el('b', {text: i.severity + ' ' + i.type}), (i.step !== null ? ' (step ' + i.step + ')' : '') + ': ' + i.message]));
       });
       box.appendChild(ul);
-      h.appendChild(box);
-    });
-    [['kinds_only_base', 'test'], ['kinds_only_test', 'base']].forEach(function (kl) {
-      if (R[kl[0]].length)
-        h.appendChild(el('p', {class: 'warn', text: 'kinds in one run only: the ' + kl[1] +
-                               ' run recorded no ' + R[kl[0]].join(', ') + ' (PROBE_KINDS?)'}));
+      s.appendChild(box);
     });
   }
 
-  // ---- 2. summary ----------------------------------------------------------------------------
+  // ---- 2. the headline: first unexplained divergence, its cause, the noise in words ----------
+  // A side as the text report prints it (report_text.cpp, side_text): figures as key=value,
+  // each a span so that the ones differing from the other side can be marked.
+  function rankList(ranks) {
+    var out = [];
+    for (var i = 0; i < ranks.length; ++i) {
+      var j = i;
+      while (j + 1 < ranks.length && ranks[j + 1] === ranks[j] + 1) ++j;
+      out.push(j > i ? ranks[i] + '-' + ranks[j] : String(ranks[i]));
+      i = j;
+    }
+    return out.join(',');
+  }
+  function sideFigures(side, kind) {  // [[key, value]...] lines: the first, then min/max/mean
+    if (side === null) return [[['', '(absent)']]];
+    if (side.state === 'none') return [[['', 'none']]];
+    if (side.state === 'scalar') return [[['value', num(side.value)]]];
+    if (side.unsupported !== undefined) return [[['', 'unsupported (' + side.unsupported + ')']]];
+    var first = [], extra = [];
+    // A NumericsLogger record has torch.hash_tensor's value alone: the hash it is compared by.
+    if (side.hash !== undefined) first.push(['hash', side.hash]);
+    else if (side.torch_hash !== undefined) first.push(['hash', side.torch_hash]);
+    if (kind !== 'rng' && side.norm !== undefined) first.push(['norm', num(side.norm)]);
+    if (side.hash !== undefined && side.torch_hash !== undefined) first.push(['torch_hash', side.torch_hash]);
+    if (side.dtype) first.push(['', side.dtype + '[' + side.shape.join(',') + ']']);
+    if (kind !== 'rng' && side.min !== undefined) {
+      extra = [['min', num(side.min)], ['max', num(side.max)], ['mean', num(side.mean)]];
+      if (side.nan || side.inf) extra.push(['nan', String(side.nan)], ['inf', String(side.inf)]);
+    }
+    return extra.length ? [first, extra] : [first];
+  }
+  function ranksText(side) {
+    if (side === null || !side.ranks || !side.ranks.length || side.ranks[0] < 0) return '';
+    if (!side.replicas_disagree) return '  (rank ' + rankList(side.ranks) + ')';
+    return '  (rank ' + rankList(side.value_ranks) + '; ranks ' + rankList(side.ranks) +
+           ' disagree, see Run issues)';
+  }
+  function sideLines(p) {
+    var b = sideFigures(p.base, p.kind), t = sideFigures(p.test, p.kind);
+    function valueOf(lines, key) {
+      for (var i = 0; i < lines.length; ++i)
+        for (var j = 0; j < lines[i].length; ++j) if (lines[i][j][0] === key) return lines[i][j][1];
+      return undefined;
+    }
+    function lineCells(lines, other, side) {
+      return lines.map(function (figs, n) {
+        var spans = [];
+        figs.forEach(function (f) {
+          if (spans.length) spans.push(' ');
+          var differs = f[0] ? valueOf(other, f[0]) !== f[1] : !valueOf(other, '') || valueOf(other, '') !== f[1];
+          spans.push(el('span', {class: differs ? 'fig differs' : 'fig', text: f[0] ? f[0] + '=' + f[1] : f[1]}));
+        });
+        if (n === 0) spans.push(ranksText(side));
+        return el('tr', null, [el('th', {text: n === 0 ? (side === p.base ? 'base:' : 'test:') : ''}),
+                               el('td', {class: 'mono'}, spans)]);
+      });
+    }
+    return el('table', {class: 'side-lines'}, lineCells(b, t, p.base).concat(lineCells(t, b, p.test)));
+  }
+  function relDiffText(p) {
+    function nanNorm(side) { return side !== null && side.norm === 'nan'; }
+    var nb = nanNorm(p.base), nt = nanNorm(p.test);
+    if (nb || nt) return 'n/a (NaN in ' + (nb && nt ? 'both' : nb ? 'base' : 'test') + ')';
+    return num(p.rel_diff);
+  }
+  // "noise: summation_order (within 9.5e-07)": the text report's label of a noise pair.
+  function noiseLabel(p) {
+    var e = p.explanation;
+    if (!e || e.category !== 'noise') return '';
+    return 'noise: ' + e.rule + (e.bound ? ' (within ' + num(e.bound) + ')' : '');
+  }
+  // A pair as the text report's headline: where, class, both sides, the difference, the note.
+  function pairBlock(p, id, label) {
+    var box = el('div', {class: 'divergence', id: id, 'data-step': String(p.step), 'data-kind': p.kind,
+                         'data-name': p.name, 'data-class': p['class']});
+    box.appendChild(el('p', {class: 'where-line'}, [el('span', {class: 'where', text: where(p)}),
+      '  [' + p['class'] + ']', label ? el('span', {class: 'label', text: '  ' + label}) : null]));
+    box.appendChild(sideLines(p));
+    if (p.rel_diff && p.kind !== 'rng')
+      box.appendChild(el('p', {class: 'line', text: 'relative norm difference: ' + relDiffText(p)}));
+    if (p.note) box.appendChild(el('p', {class: 'note line', text: 'note: ' + p.note}));
+    return box;
+  }
+  function evidenceText(c) {
+    return Object.keys(c.evidence || {}).map(function (k) { return k + '=' + c.evidence[k]; }).join(' ');
+  }
+  function causeBlock(c, id) {
+    var box = el('div', {class: 'cause', id: id, 'data-rule': c.rule}, [
+      el('p', null, [el('span', {class: 'rule', text: '[' + c.rule + ']'}), ' ' + c.message])]);
+    var ev = evidenceText(c);
+    if (ev) box.appendChild(el('p', {class: 'evidence'}, [el('span', {class: 'muted', text: 'evidence: '}),
+                                                          el('span', {class: 'mono', text: ev})]));
+    return box;
+  }
+  function count(n) { return Number(n).toLocaleString('en-US'); }
+  // A relative difference in words: two significant digits.
+  function relWords(v) {
+    if (typeof v !== 'number') return String(v);
+    return v >= 1e-3 && v < 1e3 ? String(Number(v.toPrecision(2))) : expShort(v, 1);
+  }
+  // The NOISE section in words: how many pairs, by which rule, how large, and the bugs.
+  function noiseWords() {
+    var n = R.noise, bugs = n.bug_pairs;
+    var bugText = bugs === 0 ? 'none is a bug' :
+      count(bugs) + (bugs === 1 ? ' divergent pair has' : ' divergent pairs have') + ' a bug-class explanation';
+    if (!R.first_divergence) return 'No divergent pair: nothing to explain.';
+    if (!n.pairs) return 'No divergent pair is explained as noise; ' + bugText + '.';
+    var rules = Object.keys(n.by_rule).sort(function (a, b) { return n.by_rule[b] - n.by_rule[a]; })
+      .map(function (r) { return r + ' ' + count(n.by_rule[r]); });
+    return count(n.pairs) + (n.pairs === 1 ? ' divergent pair' : ' divergent pairs') + ' explained as noise (' +
+           rules.join(', ') + '), largest relative difference ' + relWords(n.max_rel_diff) + '; ' + bugText + '.';
+  }
+  function noiseByKindWords() {
+    var k = R.noise.by_kind, kinds = KINDS.filter(function (x) { return k[x]; });
+    if (!kinds.length) return '';
+    return 'By kind: ' + kinds.map(function (x) {
+      return x + ' ' + count(k[x].pairs) + ' (largest ' + relWords(k[x].max_rel_diff) + ')';
+    }).join(', ') + '.';
+  }
+  function samePair(a, b) {
+    return a && b && a.step === b.step && a.kind === b.kind && a.name === b.name && a.mb === b.mb;
+  }
+  // What the text report headlines: the first unexplained divergence (with --strict, the first
+  // divergence), the cause that explains it, and the noise summary in words.
+  function drawHeadline() {
+    var strict = R.options && R.options.strict;
+    var u = strict ? null : R.first_unexplained_divergence;
+    var fd = R.first_divergence;
+    var s = section('headline', strict ? 'First divergence' : 'First unexplained divergence');
+    s.setAttribute('data-headline', strict ? 'strict' : u ? 'unexplained' : fd ? 'noise' : 'none');
+    if (!fd) {
+      s.appendChild(el('p', {class: 'ok verdict', id: 'no-divergence', text: 'None: every compared pair agrees' +
+        (R.result === 'within_tolerance' ? ' (within --rtol/--atol)' : ' bitwise') + '.'}));
+    } else if (u) {
+      s.appendChild(pairBlock(u, 'fd-headline', ''));
+      var c = u.cause || (u.explanation ? {rule: u.explanation.rule, message: '', evidence: {}} : null);
+      if (c) s.appendChild(causeBlock(c, 'headline-cause'));
+    } else if (strict) {
+      s.appendChild(pairBlock(fd, 'fd-headline', ''));
+      if (R.likely_causes.length) s.appendChild(causeBlock(R.likely_causes[0], 'headline-cause'));
+    } else {
+      s.appendChild(el('p', {class: 'ok verdict', id: 'no-unexplained',
+                             text: 'None: every difference is explained as noise. The first divergence:'}));
+      s.appendChild(pairBlock(fd, 'fd-headline', noiseLabel(fd)));
+    }
+    var noise = el('div', {id: 'noise-summary', 'data-pairs': String(R.noise.pairs),
+                           'data-bug-pairs': String(R.noise.bug_pairs)}, [
+      el('h3', {text: 'Noise'}), el('p', {text: noiseWords()})]);
+    var byKind = noiseByKindWords();
+    if (byKind) noise.appendChild(el('p', {class: 'note', text: byKind}));
+    s.appendChild(noise);
+    if (fd) {
+      var btn = el('button', {type: 'button', text: 'show it in the heat map'});
+      btn.addEventListener('click', function () { heatmapApi && heatmapApi.reveal(); });
+      s.appendChild(btn);
+    }
+  }
+
+  // ---- 3. the first divergence and its likely causes ------------------------------------------
+  function sideRows(p) {
+    var fields = [['state', 'state'], ['hash', 'hash'], ['torch_hash', 'torch_hash'], ['norm', 'norm'],
+                  ['min', 'min'], ['max', 'max'], ['mean', 'mean'], ['value', 'value'],
+                  ['nan', 'nan'], ['inf', 'inf'], ['dtype', 'dtype'], ['shape', 'shape'],
+                  ['inputs', 'input hashes'], ['ranks', 'ranks'], ['unsupported', 'unsupported']];
+    var rows = [el('tr', null, [el('th'), el('th', {text: 'base'}), el('th', {text: 'test'})])];
+    fields.forEach(function (f) {
+      function val(side) {
+        if (side === null) return '(absent)';
+        var v = side[f[0]];
+        if (v === undefined) return '';
+        if (Array.isArray(v)) {
+          var items = v.map(function (x) { return x === null ? '-' : x; });
+          return f[0] === 'shape' || f[0] === 'inputs' ? '[' + items.join(',') + ']' : items.join(',');
+        }
+        return fmt(v);
+      }
+      var b = val(p.base), t = val(p.test);
+      if (b === '' && t === '') return;
+      rows.push(el('tr', {class: b !== t ? 'differs' : ''}, [el('th', {text: f[1]}),
+        el('td', {class: 'num', text: b}), el('td', {class: 'num', text: t})]));
+    });
+    return el('table', {class: 'sides'}, rows);
+  }
+  function divergenceBlock(title, p, id) {
+    var box = el('div', {class: 'divergence', id: id, 'data-step': String(p.step), 'data-kind': p.kind,
+                         'data-name': p.name, 'data-class': p['class']});
+    box.appendChild(el('h3', null, [title + '  ', el('span', {class: 'where', text: where(p)}),
+                                    '  [' + p['class'] + ']']));
+    box.appendChild(sideRows(p));
+    if (p.rel_diff && p.kind !== 'rng')
+      box.appendChild(el('p', {text: 'relative norm difference: ' + fmt(p.rel_diff)}));
+    if (p.note) box.appendChild(el('p', {class: 'note', text: 'note: ' + p.note}));
+    return box;
+  }
+  // What the op records say (op_trace in the --json): the root-cause op, the first op whose
+  // inputs already differ, the PROBE_TRACE setting of a re-run, the ops of one run only.
+  function opFinding(title, f, id) {
+    var box = el('div', {class: 'op-finding', id: id, 'data-name': f.name, 'data-phase': f.phase});
+    box.appendChild(el('h3', null, [title + '  ', el('span', {class: 'where',
+      text: 'step ' + f.step + '  ' + f.phase + (f.mb !== null ? '  mb ' + f.mb : '') + '  op ' + f.name})]));
+    box.appendChild(el('p', {text: f.message}));
+    return box;
+  }
+  function drawOpTrace(main) {
+    var ops = R.op_trace;
+    if (!ops) return;
+    if (ops.root_cause) main.appendChild(opFinding('Root-cause op', ops.root_cause, 'op-root-cause'));
+    if (ops.inherited) main.appendChild(opFinding('First op with differing inputs', ops.inherited, 'op-inherited'));
+    if (ops.trace_hint) {
+      main.appendChild(el('h3', {text: 'Op trace'}));
+      main.appendChild(el('p', {text: 'The runs diverge where no op was recorded; to find the op, re-run both with'}));
+      main.appendChild(el('pre', {id: 'op-trace-hint', text: "PROBE_TRACE='" + ops.trace_hint + "'"}));
+    }
+    [['only_base', 'base'], ['only_test', 'test']].forEach(function (side) {
+      var n = ops[side[0] + '_count'];
+      if (!n) return;
+      main.appendChild(el('p', {class: 'note', text: n + ' op record(s) in the ' + side[1] +
+        ' run only (set aside: not compared, not a divergence): ' + ops[side[0]].join('; ') +
+        (n > ops[side[0]].length ? '; ...' : '')}));
+    });
+  }
+  // Under the headline: the first divergence when it is another pair (noise), every figure of
+  // both sides, the likely causes, the summation-order count and the op trace.
+  function drawFirstDivergence() {
+    var fd = R.first_divergence;
+    if (!fd && !R.likely_causes.length) return;
+    var strict = R.options && R.options.strict;
+    var u = strict ? null : R.first_unexplained_divergence;
+    var headlined = u ? u : fd;
+    var s = section('first-divergence', 'First divergence and likely causes');
+    if (u && fd && !samePair(u, fd))
+      s.appendChild(divergenceBlock('First divergence (' + (noiseLabel(fd) || 'no explanation') + ')', fd, 'fd-first'));
+    if (headlined) {
+      s.appendChild(el('h3', null, ['Every figure of ', el('span', {class: 'where', text: where(headlined)})]));
+      s.appendChild(sideRows(headlined));
+    }
+    if (R.likely_causes.length) {
+      var onFirst = !strict && u && !samePair(u, fd);
+      s.appendChild(el('h3', {text: onFirst ? 'Likely cause of the first divergence' : 'Likely cause'}));
+      var ul = el('ul', {class: 'causes'});
+      R.likely_causes.forEach(function (c) {
+        var ev = evidenceText(c);
+        ul.appendChild(el('li', {'data-rule': c.rule}, [el('span', {class: 'rule', text: '[' + c.rule + ']'}),
+          ' ' + c.message, ev ? el('div', {class: 'evidence mono', text: 'evidence: ' + ev}) : null]));
+      });
+      s.appendChild(ul);
+    }
+    if (R.summation_order_grads > 0)
+      s.appendChild(el('p', {text: R.summation_order_grads +
+        ' grad record(s) differ only at summation-order size with bitwise-equal mb_grads'}));
+    drawOpTrace(s);
+  }
+
+  // ---- 4. summary: pairs per kind and class -------------------------------------------------
   function drawSummary() {
     var s = section('summary', 'Summary: pairs per kind and class');
     var kinds = KINDS.filter(function (k) {
@@ -175,145 +501,35 @@
     s.appendChild(el('table', {class: 'counts'}, [el('thead', null, [head]), el('tbody', null, rows)]));
   }
 
-  // ---- 3. first divergence -------------------------------------------------------------------
-  function sideRows(p) {
-    var fields = [['state', 'state'], ['hash', 'hash'], ['torch_hash', 'torch_hash'], ['norm', 'norm'],
-                  ['min', 'min'], ['max', 'max'], ['mean', 'mean'], ['value', 'value'],
-                  ['nan', 'nan'], ['inf', 'inf'], ['dtype', 'dtype'], ['shape', 'shape'],
-                  ['inputs', 'input hashes'], ['ranks', 'ranks'], ['unsupported', 'unsupported']];
-    var rows = [el('tr', null, [el('th'), el('th', {text: 'base'}), el('th', {text: 'test'})])];
-    fields.forEach(function (f) {
-      function val(side) {
-        if (side === null) return '(absent)';
-        var v = side[f[0]];
-        if (v === undefined) return '';
-        if (Array.isArray(v)) {
-          var items = v.map(function (x) { return x === null ? '-' : x; });
-          return f[0] === 'shape' || f[0] === 'inputs' ? '[' + items.join(',') + ']' : items.join(',');
-        }
-        return fmt(v);
-      }
-      var b = val(p.base), t = val(p.test);
-      if (b === '' && t === '') return;
-      rows.push(el('tr', {class: b !== t ? 'differs' : ''}, [el('th', {text: f[1]}),
-        el('td', {class: 'num', text: b}), el('td', {class: 'num', text: t})]));
-    });
-    return el('table', {class: 'sides'}, rows);
-  }
-  function divergenceBlock(title, p, id) {
-    var box = el('div', {class: 'divergence', id: id, 'data-step': String(p.step), 'data-kind': p.kind,
-                         'data-name': p.name, 'data-class': p['class']});
-    box.appendChild(el('h3', null, [title + '  ', el('span', {class: 'where', text: where(p)}),
-                                    '  [' + p['class'] + ']']));
-    box.appendChild(sideRows(p));
-    if (p.rel_diff && p.kind !== 'rng')
-      box.appendChild(el('p', {text: 'relative norm difference: ' + fmt(p.rel_diff)}));
-    if (p.note) box.appendChild(el('p', {class: 'note', text: 'note: ' + p.note}));
-    return box;
-  }
-  // Fields a later differ may add, shown when present: first_unexplained_divergence (a pair,
-  // the headline then), noise (an object of figures), root_cause_op (an object or text).
-  // "noise: summation_order" for a pair's explanation (JSON `explanation`).
-  function explanationText(p) {
-    var e = p.explanation;
-    return e ? e.category + ': ' + e.rule : 'within noise';
-  }
-  function objectTable(obj) {
-    var rows = Object.keys(obj).map(function (k) {
-      var v = obj[k];
-      return el('tr', null, [el('th', {text: k}),
-        el('td', {text: typeof v === 'object' && v !== null ? JSON.stringify(v) : fmt(v)})]);
-    });
-    return el('table', {class: 'kv'}, rows);
-  }
-  // What the op records say (op_trace in the --json): the root-cause op, the first op whose
-  // inputs already differ, the PROBE_TRACE setting of a re-run, the ops of one run only.
-  function opFinding(title, f, id) {
-    var box = el('div', {class: 'op-finding', id: id, 'data-name': f.name, 'data-phase': f.phase});
-    box.appendChild(el('h3', null, [title + '  ', el('span', {class: 'where',
-      text: 'step ' + f.step + '  ' + f.phase + (f.mb !== null ? '  mb ' + f.mb : '') + '  op ' + f.name})]));
-    box.appendChild(el('p', {text: f.message}));
-    return box;
-  }
-  function drawOpTrace(main) {
-    var ops = R.op_trace;
-    if (!ops) return;
-    if (ops.root_cause) main.appendChild(opFinding('Root-cause op', ops.root_cause, 'op-root-cause'));
-    if (ops.inherited) main.appendChild(opFinding('First op with differing inputs', ops.inherited, 'op-inherited'));
-    if (ops.trace_hint) {
-      main.appendChild(el('h3', {text: 'Op trace'}));
-      main.appendChild(el('p', {text: 'The runs diverge where no op was recorded; to find the op, re-run both with'}));
-      main.appendChild(el('pre', {id: 'op-trace-hint', text: "PROBE_TRACE='" + ops.trace_hint + "'"}));
-    }
-    [['only_base', 'base'], ['only_test', 'test']].forEach(function (side) {
-      var n = ops[side[0] + '_count'];
-      if (!n) return;
-      main.appendChild(el('p', {class: 'note', text: n + ' op record(s) in the ' + side[1] +
-        ' run only (set aside: not compared, not a divergence): ' + ops[side[0]].join('; ') +
-        (n > ops[side[0]].length ? '; ...' : '')}));
-    });
-  }
-  function drawFirstDivergence() {
-    var s = section('first-divergence', 'First divergence');
-    var strict = R.options && R.options.strict;  // --strict: the first divergence heads
-    var unexplained = strict ? null : R.first_unexplained_divergence;
-    var main = el('div', {class: 'fd-main'});
-    var side = el('div', {class: 'fd-side'});
-    s.appendChild(el('div', {class: 'fd-layout'}, [main, side]));
-    if (!R.first_divergence) {
-      main.appendChild(el('p', {class: 'ok', id: 'no-divergence', text: 'none: every compared pair agrees'}));
-    } else if (unexplained) {
-      main.appendChild(divergenceBlock('First unexplained divergence', unexplained, 'fd-headline'));
-      if (unexplained.cause)
-        main.appendChild(el('p', {class: 'cause', 'data-rule': unexplained.cause.rule},
-          [el('span', {class: 'rule', text: '[' + unexplained.cause.rule + ']'}), ' ' + unexplained.cause.message]));
-      var same = unexplained.step === R.first_divergence.step && unexplained.kind === R.first_divergence.kind &&
-                 unexplained.name === R.first_divergence.name && unexplained.mb === R.first_divergence.mb;
-      if (!same)
-        main.appendChild(divergenceBlock('First divergence (' + explanationText(R.first_divergence) + ')',
-                                         R.first_divergence, 'fd-first'));
-    } else if (!strict && R.first_divergence.explanation && R.first_divergence.explanation.category === 'noise') {
-      main.appendChild(divergenceBlock('First divergence (' + explanationText(R.first_divergence) + ')',
-                                       R.first_divergence, 'fd-headline'));
-    } else {
-      main.appendChild(divergenceBlock('First divergence', R.first_divergence, 'fd-headline'));
-    }
-    if (!unexplained && R.first_divergence && !strict && R.first_unexplained_divergence === null)
-      main.appendChild(el('p', {class: 'ok', text: 'every divergence is explained as noise'}));
-    if (R.likely_causes.length) {
-      main.appendChild(el('h3', {text: 'Likely cause'}));
-      var ul = el('ul', {class: 'causes'});
-      R.likely_causes.forEach(function (c) {
-        ul.appendChild(el('li', {'data-rule': c.rule}, [el('span', {class: 'rule', text: '[' + c.rule + ']'}), ' ' + c.message]));
-      });
-      main.appendChild(ul);
-    }
-    if (R.summation_order_grads > 0)
-      main.appendChild(el('p', {text: R.summation_order_grads +
-        ' grad record(s) differ only at summation-order size with bitwise-equal mb_grads'}));
-    drawOpTrace(main);
-    if (R.noise !== undefined && R.noise !== null) {
-      side.appendChild(el('h3', {text: 'Noise summary'}));
-      side.appendChild(typeof R.noise === 'object' ? objectTable(R.noise) : el('p', {text: String(R.noise)}));
-    }
-    if (R.first_divergence) {
-      var btn = el('button', {type: 'button', text: 'show it in the heat map'});
-      btn.addEventListener('click', function () { heatmapApi && heatmapApi.reveal(); });
-      main.appendChild(btn);
-    }
-  }
-
-  // ---- 4. heat map -----------------------------------------------------------------------------
+  // ---- 5. heat map -----------------------------------------------------------------------------
   var heatmapApi = null;
   function hexRgb(hex) {
     var c = d3.rgb(hex);
     return [c.r, c.g, c.b];
   }
+  // Per cell: its class (ABSENT, NONFINITE or a CLASSES index) and its verdict: 0 none (not
+  // a divergence, or no explanation), 1 noise, 2 bug; `rule` indexes grid.rules (-1: none).
+  var VERDICT_NONE = 0, VERDICT_NOISE = 1, VERDICT_BUG = 2;
+  function decodeCells(G) {
+    var packed = decode(G.code, Uint8Array), n = packed.length;
+    var cls = new Uint8Array(n), verdict = new Uint8Array(n), rule = new Int8Array(n);
+    var bugRule = G.rules.map(function (r) { return r.category === 'bug'; });
+    for (var i = 0; i < n; ++i) {
+      var c = packed[i];
+      if (c === ABSENT) { cls[i] = ABSENT; rule[i] = -1; continue; }
+      cls[i] = c & 7;
+      var w = (c >> 3) - 1;
+      rule[i] = w;
+      verdict[i] = w < 0 ? VERDICT_NONE : bugRule[w] ? VERDICT_BUG : VERDICT_NOISE;
+    }
+    return {cls: cls, verdict: verdict, rule: rule};
+  }
   function drawHeatmap() {
     var G = DATA.grid, nrows = G.rows.length, ncols = G.columns;
-    var s = section('heatmap', 'Heat map: relative difference of each series at each step');
+    var s = section('heatmap', 'Heat map: the verdict on each series at each step');
     if (!nrows || !ncols) { s.appendChild(el('p', {text: 'No pair compared.'})); return; }
-    var code = decode(G.code, Uint8Array), rel = decode(G.rel, Float32Array);
+    var cells = decodeCells(G), code = cells.cls, verdict = cells.verdict, ruleOf = cells.rule;
+    var rel = decode(G.rel, Float32Array);
     var base = decode(G.base, Float32Array), test = decode(G.test, Float32Array);
     var series = G.rows.map(function (i) { return R.series[i]; });
 
@@ -325,11 +541,29 @@
       var c = code[i];
       if ((c === 1 || c === 2) && rel[i] > 0 && isFinite(rel[i])) { lo = Math.min(lo, rel[i]); hi = Math.max(hi, rel[i]); }
     }
+    // Two colourings: the verdict (noise in blues, bugs in reds, the magnitude as intensity),
+    // or the magnitude alone (yellow to red).
     var color = d3.scaleSequentialLog(d3.interpolateYlOrRd).domain([lo, hi]).clamp(true);
+    var noiseColor = d3.scaleSequentialLog(function (t) { return d3.interpolateBlues(0.2 + 0.65 * t); })
+      .domain([lo, hi]).clamp(true);
+    var bugColor = d3.scaleSequentialLog(function (t) { return d3.interpolateReds(0.4 + 0.6 * t); })
+      .domain([lo, hi]).clamp(true);
     var zeroDiff = hexRgb('#fdf0b0');  // a hash differs while the norm is equal (rel 0)
     var fixed = {};
     Object.keys(CELL_COLOR).forEach(function (k) { fixed[k] = hexRgb(CELL_COLOR[k]); });
-    function cellRgb(k) {
+    // A scale as a 256-entry table: a million cells need no colour interpolation each.
+    var logLo = Math.log10(lo), lutStep = 255 / (Math.log10(hi) - logLo);
+    function table(scale) {
+      var lut = [];
+      for (var q = 0; q < 256; ++q) lut.push(hexRgb(scale(Math.pow(10, logLo + q / lutStep))));
+      return lut;
+    }
+    var lut = table(color), noiseLut = table(noiseColor), bugLut = table(bugColor);
+    function shade(l, r) {  // rel 0 (a hash moved, the norm did not): the scale's lightest
+      if (!(r > 0)) return l[0];
+      return l[Math.max(0, Math.min(255, Math.round((Math.log10(isFinite(r) ? r : hi) - logLo) * lutStep)))];
+    }
+    function magnitudeRgb(k) {
       var c = code[k];
       if (c === ABSENT) return fixed.absent;
       if (c === NONFINITE) return fixed.nonfinite;
@@ -339,11 +573,22 @@
       if (c === 5) return fixed.none_one_side;
       if (c === 6) return fixed.unsupported;
       if (!(rel[k] > 0)) return zeroDiff;
-      return lut[Math.max(0, Math.min(255, Math.round((Math.log10(isFinite(rel[k]) ? rel[k] : hi) - logLo) * lutStep)))];
+      return shade(lut, rel[k]);
     }
-    // The scale as a 256-entry table: a million cells need no colour interpolation each.
-    var logLo = Math.log10(lo), lutStep = 255 / (Math.log10(hi) - logLo), lut = [];
-    for (var q = 0; q < 256; ++q) lut.push(hexRgb(color(Math.pow(10, logLo + q / lutStep))));
+    // Verdict: `none` on one side and NaN/Inf keep their colours; a record in one run only is
+    // a bug (missing_record) at full intensity; within tolerance is accepted, so noise; a
+    // difference without explanation is not noise, so a bug.
+    function verdictRgb(k) {
+      var c = code[k];
+      if (c === ABSENT) return fixed.absent;
+      if (c === NONFINITE) return fixed.nonfinite;
+      if (c === 0) return fixed.equal;
+      if (c === 5) return fixed.none_one_side;
+      if (c === 6) return fixed.unsupported;
+      if (c === 3 || c === 4) return bugLut[255];
+      if (c === 1 || verdict[k] === VERDICT_NOISE) return shade(noiseLut, rel[k]);
+      return shade(bugLut, rel[k]);
+    }
 
     // Controls and legend.
     var kindsPresent = [];
@@ -354,13 +599,26 @@
     var zoomSel = el('select', {id: 'heatmap-zoom'}, [1, 2, 4, 8].map(function (z) {
       return el('option', {value: String(z), text: 'zoom x' + z});
     }));
-    var jump = el('button', {type: 'button', text: 'first divergence'});
-    s.appendChild(el('div', {class: 'controls'}, [kindSel, el('label', null, [onlyDiv, ' mismatching series only']),
-                                                   zoomSel, G.first_divergence ? jump : null]));
-    s.appendChild(drawLegend(color, lo, hi));
+    var colourSel = el('select', {id: 'heatmap-colour'}, [
+      el('option', {value: 'verdict', text: 'colour: verdict (bug, noise, equal)'}),
+      el('option', {value: 'magnitude', text: 'colour: magnitude only'})]);
+    var headline = G.first_unexplained && !(R.options && R.options.strict) ? G.first_unexplained : G.first_divergence;
+    var jump = el('button', {type: 'button', text: headline === G.first_divergence ? 'first divergence'
+                                                                               : 'first unexplained divergence'});
+    s.appendChild(el('div', {class: 'controls'}, [colourSel, kindSel,
+      el('label', null, [onlyDiv, ' mismatching series only']), zoomSel, headline ? jump : null]));
+    var legendBox = el('div', {class: 'legend-box'});
+    s.appendChild(legendBox);
+    function drawLegendFor() {
+      legendBox.textContent = '';
+      legendBox.appendChild(colourSel.value === 'magnitude' ? drawLegend([['relative norm difference (log)', color]], lo, hi, true)
+        : drawLegend([['noise', noiseColor], ['bug', bugColor]], lo, hi, false));
+    }
+    drawLegendFor();
     if (G.steps_per_column > 1)
       s.appendChild(el('p', {class: 'note', text: 'Each column spans ' + G.steps_per_column +
-        ' steps and shows its most severe pair (NaN/Inf, none, one run only, different, within tolerance).'}));
+        ' steps and shows its most severe pair (NaN/Inf, none, one run only, different, within tolerance; ' +
+        'a bug before noise).'}));
 
     var labelW = 260, axisH = 34;
     var wrap = el('div', {class: 'hm-wrap'});
@@ -385,8 +643,11 @@
     var shown = [];     // visible row -> index into series / code rows
     var image = null;   // offscreen canvas: one pixel per (visible row, column)
     var cw = 1, ch = 1;
-    var fdRow = G.first_divergence ? G.first_divergence.row : -1;
-    var fdCol = G.first_divergence ? G.first_divergence.column : -1;
+    // The headline's cell is ringed; the first divergence, when it is another pair, dashed.
+    var fdRow = headline ? headline.row : -1;
+    var fdCol = headline ? headline.column : -1;
+    var other = G.first_divergence && headline !== G.first_divergence ? G.first_divergence : null;
+    var otherRow = other ? other.row : -1, otherCol = other ? other.column : -1;
 
     function mismatching(x) { return x.exact_matches !== x.paired_steps || x.base_steps !== x.test_steps; }
     function build() {
@@ -400,21 +661,28 @@
       image.width = ncols;
       image.height = Math.max(1, shown.length);
       var ctx = image.getContext('2d');
-      var img = ctx.createImageData(ncols, Math.max(1, shown.length)), px = img.data, drawn = 0, divergent = 0;
+      var img = ctx.createImageData(ncols, Math.max(1, shown.length)), px = img.data;
+      var drawn = 0, divergent = 0, bugs = 0, noise = 0;
+      var rgbOf = colourSel.value === 'magnitude' ? magnitudeRgb : verdictRgb;
       for (var y = 0; y < shown.length; ++y) {
         var row = shown[y] * ncols;
         for (var x2 = 0; x2 < ncols; ++x2) {
-          var k = row + x2, rgb = cellRgb(k), o = (y * ncols + x2) * 4;
+          var k = row + x2, rgb = rgbOf(k), o = (y * ncols + x2) * 4;
           px[o] = rgb[0]; px[o + 1] = rgb[1]; px[o + 2] = rgb[2]; px[o + 3] = 255;
           if (code[k] !== ABSENT) ++drawn;
           if (code[k] >= 2 && code[k] <= 5 || code[k] === NONFINITE) ++divergent;
+          if (verdict[k] === VERDICT_BUG) ++bugs;
+          else if (verdict[k] === VERDICT_NOISE) ++noise;
         }
       }
       ctx.putImageData(img, 0, 0);
       // Countable markers for tests and tools: a canvas has no DOM cells.
+      view.setAttribute('data-colour', colourSel.value);
       view.setAttribute('data-rows-shown', String(shown.length));
       view.setAttribute('data-cells-drawn', String(drawn));
       view.setAttribute('data-cells-divergent', String(divergent));
+      view.setAttribute('data-cells-bug', String(bugs));
+      view.setAttribute('data-cells-noise', String(noise));
       layout();
     }
     function layout() {
@@ -444,11 +712,24 @@
       var nr = Math.min(shown.length - r0, Math.ceil(view.height / ch) + 1);
       if (nc > 0 && nr > 0)
         vctx.drawImage(image, c0, r0, nc, nr, c0 * cw - sx, r0 * ch - sy, nc * cw, nr * ch);
-      // The first divergence: a ring round its cell, and crosshairs when cells are small.
-      var y = shown.indexOf(fdRow);
-      if (y >= 0 && fdCol >= 0) {
-        var x0 = fdCol * cw - sx, y0 = y * ch - sy;
+      ringCell(vctx, otherRow, otherCol, sx, sy, true);
+      ringCell(vctx, fdRow, fdCol, sx, sy, false);
+      paintLabels(sy, r0, nr);
+      paintAxis(sx, c0, nc);
+    }
+    // A ring round a cell, with crosshairs when cells are small; dashed for the first
+    // divergence beside the headline.
+    function ringCell(vctx, row, col, sx, sy, dashed) {
+      var y = shown.indexOf(row);
+      if (y >= 0 && col >= 0) {
+        var x0 = col * cw - sx, y0 = y * ch - sy;
         vctx.save();
+        if (dashed) {
+          vctx.setLineDash([3, 2]); vctx.strokeStyle = '#000'; vctx.lineWidth = 1.5;
+          vctx.strokeRect(x0 - 3, y0 - 3, cw + 6, ch + 6);
+          vctx.restore();
+          return;
+        }
         vctx.strokeStyle = '#000'; vctx.lineWidth = 2;
         if (cw < 6 || ch < 6) {
           vctx.setLineDash([4, 3]); vctx.lineWidth = 1;
@@ -463,8 +744,6 @@
         vctx.strokeRect(x0 - 1, y0 - 1, cw + 2, ch + 2);
         vctx.restore();
       }
-      paintLabels(sy, r0, nr);
-      paintAxis(sx, c0, nc);
     }
     function paintLabels(sy, r0, nr) {
       var ctx = labels.getContext('2d');
@@ -516,9 +795,17 @@
         var what = x.kind === 'scalar' ? 'value' : 'norm';
         lines.push('base ' + what + ' ' + (isNaN(base[k]) && c !== NONFINITE ? '-' : short(base[k])) +
                    ',  test ' + what + ' ' + (isNaN(test[k]) && c !== NONFINITE ? '-' : short(test[k])));
-        if (c !== 0) lines.push('relative difference ' + (rel[k] === Infinity ? 'inf' : d3.format('.3~e')(rel[k])));
+        if (c !== 0) lines.push('relative difference ' + (rel[k] === Infinity ? 'inf' : expShort(rel[k], 3)));
+        if (ruleOf[k] >= 0) {
+          var why = G.rules[ruleOf[k]];
+          lines.push(why.category + ': ' + (why.rule || 'another rule'));
+        } else if (c === 2 || c === 3 || c === 4 || c === 5) {
+          lines.push('no explanation');
+        }
       }
-      if (row === fdRow && col === fdCol) lines.push('FIRST DIVERGENCE');
+      if (row === fdRow && col === fdCol)
+        lines.push(headline === G.first_divergence ? 'FIRST DIVERGENCE' : 'FIRST UNEXPLAINED DIVERGENCE');
+      if (row === otherRow && col === otherCol) lines.push('FIRST DIVERGENCE');
       return lines;
     }
     view.addEventListener('mousemove', function (ev) {
@@ -537,6 +824,7 @@
     });
     scroller.addEventListener('scroll', function () { window.requestAnimationFrame(paint); });
     kindSel.addEventListener('change', build);
+    colourSel.addEventListener('change', function () { drawLegendFor(); build(); });
     onlyDiv.addEventListener('change', build);
     zoomSel.addEventListener('change', layout);
     window.addEventListener('resize', layout);
@@ -575,32 +863,50 @@
       box.scrollIntoView();
     }
   }
-  function drawLegend(color, lo, hi) {
-    var w = 320, h = 44;
-    var svg = d3.create('svg').attr('width', w + 50).attr('height', h).attr('class', 'legend-scale');
-    var id = 'legend-gradient';
-    var grad = svg.append('defs').append('linearGradient').attr('id', id);
-    d3.range(0, 1.0001, 0.1).forEach(function (t) {
-      grad.append('stop').attr('offset', t).attr('stop-color', color(Math.pow(10, Math.log10(lo) + t * (Math.log10(hi) - Math.log10(lo)))));
+  // The colour scales (one bar each, over the same log axis of the relative difference) and
+  // the fixed colours of the mode.
+  function drawLegend(scales, lo, hi, magnitude) {
+    var w = 320, barH = 12, h = scales.length * (barH + 2) + 30;
+    var svg = d3.create('svg').attr('width', w + 90).attr('height', h).attr('class', 'legend-scale');
+    var defs = svg.append('defs');
+    scales.forEach(function (sc, i) {
+      var id = 'legend-gradient-' + (magnitude ? 'm' : 'v') + i;
+      var grad = defs.append('linearGradient').attr('id', id);
+      d3.range(0, 1.0001, 0.1).forEach(function (t) {
+        grad.append('stop').attr('offset', t)
+          .attr('stop-color', sc[1](Math.pow(10, Math.log10(lo) + t * (Math.log10(hi) - Math.log10(lo)))));
+      });
+      var y = 4 + i * (barH + 2);
+      svg.append('rect').attr('x', 60).attr('y', y).attr('width', w).attr('height', barH).attr('fill', 'url(#' + id + ')');
+      if (scales.length > 1)
+        svg.append('text').attr('x', 54).attr('y', y + barH - 2).attr('text-anchor', 'end').text(sc[0]);
     });
-    svg.append('rect').attr('x', 20).attr('y', 4).attr('width', w).attr('height', 14).attr('fill', 'url(#' + id + ')');
-    var x = d3.scaleLog().domain([lo, hi]).range([20, 20 + w]);
-    svg.append('g').attr('transform', 'translate(0,18)').call(d3.axisBottom(x).tickValues(
-      d3.range(Math.ceil(Math.log10(lo)), Math.floor(Math.log10(hi)) + 1, 4).map(function (e) { return Math.pow(10, e); }))
-      .tickFormat(d3.format('.0e')));
-    var swatches = [['bitwise equal', CELL_COLOR.equal], ['hash differs, norm equal', '#fdf0b0'],
-                    ['none on one side', CELL_COLOR.none_one_side], ['base only', CELL_COLOR.only_base],
-                    ['test only', CELL_COLOR.only_test], ['NaN/Inf', CELL_COLOR.nonfinite],
-                    ['unsupported', CELL_COLOR.unsupported], ['no record', CELL_COLOR.absent]];
-    var legend = el('div', {class: 'legend'}, [
-      el('span', {class: 'legend-title', text: 'relative norm difference (log):'}), svg.node()]);
+    var x = d3.scaleLog().domain([lo, hi]).range([60, 60 + w]);
+    svg.append('g').attr('transform', 'translate(0,' + (4 + scales.length * (barH + 2)) + ')').call(
+      d3.axisBottom(x).tickValues(d3.range(Math.ceil(Math.log10(lo)), Math.floor(Math.log10(hi)) + 1, 4)
+        .map(function (e) { return Math.pow(10, e); })).tickFormat(d3.format('.0e')));
+    var swatches = magnitude
+      ? [['bitwise equal', CELL_COLOR.equal], ['hash differs, norm equal', '#fdf0b0'],
+         ['none on one side', CELL_COLOR.none_one_side], ['base only', CELL_COLOR.only_base],
+         ['test only', CELL_COLOR.only_test], ['NaN/Inf', CELL_COLOR.nonfinite],
+         ['unsupported', CELL_COLOR.unsupported], ['no record', CELL_COLOR.absent]]
+      : [['bitwise equal', CELL_COLOR.equal], ['none on one side', CELL_COLOR.none_one_side],
+         ['NaN/Inf', CELL_COLOR.nonfinite], ['unsupported', CELL_COLOR.unsupported],
+         ['no record', CELL_COLOR.absent]];
+    var title = magnitude ? 'relative norm difference (log):'
+      : 'verdict, relative norm difference (log) as intensity:';
+    var legend = el('div', {class: 'legend', 'data-colour': magnitude ? 'magnitude' : 'verdict'}, [
+      el('span', {class: 'legend-title', text: title}), svg.node()]);
     swatches.forEach(function (sw) {
       legend.appendChild(el('span', {class: 'swatch'}, [el('i', {style: 'background:' + sw[1]}), sw[0]]));
     });
+    if (!magnitude)
+      legend.appendChild(el('span', {class: 'note', text: 'noise: explained as noise, or within --rtol/--atol; ' +
+        'bug: a bug-class explanation, a difference without one, a record in one run only. Hover names the rule.'}));
     return legend;
   }
 
-  // ---- 5. curves ---------------------------------------------------------------------------
+  // ---- 6. curves ---------------------------------------------------------------------------
   function figures(st) {
     var rng = st.kind === 'rng';
     var items = [['paired steps', st.paired_steps], ['exact matches', st.exact_matches],
@@ -629,6 +935,13 @@
     card.appendChild(body);
     body.appendChild(figures(st));
     var what = st.kind === 'scalar' ? 'value' : 'norm';
+    if (c.steps.length === 1) {  // one point is no curve: its figures say it all
+      card.setAttribute('data-single-step', String(c.steps[0]));
+      body.appendChild(el('p', {class: 'note single-step', text: 'One step only (step ' + c.steps[0] + '): base ' +
+        what + ' ' + num(c.base[0]) + ', test ' + what + ' ' + num(c.test[0]) +
+        '. A single point is not drawn as a curve.'}));
+      return card;
+    }
     var b = c.base.map(asNumber), t = c.test.map(asNumber);
     var vals = [], diffs = [], zeros = 0;
     for (var i = 0; i < c.steps.length; ++i) {
@@ -688,9 +1001,14 @@
       guarded(function () { grid.appendChild(curveCard(R.series[c.series], c, null)); });
     });
     s.setAttribute('data-curves', String(DATA.curves.length));
+    var single = DATA.curves.filter(function (c) { return c.steps.length === 1; }).length;
+    if (single)
+      s.insertBefore(el('p', {class: 'note', text: single === DATA.curves.length
+        ? 'Every series has one step only: no curves, the figures are below each title and in the tables.'
+        : single + ' series with one step only are shown as figures, not curves.'}), grid);
   }
 
-  // ---- 6. tables -----------------------------------------------------------------------------
+  // ---- 7. tables -----------------------------------------------------------------------------
   // A table whose column headers sort it (numbers numerically; '-' last).
   function sortableTable(id, columns, rows) {
     var thead = el('tr');
@@ -787,7 +1105,9 @@
     }
     timings.push('parse=' + Math.round(parsedAt));
     drawHeader();
-    [drawSummary, drawFirstDivergence, drawHeatmap, drawCurves, drawTables, drawFooter].forEach(timed);
+    // The first screen answers: the RESULT, the headline with its cause, the noise in words.
+    [drawHeadline, drawFirstDivergence, drawIssues, drawSummary, drawHeatmap, drawCurves, drawTables,
+     drawFooter].forEach(timed);
     document.body.setAttribute('data-timings-ms', timings.join(' '));
     document.body.setAttribute('data-charts', String(chartCount));
     // Milliseconds from navigation start to a drawn page (docs/perf.md records them).

@@ -62,6 +62,13 @@ void take_side(Side& s, Merged& m) {
   s.m.key.clear();
 }
 
+// Bug classes that arise in what a module computes, where its op records can name the op. The
+// others do not: the weights (init), the update (optimizer), a gradient never computed, a record
+// or a reduction missing, the data, the RNG, replicas that disagree.
+bool ops_can_locate(const Explanation& why) {
+  return why.rule == "unexplained" || why.rule == "elements_moved" || why.rule == "nonfinite";
+}
+
 // A side the step has no record for: a default record, keeping its buffers.
 void leave_absent(Side& s) {
   s.present = false;
@@ -250,13 +257,18 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
     ++result_.records_compared;
     const std::size_t si = add_to_series(p, pair_series_[k], base && test);
     pair_series_[k] = si;
-    if (options_.on_pair) options_.on_pair(p, si);
     if (is_divergence(p.pair_class) && !first) first = &p;
     // The norm of RNG state bytes is no size of a difference.
     if ((p.pair_class == PairClass::different || p.pair_class == PairClass::within_tol) && p.kind != Kind::rng) offer_top(p);
   }
   const bool first_step_of_both = result_.base.first_step == step && result_.test.first_step == step;
   explainer_.explain_step(step, first_step_of_both, pairs);
+  // After the explanations, so that a report drawing every pair (--html's heat map) shows each
+  // one's verdict; op records of one run only were set aside, not compared.
+  if (options_.on_pair)
+    for (std::size_t k = 0; k < pairs.size(); ++k)
+      if (pairs[k].kind != Kind::op || (pairs[k].base.present && pairs[k].test.present))
+        options_.on_pair(pairs[k], pair_series_[k]);
   result_.summation_order_grads = explainer_.summation_order_grads();
   note_noise_or_bug(step, first_step_of_both, pairs);
   note_first_nonfinite(step, pairs);
@@ -265,7 +277,9 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
     result_.first_divergence = *first;
     first_step_one_sided_ = !base || !test;
     for (auto& c : step_causes({step, pairs, *first}, options_)) result_.causes.push_back(std::move(c));
-    op_analysis_.suggest_trace(*first, pairs, options_.kinds_mask, result_.ops);
+    // --strict headlines the first divergence: the hint follows it (otherwise it follows the
+    // first unexplained divergence, note_noise_or_bug).
+    if (options_.strict) op_analysis_.suggest_trace(*first, pairs, options_.kinds_mask, result_.ops);
     // Divergence that starts in the weights or the optimizer, not in what a step computes.
     if (auto c = init_cause(step, first_step_of_both, pairs, *first)) result_.causes.push_back(std::move(*c));
     if (auto c = optimizer_cause(step, previous_step_, pairs, *first)) result_.causes.push_back(std::move(*c));
@@ -282,6 +296,8 @@ void Aligner::note_noise_or_bug(std::int64_t step, bool first_step, const std::v
     if (p.why.bug && !result_.first_unexplained) {
       result_.first_unexplained = p;
       result_.unexplained_cause = headline_cause(step, first_step, pairs, p);
+      if (!options_.strict && ops_can_locate(p.why))
+        op_analysis_.suggest_trace(p, pairs, options_.kinds_mask, result_.ops);
     }
   }
 }

@@ -79,12 +79,14 @@ RngAndInputs rng_and_inputs(const std::vector<Pair>& pairs) {
 
 // "--kinds" text that drops `drop` from the comparison's kinds.
 std::string kinds_without(std::uint32_t drop, const DiffOptions& o) {
+  // Every kind (--kinds all) is said as no choice: -kind is shorter than the list of the rest.
+  const bool chosen = o.kinds_mask && *o.kinds_mask != kAllKinds;
   std::string text;
   for (int k = 0; k < kKindCount; ++k) {
     const std::uint32_t bit = 1u << k;
     const std::string name(kind_name(static_cast<Kind>(k)));
-    if (!o.kinds_mask && (drop & bit)) text += (text.empty() ? "-" : ",-") + name;
-    if (o.kinds_mask && (*o.kinds_mask & bit) && !(drop & bit)) text += (text.empty() ? "" : ",") + name;
+    if (!chosen && (drop & bit)) text += (text.empty() ? "-" : ",-") + name;
+    if (chosen && (*o.kinds_mask & bit) && !(drop & bit)) text += (text.empty() ? "" : ",") + name;
   }
   return text;
 }

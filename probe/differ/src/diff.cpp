@@ -52,10 +52,7 @@ std::optional<std::int64_t> incomplete_from(const Run& base, const Run& test) {
   return limit;
 }
 
-}  // namespace
-
-Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
-  check_compatible(base, test);
+Result compare_once(Run& base, Run& test, const DiffOptions& options) {
   Result r;
   r.base = info_of(base);
   r.test = info_of(test);
@@ -87,6 +84,35 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   r.test.records = test.records_read();
   r.base_issues = base.issues();
   r.test_issues = test.issues();
+  return r;
+}
+
+// The kinds of one run only, as a --kinds bit set.
+std::uint32_t one_sided_kinds(const Result& r) {
+  std::uint32_t bits = 0;
+  for (const auto* kinds : {&r.kinds_only_base, &r.kinds_only_test})
+    for (Kind k : *kinds) bits |= 1u << static_cast<unsigned>(k);
+  return bits;
+}
+
+}  // namespace
+
+Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
+  check_compatible(base, test);
+  Result first = compare_once(base, test, options);
+  const std::uint32_t one_sided = one_sided_kinds(first);
+  if (options.kinds_mask || one_sided == 0) return first;
+  // Which kinds a run records is known once all of it was read: the runs are read again.
+  DiffOptions without = options;
+  without.kinds_mask = kAllKinds & ~one_sided;
+  if (options.on_restart) options.on_restart();
+  Run base_again(base.path(), base.options());
+  Run test_again(test.path(), test.options());
+  Result r = compare_once(base_again, test_again, without);
+  r.kinds_only_base = std::move(first.kinds_only_base);
+  r.kinds_only_test = std::move(first.kinds_only_test);
+  r.kinds_left_out = true;
+  r.filtered = first.filtered;  // the user's filters (--steps, --name), not the kinds left out
   return r;
 }
 

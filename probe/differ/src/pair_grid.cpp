@@ -1,6 +1,8 @@
 // PairGrid: every pair's figures by series and step for --html, in bounded memory.
 #include <array>
 #include <cmath>
+#include <optional>
+#include <string_view>
 
 #include "differ/report_html.h"
 
@@ -25,6 +27,21 @@ bool holds_nonfinite(const Side& s) {
   return r.stats.nan > 0 || r.stats.inf > 0 || !std::isfinite(r.stats.norm);
 }
 
+GridCell::Verdict verdict_of(const Pair& p) {
+  if (p.why.rule.empty()) return GridCell::Verdict::none;
+  return p.why.bug ? GridCell::Verdict::bug : GridCell::Verdict::noise;
+}
+
+// Within a class: noise, then a pair without explanation, then a bug.
+int verdict_rank(GridCell::Verdict v) {
+  switch (v) {
+    case GridCell::Verdict::noise: return 0;
+    case GridCell::Verdict::none: return 1;
+    case GridCell::Verdict::bug: return 2;
+  }
+  return 1;
+}
+
 int severity(std::uint8_t code) {
   // Index: the code (PairClass values, kNonfinite); kAbsent below all.
   static constexpr std::array<int, kPairClassCount + 1> kRank = {
@@ -38,6 +55,8 @@ int severity(std::uint8_t code) {
 bool more_severe(const GridCell& a, const GridCell& b) {
   const int sa = severity(a.code), sb = severity(b.code);
   if (sa != sb) return sa > sb;
+  const int va = verdict_rank(a.verdict), vb = verdict_rank(b.verdict);
+  if (va != vb) return va > vb;
   return a.rel > b.rel;
 }
 
@@ -54,6 +73,8 @@ void PairGrid::add(const Pair& p, std::size_t series) {
   GridCell c;
   c.code = static_cast<std::uint8_t>(p.pair_class);
   if (holds_nonfinite(p.base) || holds_nonfinite(p.test)) c.code = GridCell::kNonfinite;
+  c.verdict = verdict_of(p);
+  if (c.verdict != GridCell::Verdict::none) c.why = rule_index(p.why);
   c.rel = static_cast<float>(p.rel_diff);
   c.base = side_value(p.base);
   c.test = side_value(p.test);
@@ -61,6 +82,22 @@ void PairGrid::add(const Pair& p, std::size_t series) {
   auto& cells = columns_.back().cells;
   if (series >= cells.size()) cells.resize(series + 1);
   if (cells[series].code == GridCell::kAbsent || more_severe(c, cells[series])) cells[series] = c;
+}
+
+std::uint8_t PairGrid::rule_index(const Explanation& why) {
+  auto index_of = [&](std::string_view rule) -> std::optional<std::size_t> {
+    for (std::size_t i = 0; i < rules_.size(); ++i)
+      if (rules_[i].bug == why.bug && rules_[i].rule == rule) return i;
+    return std::nullopt;
+  };
+  auto i = index_of(why.rule);
+  if (!i && rules_.size() + 2 >= kMaxRules) {  // full: the category's shared entry
+    i = index_of("");
+    if (!i) rules_.push_back({"", why.bug});
+  } else if (!i) {
+    rules_.push_back({std::string(why.rule), why.bug});
+  }
+  return static_cast<std::uint8_t>(1 + i.value_or(rules_.size() - 1));
 }
 
 void PairGrid::start_column(std::int64_t step) {

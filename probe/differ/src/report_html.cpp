@@ -82,8 +82,37 @@ std::optional<std::size_t> series_of(const Result& r, const Pair& p) {
   return std::nullopt;
 }
 
-// The heat map: cell codes, relative differences and both sides' values (float32: the page
-// shows 7 significant digits; the curves carry full precision), row-major in display order.
+// {row, column} of a pair's cell in the heat map, or null.
+json cell_of(const Result& r, const PairGrid& grid, const std::vector<std::size_t>& rows,
+             const std::optional<Pair>& p) {
+  if (!p) return nullptr;
+  const auto s = series_of(r, *p);
+  if (!s) return nullptr;
+  const auto row = std::find(rows.begin(), rows.end(), *s) - rows.begin();
+  for (std::size_t x = 0; x < grid.columns().size(); ++x)
+    if (grid.columns()[x].first_step <= p->step && p->step <= grid.columns()[x].last_step)
+      return {{"row", row}, {"column", x}};
+  return nullptr;
+}
+
+// A cell's code byte on the page: the class in the low 3 bits, the explanation (GridCell::why,
+// at most PairGrid::kMaxRules) above them; 255 stays "no record". The verdict costs no byte:
+// a 1,000 x 1,000 page stays under 20 MB.
+std::uint8_t packed_code(const GridCell& c) {
+  if (c.code == GridCell::kAbsent) return c.code;
+  return static_cast<std::uint8_t>(c.code | c.why << 3);
+}
+
+json rules_json(const PairGrid& grid) {
+  json list = json::array();
+  for (const auto& rule : grid.rules())
+    list.push_back({{"rule", rule.rule}, {"category", rule.bug ? "bug" : "noise"}});
+  return list;
+}
+
+// The heat map: cell codes with each pair's explanation, relative differences and both sides'
+// values (float32: the page shows 7 significant digits; the curves carry full precision),
+// row-major in display order.
 json grid_json(const Result& r, const PairGrid& grid, const std::vector<std::size_t>& rows) {
   const std::size_t ncols = grid.columns().size();
   std::vector<std::uint8_t> code(rows.size() * ncols);
@@ -92,7 +121,7 @@ json grid_json(const Result& r, const PairGrid& grid, const std::vector<std::siz
     for (std::size_t x = 0; x < ncols; ++x) {
       const GridCell& c = grid.cell(rows[y], x);
       const std::size_t i = y * ncols + x;
-      code[i] = c.code;
+      code[i] = packed_code(c);
       rel[i] = c.rel;
       base[i] = static_cast<float>(c.base);
       test[i] = static_cast<float>(c.test);
@@ -108,18 +137,12 @@ json grid_json(const Result& r, const PairGrid& grid, const std::vector<std::siz
     last.push_back(c.last_step);
   }
   j["code"] = base64_of(code);
+  j["rules"] = rules_json(grid);
   j["rel"] = base64_of(rel);
   j["base"] = base64_of(base);
   j["test"] = base64_of(test);
-  j["first_divergence"] = nullptr;  // {row, column}
-  if (r.first_divergence)
-    if (auto s = series_of(r, *r.first_divergence)) {
-      const auto row = std::find(rows.begin(), rows.end(), *s) - rows.begin();
-      for (std::size_t x = 0; x < ncols; ++x)
-        if (grid.columns()[x].first_step <= r.first_divergence->step &&
-            r.first_divergence->step <= grid.columns()[x].last_step)
-          j["first_divergence"] = {{"row", row}, {"column", x}};
-    }
+  j["first_divergence"] = cell_of(r, grid, rows, r.first_divergence);
+  j["first_unexplained"] = cell_of(r, grid, rows, r.first_unexplained);
   return j;
 }
 

@@ -238,6 +238,7 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   j["names_only_test"] = r.names_only_test;
   j["kinds_only_base"] = kinds_json(r.kinds_only_base);
   j["kinds_only_test"] = kinds_json(r.kinds_only_test);
+  j["kinds_left_out"] = r.kinds_left_out;  // those kinds were not compared
   auto& series = j["series"] = nlohmann::json::array();
   for (const auto& [k, s] : r.series) series.push_back(series_json(k, s));
   return j.dump(1) + "\n";

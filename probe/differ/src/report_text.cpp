@@ -1,9 +1,11 @@
-// The terminal report: runs, summary per kind, first divergence and likely causes, the op
-// trace's re-run setting and set-aside ops, run issues, one-sided kinds and names, top
-// differences, paired statistics, result. One function per section.
+// The terminal report, its answer first: runs, result, first (unexplained) divergence and likely
+// causes, the op trace's re-run setting, noise; then one-sided kinds, run issues, the summary per
+// kind, one-sided names and ops, top differences, paired statistics, the result again. One
+// function per section.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <type_traits>
 #include <variant>
@@ -57,14 +59,17 @@ std::string side_text(const Side& s, Kind kind) {
       if (t.unsupported) {
         out = "unsupported (" + *t.unsupported + ")";
       } else if (s.m.hash_source == HashSource::torch_hash_alone) {
-        out = "hash=" + std::to_string(t.torch_hash.value_or(0));  // weights.log: no norm
+        // torch.hash_tensor's value, which NumericsLogger writes in decimal: in hex, 16 digits,
+        // like every other hash the report prints.
+        out = "hash=" + lf::format_hash(t.torch_hash.value_or(0));  // weights.log: no norm
       } else if (s.m.hash_source == HashSource::torch_only) {
-        // As NumericsLogger wrote it: torch.hash_tensor's value in decimal.
-        out = "hash=" + std::to_string(t.torch_hash.value_or(0)) + " norm=" + num(t.norm);
+        out = "hash=" + lf::format_hash(t.torch_hash.value_or(0)) + " norm=" + num(t.norm);
       } else if (kind == Kind::rng) {
         out = "hash=" + lf::format_hash(t.hash);  // the figures of state bytes mean nothing
       } else {
         out = "hash=" + lf::format_hash(t.hash) + " norm=" + num(t.norm);
+        // The hash a NumericsLogger log is compared by, where the probe wrote it too.
+        if (t.torch_hash) out += " torch_hash=" + lf::format_hash(*t.torch_hash);
         extra = "min=" + num(t.min) + " max=" + num(t.max) + " mean=" + num(t.mean);
         if (t.nan || t.inf) extra += " nan=" + std::to_string(t.nan) + " inf=" + std::to_string(t.inf);
       }
@@ -268,7 +273,7 @@ void print_first_unexplained(const Result& r, std::ostream& out, const Paint& pa
   if (r.strict || !r.first_divergence) return;
   if (!r.first_unexplained) {
     out << paint(kBold, "FIRST UNEXPLAINED DIVERGENCE") << "  "
-        << paint(kGreen, "none: every difference is explained as noise (NOISE below)") << "\n";
+        << paint(kGreen, "none: every difference is explained as noise (NOISE)") << "\n";
     return;
   }
   print_pair("FIRST UNEXPLAINED DIVERGENCE", *r.first_unexplained, "", out, paint);
@@ -303,13 +308,15 @@ void print_first_divergence(const Result& r, std::ostream& out, const Paint& pai
   out << "\n";
 }
 
-// The op trace's part: the re-run setting that would record the ops where the runs diverge,
-// and the ops of one run only, set aside.
-void print_ops(const OpReport& ops, std::ostream& out, const Paint& paint) {
-  if (ops.trace_hint) {
-    out << paint(kBold, "OP TRACE") << "  the runs diverge where no op was recorded; to find the op, re-run both with\n"
-        << "  PROBE_TRACE='" << *ops.trace_hint << "'\n\n";
-  }
+// The re-run setting that would record the ops where the headline's divergence arises.
+void print_trace_hint(const OpReport& ops, std::ostream& out, const Paint& paint) {
+  if (!ops.trace_hint) return;
+  out << paint(kBold, "OP TRACE") << "  the runs diverge where no op was recorded; to find the op, re-run both with\n"
+      << "  PROBE_TRACE='" << *ops.trace_hint << "'\n\n";
+}
+
+// The ops of one run only, set aside.
+void print_one_sided_ops(const OpReport& ops, std::ostream& out, const Paint& paint) {
   if (ops.only_base_count == 0 && ops.only_test_count == 0) return;
   out << paint(kBold, "OPS IN ONE RUN ONLY") << " (set aside: not compared, not a divergence)\n";
   for (const auto* list : {&ops.only_base, &ops.only_test}) {
@@ -324,19 +331,22 @@ void print_ops(const OpReport& ops, std::ostream& out, const Paint& paint) {
   out << "\n";
 }
 
-// What noise explains: how many pairs, how large, by kind and by rule.
+// What noise explains, in words: how many pairs, by which rules, how large, by kind.
 void print_noise(const Result& r, std::ostream& out, const Paint& paint) {
   const NoiseSummary& n = r.noise;
   if (n.all.pairs == 0) return;
-  out << paint(kBold, "NOISE") << "  " << n.all.pairs << " divergent pair(s) explained as noise, largest "
-      << "relative difference " << num(n.all.max_rel_diff);
-  if (n.bug_pairs > 0) out << "; " << n.bug_pairs << " pair(s) with a bug-class explanation";
-  out << "\n";
-  for (const auto& [kind, f] : n.by_kind)
-    out << "  " << pad(std::string(kind_name(kind)), 11) << pad(std::to_string(f.pairs), 10, true)
-        << "  max " << num(f.max_rel_diff) << "\n";
-  out << "  by rule:";
-  for (const auto& [rule, count] : n.by_rule) out << " " << rule << " " << count;
+  std::string rules;
+  for (const auto& [rule, count] : n.by_rule)
+    rules += (rules.empty() ? "" : ", ") + rule + " " + std::to_string(count);
+  out << paint(kBold, "NOISE") << "  " << n.all.pairs << " divergent pair(s) explained as noise ("
+      << rules << "), largest relative difference " << num(n.all.max_rel_diff);
+  if (n.bug_pairs > 0) out << "; " << n.bug_pairs << " more with a bug-class explanation";
+  out << "\n  by kind:";
+  std::string sep = " ";
+  for (const auto& [kind, f] : n.by_kind) {
+    out << sep << kind_name(kind) << " " << f.pairs << " (largest " << num(f.max_rel_diff) << ")";
+    sep = ", ";
+  }
   out << "\n\n";
 }
 
@@ -361,15 +371,19 @@ void print_issues(const Result& r, std::ostream& out, const Paint& paint) {
   }
 }
 
-void print_one_sided(const Result& r, std::ostream& out, const Paint& paint) {
+void print_one_sided_kinds(const Result& r, std::ostream& out, const Paint& paint) {
   for (const auto* kinds : {&r.kinds_only_base, &r.kinds_only_test}) {
     if (kinds->empty()) continue;
     std::string names;
     for (Kind k : *kinds) names += (names.empty() ? "" : ", ") + std::string(kind_name(k));
     out << paint(kBold, "KINDS IN ONE RUN ONLY") << "  the "
         << (kinds == &r.kinds_only_base ? "test" : "base") << " run recorded no " << names
-        << " (PROBE_KINDS?); --kinds can leave them out\n\n";
+        << (r.kinds_left_out ? " (PROBE_KINDS?): left out of the comparison; --kinds all compares them\n\n"
+                             : " (PROBE_KINDS?); --kinds can leave them out\n\n");
   }
+}
+
+void print_one_sided_names(const Result& r, std::ostream& out, const Paint& paint) {
   if (r.names_only_base.empty() && r.names_only_test.empty()) return;
   out << paint(kBold, "NAMES IN ONE RUN ONLY") << " (use --map REGEX=REPLACEMENT to align renamed ones)\n";
   for (const auto* list : {&r.names_only_base, &r.names_only_test}) {
@@ -444,7 +458,20 @@ void print_series_lines(const SeriesKey& k, const SeriesStats& s, std::ostream& 
   out << "\n";
 }
 
-void print_series(const Result& r, std::ostream& out, const Paint& paint, std::size_t max_series) {
+// The series the headline's pair belongs to (the first unexplained divergence, or the first
+// divergence with --strict or where all is noise).
+std::optional<std::size_t> headline_series(const Result& r) {
+  const std::optional<Pair>& p = !r.strict && r.first_unexplained ? r.first_unexplained : r.first_divergence;
+  if (!p) return std::nullopt;
+  for (std::size_t i = 0; i < r.series.size(); ++i) {
+    const SeriesKey& k = r.series[i].first;
+    if (k.kind == p->kind && k.mb == p->mb && k.name == p->name) return i;
+  }
+  return std::nullopt;
+}
+
+// Every mismatching tensor series, listed (up to max_series) or grouped: --all-series.
+void print_all_series(const Result& r, std::ostream& out, const Paint& paint, std::size_t max_series) {
   const SeriesShown s = series_shown(r, max_series);
   out << paint(kBold, "PAIRED STATISTICS") << " (d = test - base; all scalar series, "
       << s.single_shown << " of " << s.single.size() << " mismatching tensor norm series of "
@@ -460,6 +487,31 @@ void print_series(const Result& r, std::ostream& out, const Paint& paint, std::s
   out << "\n";
 }
 
+// The scalar series (the loss) and the headline's series; how many mismatching ones are left
+// out, and where they are.
+void print_series(const Result& r, std::ostream& out, const Paint& paint, const TextOptions& opt) {
+  if (opt.all_series) return print_all_series(r, out, paint, opt.max_series);
+  std::vector<std::size_t> shown;
+  std::size_t tensors = 0, left_out = 0;
+  const auto headline = headline_series(r);
+  for (std::size_t i = 0; i < r.series.size(); ++i) {
+    const auto& [k, st] = r.series[i];
+    if (k.kind == Kind::scalar || i == headline) shown.push_back(i);
+    else if (mismatching(st)) ++left_out;
+    if (k.kind != Kind::scalar) ++tensors;
+  }
+  if (shown.empty() && left_out == 0) return;
+  out << paint(kBold, "PAIRED STATISTICS") << " (d = test - base; the scalar series"
+      << (headline ? " and the headline's" : "") << "; ";
+  if (left_out > 0)
+    out << left_out << " more mismatching tensor norm series of " << tensors
+        << " left out: --all-series lists them, --json holds every series)\n";
+  else
+    out << "no other of the " << tensors << " tensor norm series mismatches; --json holds every series)\n";
+  for (std::size_t i : shown) print_series_lines(r.series[i].first, r.series[i].second, out, paint);
+  out << "\n";
+}
+
 void print_result(const Result& r, std::ostream& out, const Paint& paint) {
   const int code = r.exit_code();
   out << (code == 0 ? paint(kGreen, "RESULT: " + result_text(r)) : paint(kRed, "RESULT: " + result_text(r)))
@@ -468,17 +520,24 @@ void print_result(const Result& r, std::ostream& out, const Paint& paint) {
 
 }  // namespace
 
+// The answer first: the result, the headline and its cause, the re-run hint and what noise
+// explains fill the first screen; the counts, the lists and the statistics follow, and the
+// result is repeated last, where a scrolled terminal ends.
 void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   const Paint paint{opt.color};
   print_runs(r, out, paint);
-  print_summary(r, out, paint);
+  print_result(r, out, paint);
+  out << "\n";
   print_first_divergence(r, out, paint);
-  print_ops(r.ops, out, paint);
+  print_trace_hint(r.ops, out, paint);
   print_noise(r, out, paint);
+  print_one_sided_kinds(r, out, paint);
   print_issues(r, out, paint);
-  print_one_sided(r, out, paint);
+  print_summary(r, out, paint);
+  print_one_sided_names(r, out, paint);
+  print_one_sided_ops(r.ops, out, paint);
   print_top(r, out, paint);
-  print_series(r, out, paint, opt.max_series);
+  print_series(r, out, paint, opt);
   print_result(r, out, paint);
 }
 

@@ -56,7 +56,11 @@ void add_options(CLI::App& app, Cli& c) {
   app.add_option("--steps", c.steps, "steps to compare: N, A:B, A: or :B (inclusive)");
   app.add_option("--name", c.name_re, "compare only names matching this regular expression");
   app.add_option("--top", c.diff.top, "how many largest differences to list")->capture_default_str();
-  app.add_option("--max-series", c.text.max_series, "tensor norm series shown on the terminal")->capture_default_str();
+  app.add_flag("--all-series", c.text.all_series,
+               "PAIRED STATISTICS: list the mismatching tensor norm series too, not only the scalar "
+               "series and the headline's");
+  app.add_option("--max-series", c.text.max_series, "with --all-series: tensor norm series listed on the terminal")
+      ->capture_default_str();
   // Given, either sets the summation-order bound everywhere (sum_order_fixed), not only where
   // a grad's mb_grads are missing.
   auto fix_bound = [&c](const auto&) { c.diff.sum_order_fixed = true; };
@@ -150,6 +154,7 @@ int compare(Cli& c) {
     if (!d::html_report_available()) throw d::InputError("--html: " + d::html_report_unavailable_reason());
     html_file.emplace(c.html_path, "--html", std::ios::out | std::ios::binary);
     c.diff.on_pair = [&grid](const d::Pair& p, std::size_t series) { grid.add(p, series); };
+    c.diff.on_restart = [&grid] { grid = d::PairGrid{}; };
   }
   d::Run base(c.base_path, run_options(c, c.maps_base, "base"));
   d::Run test(c.test_path, run_options(c, c.maps_test, "test"));

@@ -40,7 +40,7 @@ struct Config {
   int steps = 1000, params = 500, mbs = 8, block_rows = 4, cols = 16;
   bool mb_grads = false, forward = true;
   bool pp_renumber = false;  // pipeline stages number their layers from 0
-  std::string variant = "none";  // none, sum_order, rng, none_grads, nan, loss_ulp
+  std::string variant = "none";  // none, sum_order, rng, none_grads, nan, loss_ulp, unreduced
   int at_step = 3;
   int param = 1;
 };
@@ -218,11 +218,15 @@ void write_grads(const Config& c, const Layout& l, RunWriter& w, int step) {
     if (c.variant == "rng" && on) g.id = mix(g.id);
     if (c.variant == "nan" && on && p == c.param) g.nan = true;
     const bool none = c.variant == "none_grads" && on;
+    // A skipped all-reduce: each data-parallel replica keeps a gradient of its own.
+    const bool unreduced = c.variant == "unreduced" && on && p == c.param && c.layout != "zero3";
     for (int d = 0; d < l.dp; ++d) {
       const bool zero3 = c.layout == "zero3";
       const int per = kBlocks / c.world;
+      Tensor local = g;
+      if (unreduced) local.id = mix(g.id + static_cast<std::uint64_t>(d) + 1);
       Record rec = zero3 ? tensor_record(c, step, Kind::grad, name, std::nullopt, g, d * per, per)
-                         : tensor_record(c, step, Kind::grad, name, std::nullopt, g, 0, kBlocks);
+                         : tensor_record(c, step, Kind::grad, name, std::nullopt, local, 0, kBlocks);
       if (none) rec.state = Record::State::none;
       w.emit(zero3 ? d : l.rank_of(l.stage_of(p), d), rec);
     }
@@ -274,8 +278,10 @@ int main(int argc, char** argv) {
   app.add_flag("--mb-grads", c.mb_grads, "log mb_grad records (one per parameter and microbatch)");
   app.add_flag("!--no-forward", c.forward, "omit rng/input/output records");
   app.add_flag("--pp-renumber", c.pp_renumber, "pp layout: each stage numbers its layers from 0");
-  app.add_option("--variant", c.variant, "none, sum_order, rng, none_grads, nan, loss_ulp")
-      ->check(CLI::IsMember({"none", "sum_order", "rng", "none_grads", "nan", "loss_ulp"}));
+  app.add_option("--variant", c.variant,
+                 "none, sum_order, rng, none_grads, nan, loss_ulp, unreduced (a grad left unreduced "
+                 "over data-parallel replicas: ddp and pp layouts)")
+      ->check(CLI::IsMember({"none", "sum_order", "rng", "none_grads", "nan", "loss_ulp", "unreduced"}));
   app.add_option("--at-step", c.at_step, "step where the variant starts");
   app.add_option("--param", c.param, "parameter the variant touches");
   CLI11_PARSE(app, argc, argv);

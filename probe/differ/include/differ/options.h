@@ -59,6 +59,9 @@ struct DiffOptions {
   // of its series in Result::series: for reports that draw every pair (--html's heat map),
   // while the Result keeps aggregates only.
   std::function<void(const Pair&, std::size_t series)> on_pair;
+  // Called when the comparison starts over without the kinds one run never recorded
+  // (diff_runs): what on_pair gathered so far is to be dropped.
+  std::function<void()> on_restart;
 };
 
 struct RunOptions {

@@ -13,7 +13,10 @@ namespace probe::differ {
 
 struct TextOptions {
   bool color = false;
-  std::size_t max_series = 20;  // tensor series lines on the terminal (all go to JSON)
+  // PAIRED STATISTICS shows the scalar series and the headline's; all_series (--all-series)
+  // adds the mismatching tensor norm series, at most max_series of them. JSON holds every one.
+  bool all_series = false;
+  std::size_t max_series = 20;
 };
 void print_text(const Result& r, std::ostream& out, const TextOptions& opt);
 std::string to_json(const Result& r, const DiffOptions& opt);

@@ -25,6 +25,12 @@ struct GridCell {
   static constexpr std::uint8_t kNonfinite = kPairClassCount;
   static constexpr std::uint8_t kAbsent = 255;
   std::uint8_t code = kAbsent;
+  // The pair's verdict (docs/diff-logs.md, "Noise or bug"): none where it is no divergence or
+  // has no explanation; `why` is 1 + the index of its explanation in PairGrid::rules(),
+  // 0 for none. Two bytes beside `code`: a cell stays 32 bytes.
+  enum class Verdict : std::uint8_t { none, noise, bug };
+  Verdict verdict = Verdict::none;
+  std::uint8_t why = 0;
   float rel = 0;  // the pair's relative norm (value) difference
   // The series' value (a tensor's norm, a scalar's value) on each side; NaN where that side
   // has none (absent, `none`, unsupported).
@@ -46,6 +52,16 @@ class PairGrid {
   // Steps must come in ascending order (diff_runs' order).
   void add(const Pair& p, std::size_t series);
 
+  // The explanations the cells name (rule and category), first-seen order. A comparison names
+  // a handful; past kMaxRules - 2 distinct ones the rest share one entry per category, with
+  // an empty rule, so that the page can pack `why` into 5 bits of the cell's code byte.
+  struct Rule {
+    std::string rule;
+    bool bug = false;
+  };
+  static constexpr std::size_t kMaxRules = 30;
+  const std::vector<Rule>& rules() const { return rules_; }
+
   struct Column {
     std::int64_t first_step = 0, last_step = 0;
     std::int64_t steps = 0;       // compared steps it spans
@@ -59,7 +75,9 @@ class PairGrid {
  private:
   void start_column(std::int64_t step);
   void merge_columns();
+  std::uint8_t rule_index(const Explanation& why);
   std::size_t max_cells_, max_columns_;
+  std::vector<Rule> rules_;
   std::vector<Column> columns_;
   std::size_t series_ = 0;
   std::int64_t bin_ = 1;  // steps per column
@@ -67,8 +85,8 @@ class PairGrid {
 };
 
 // Which of two cells a merged column shows: NaN/Inf, then `none` on one side, a record in one
-// run only, different, within tolerance, unsupported, equal, absent; the larger difference
-// among equals.
+// run only, different, within tolerance, unsupported, equal, absent; within a class a bug
+// before an unexplained pair before noise; then the larger difference.
 bool more_severe(const GridCell& a, const GridCell& b);
 
 // Heat map rows as series indices: parameters in model order (grad, then each parameter's

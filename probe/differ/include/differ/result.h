@@ -165,8 +165,9 @@ struct OpReport {
   std::vector<std::string> only_base, only_test;
   std::int64_t only_base_count = 0, only_test_count = 0;
   static constexpr std::size_t kListed = 50;
-  // A PROBE_TRACE setting that records the ops where the runs first diverge, when they diverge
-  // where neither run has op records.
+  // A PROBE_TRACE setting that records the ops of the module where the headline's divergence
+  // arises (the first unexplained one), when neither run has op records there and its class is
+  // one ops can locate (unexplained, elements_moved, nonfinite in a forward or backward record).
   std::optional<std::string> trace_hint;
 };
 
@@ -209,6 +210,8 @@ struct Result {
   std::vector<std::string> names_only_base, names_only_test;  // kinds below excluded
   // Kinds one run recorded on the steps both runs hold while the other recorded none of them.
   std::vector<Kind> kinds_only_base, kinds_only_test;
+  // Those kinds, left out of the comparison because --kinds did not choose the kinds.
+  bool kinds_left_out = false;
   OpReport ops;
   IssueLog base_issues, test_issues;
   std::int64_t records_compared = 0;

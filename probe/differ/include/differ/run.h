@@ -31,6 +31,7 @@ class Run {
   bool next_step(std::int64_t& step, std::vector<Merged>& records);
 
   const std::filesystem::path& path() const { return path_; }
+  const RunOptions& options() const { return options_; }  // what it was opened with
   int world_size() const { return world_size_; }
   int ranks_found() const { return static_cast<int>(ranks_.size()); }
   int format_version() const { return format_version_; }

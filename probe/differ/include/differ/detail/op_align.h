@@ -21,8 +21,9 @@ class OpAnalysis {
   // One step's pairs, classified, in execution order. Looks for the root cause in the first
   // step whose op records differ.
   void add_step(std::int64_t step, const std::vector<Pair>& pairs, OpReport& report);
-  // The first divergence was just found at this step: with no op record where it lies, the
-  // setting that would record them. Not for a record one run lacks, nor when `kinds` (--kinds)
+  // The headline's divergence (the first unexplained one; the first of any kind with --strict)
+  // was just found at this step: with no op record where it lies, the setting that would
+  // record them. Not for a record one run lacks, nor when `kinds` (--kinds)
   // leaves op records out.
   void suggest_trace(const Pair& first, const std::vector<Pair>& pairs, std::optional<std::uint32_t> kinds,
                      OpReport& report) const;
