@@ -42,6 +42,10 @@ ensure_venv() {
   export PATH="$VENV/bin:$PATH"  # torchrun, and python with xxhash for the cross-check test
 }
 
+# ccache keys on paths relative to the checkout and not on the working directory, so that
+# another clone of the same sources (CI's fresh one) hits the cache a first build filled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$NUMPROBE_ROOT}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+
 configure_and_build() {
   local launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
