@@ -8,9 +8,9 @@
 # probe's step calls (begin_step, end_step: the parameter, gradient and optimizer-state records
 # and the step's hand-off to the writer; moe_train times them), also as a share of the idle
 # step. Prints a markdown table (docs/perf.md).
-#   scripts/perf_examples.sh            # STEPS=41 by default
-#   SETUPS="single 1" MOE_FLAGS="--device cuda" BUILD_DIR=build-gpu scripts/perf_examples.sh
-#   SETUPS="single 1 --optimizer adamw" KINDS="-mb_grad,-param,-optim;-mb_grad" scripts/perf_examples.sh
+#   scripts/bench_examples.sh           # STEPS=41 by default
+#   SETUPS="single 1" MOE_FLAGS="--device cuda" BUILD_DIR=build-gpu scripts/bench_examples.sh
+#   SETUPS="single 1 --optimizer adamw" KINDS="-mb_grad,-param,-optim;-mb_grad" scripts/bench_examples.sh
 #     (SETUPS: "setup ranks [moe_train flags]" entries separated by ';')
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -15,8 +15,8 @@
 #    the machine disturbs it less). Per pair the ratio this/base of each; then their median,
 #    interquartile range and range.
 #
-#   scripts/perf_op_trace.sh
-#   BASE_BUILD=../base/build PAIRS=16 scripts/perf_op_trace.sh
+#   scripts/bench_op_trace.sh
+#   BASE_BUILD=../base/build PAIRS=16 scripts/bench_op_trace.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export BUILD_DIR="${BUILD_DIR:-$ROOT/build}" STEPS="${STEPS:-41}" LAYER="${LAYER:-1}" \

@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
-# One prepared GPU check for the device machine (H200, torch 2.11+cu130, nvcc 13.0, cmake,
-# ninja; nothing can be fetched there). Builds numprobe with the CUDA path, runs the CUDA tests
-# (GPU figures bitwise equal to the kernel's CPU reference, and to the CPU kernel's hash, across
-# dtypes, shards, views, 0..512 MiB, NaN/Inf; no host sync while computing), then the benchmark,
-# and copies everything to $OUT. Budget: GPU_CHECK_BUDGET_S (500 s), shared out between the phases.
+# numprobe's on-GPU check: runs the CUDA path, which `scripts/test.sh --all` only compiles.
+# Needs a CUDA GPU, a CUDA build of torch in $PYTHON (default python3), nvcc, cmake and ninja.
 #
-# The machine has no libgtest/libspdlog/libxxhash/libfmt dev packages: fetch them here first
-# with `scripts/gpu_check.sh --fetch-deps` (Debian .debs unpacked into .deps/root, gitignored),
-# then copy the tree with .deps to the GPU machine and run scripts/gpu_check.sh there.
+# Builds build-gpu/ (RelWithDebInfo, -DNUMPROBE_CUDA=ON, against $PYTHON's torch): libnumprobe
+# with the CUDA kernel, cuda_tests, torch_tests, stats_cuda_bench, diff_logs and, when the
+# examples' dependencies are there, moe_train. Then runs, in order of importance:
+#   1. cuda_tests: the GPU's figures bitwise equal to the kernel's CPU reference and to the CPU
+#      kernel's hash, across dtypes, shards, views, 0..512 MiB, NaN/Inf; no host sync while
+#      computing; a probed CUDA training step;
+#   2. torch_tests, in the same build;
+#   3. stats_cuda_bench --quick: throughput against the same run's copy bandwidth and against
+#      the PyTorch-ops way (docs/perf.md, "CUDA");
+#   4. moe_train on the GPU as `single` and as one-rank zero3 through NCCL, compared with
+#      diff_logs, which must find them equal;
+#   5. scripts/bench_examples.sh on the GPU: the probe's overhead per step at the example's size
+#      and at a GPU-sized configuration.
+# Results go to $OUT (default out/): gpu_check.log (everything printed), cuda_tests.xml,
+# torch_tests.xml, bench.txt, nccl_check.txt, example_overhead.md and summary.txt (one line per
+# phase). Exit status: cuda_tests'.
+# Time: at most GPU_CHECK_BUDGET_S seconds (default 500). Each phase is capped (build 300 s,
+# cuda_tests 150 s, torch_tests 60 s, benchmark 150 s, NCCL check 120 s, overhead 200 s) and
+# gets no more than what is left, so a slow one cannot cost the later ones their results.
+# Without a GPU it still builds everything, and the GPU parts skip or fail.
+#
+# On a machine without the dev packages of gtest, spdlog, fmt, xxhash, CLI11 and gloo (and no
+# way to install them), fetch their Debian packages first on one that has apt:
+# `scripts/gpu_check.sh --fetch-deps` unpacks them into .deps/root (gitignored); copy the tree
+# with .deps over, and the check builds against .deps/root when it is there.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="$ROOT/.deps/root"
@@ -62,7 +81,7 @@ if [ -n "$WHEEL_INCLUDE" ] && [ ! -f "$CUDA_ROOT/include/cusparse.h" ]; then
   extra=(-DCMAKE_CXX_FLAGS="-idirafter $WHEEL_INCLUDE" -DCMAKE_CUDA_FLAGS="-Xcompiler=-idirafter,$WHEEL_INCLUDE")
 fi
 
-# Every phase gets at most what is left of the whole check's time budget (GPU_CHECK_BUDGET_S):
+# Every phase gets at most what is left of the whole check's time limit (GPU_CHECK_BUDGET_S):
 # a slow phase cannot starve the later ones, and whatever ran leaves its files in $OUT.
 BUDGET_S="${GPU_CHECK_BUDGET_S:-500}"
 phase_limit() {  # phase_limit CAP -> seconds for the next phase: CAP or what is left, if less
@@ -125,8 +144,8 @@ if [ -x "$B/examples/moe_train" ] && [ -x "$B/bin/diff_logs" ]; then
   # tiny kernels); the GPU-sized configuration shows the cost where the GPU is the bottleneck.
   GPU_SIZED="--dim 1024 --heads 16 --kv-lora-rank 256 --moe-hidden 1024 --shared-hidden 2048 --microbatch-size 8 --seq-len 128"
   SETUPS="single 1;single 1 $GPU_SIZED" MOE_FLAGS="--device cuda" BUILD_DIR="$B" TORCHRUN="$TORCHRUN" \
-    STEPS=31 timeout "$(phase_limit 200)" "$ROOT/scripts/perf_examples.sh" | tee "$OUT/example_overhead.md"
-  note "perf_examples rc=${PIPESTATUS[0]}"
+    STEPS=31 timeout "$(phase_limit 200)" "$ROOT/scripts/bench_examples.sh" | tee "$OUT/example_overhead.md"
+  note "bench_examples rc=${PIPESTATUS[0]}"
   rm -rf "$RUNS"
 else
   note "moe_train or diff_logs not built: NCCL check and probe overhead on the example NOT measured"

@@ -277,7 +277,7 @@ class Trainer {
   // A call into the probe at the step's edges, its wall time added to probe_ms_: begin_step
   // records the parameters, end_step the gradients and the optimizer state and hands the step
   // to the writer. What `param` and `optim` cost is read there directly, not as the difference
-  // of two noisy step times (scripts/perf_examples.sh).
+  // of two noisy step times (scripts/bench_examples.sh).
   template <class Call>
   void in_probe(Call&& call) {
     const auto start = std::chrono::steady_clock::now();
