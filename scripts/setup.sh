@@ -43,7 +43,10 @@ ensure_venv() {
 }
 
 # ccache keys on paths relative to the checkout and not on the working directory, so that
-# another clone of the same sources (CI's fresh one) hits the cache a first build filled.
+# another clone of the same sources (CI's fresh one) hits the cache a first build filled. The
+# price: an object taken from the cache names the build directory of the clone that compiled it
+# in its debug information (a debugger looks for sources there; gdb's set substitute-path
+# points it at this checkout).
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$NUMPROBE_ROOT}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 
 configure_and_build() {

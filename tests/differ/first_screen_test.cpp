@@ -155,9 +155,16 @@ TEST(FirstScreen, TheTraceHintFollowsTheFirstUnexplainedDivergenceNotTheNoiseBef
 }
 
 TEST(FirstScreen, TheFirst40LinesHoldTheResultTheHeadlineItsCauseAndTheNoise) {
-  // Forty tap series that differ, a loss, and a grad that is never computed in the test run.
+  // A grad that differs by summation order (noise), forty tap series that differ, a loss, and a
+  // grad that is never computed in the test run.
   auto dir = fresh_dir("first_screen_text");
   std::vector<Record> a, b;
+  for (int mb = 0; mb < 2; ++mb) {
+    a.push_back(tensor(0, Kind::mb_grad, "v", 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
+    b.push_back(tensor(0, Kind::mb_grad, "v", 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
+  }
+  a.push_back(tensor(0, Kind::grad, "v", 1, 2.0));
+  b.push_back(tensor(0, Kind::grad, "v", 2, 2.0 * (1 + 1e-8)));
   for (int s = 0; s < 2; ++s) {
     for (int t = 0; t < 40; ++t) {
       const std::string name = "layers." + std::to_string(t);
@@ -177,9 +184,10 @@ TEST(FirstScreen, TheFirst40LinesHoldTheResultTheHeadlineItsCauseAndTheNoise) {
   EXPECT_TRUE(says(top, "RESULT: differences found (exit 1)")) << top;
   EXPECT_TRUE(says(top, "FIRST UNEXPLAINED DIVERGENCE step 0 step end grad w [none_one_side]")) << top;
   EXPECT_TRUE(says(top, "[none_gradient]")) << top;
+  EXPECT_TRUE(says(top, "NOISE 1 divergent pair(s) explained as noise (summation_order 1)")) << top;
   // The statistics: the loss and the headline's series; the 40 taps are counted, not listed.
-  EXPECT_TRUE(says(text, "PAIRED STATISTICS (d = test - base; the scalar series and the headline's; 40 more "
-                         "mismatching tensor norm series of 41 left out: --all-series lists them"))
+  EXPECT_TRUE(says(text, "PAIRED STATISTICS (d = test - base; the scalar series and the headline's; 41 more "
+                         "mismatching tensor norm series of 44 left out: --all-series lists them"))
       << text;
   EXPECT_TRUE(says(text, "\nscalar loss\n")) << text;
   EXPECT_TRUE(says(text, "\ngrad w\n")) << text;
@@ -200,4 +208,57 @@ TEST(FirstScreen, NumericsLoggerHashesPrintInHexBesideTheProbesHashes) {
   const std::string text = text_of(diff(dir / "py", dir / "probe"));
   EXPECT_TRUE(says(text, "base: hash=80b007d700000000 norm=1.5")) << text;
   EXPECT_TRUE(says(text, "test: hash=0000000000000abc norm=1.25 torch_hash=0000000000000005")) << text;
+}
+
+TEST(FirstScreen, RunsThatShareNoKindSaySoInsteadOfHoldingNoRecords) {
+  auto dir = fresh_dir("first_screen_no_shared_kind");
+  write_file(dir / "a" / "weights.log", "name='w' hash=11\nname='w' hash=21\n");
+  write_file(dir / "b" / "diff.log", "[grad w] hash=7, norm=1.5\n[grad w] hash=8, norm=1.25\n");
+  const auto r = diff(dir / "a", dir / "b");
+  EXPECT_TRUE(r.kinds_left_out);
+  EXPECT_EQ(r.exit_code(), 2);
+  EXPECT_TRUE(says(text_of(r), "RESULT: nothing compared: the runs share no kind (KINDS IN ONE RUN ONLY); "
+                               "--kinds all compares them"))
+      << text_of(r);
+}
+
+TEST(FirstScreen, StepAndNameFiltersDoNotTurnAMissingRecordIntoAKindNeverRecorded) {
+  // Both runs record grads; the test run's last step lacks its one: --steps 2:2 and --name must
+  // not read that as a kind the test run never recorded.
+  auto dir = fresh_dir("first_screen_filters");
+  write_run(dir / "a", {{tensor(0, Kind::grad, "w", 1, 1.0), tensor(1, Kind::grad, "w", 1, 1.0),
+                         tensor(2, Kind::grad, "w", 1, 1.0), scalar(2, "loss", 1.0)}});
+  write_run(dir / "b", {{tensor(0, Kind::grad, "w", 1, 1.0), tensor(1, Kind::grad, "w", 1, 1.0),
+                         scalar(2, "loss", 1.0)}});
+  DiffOptions step2;
+  step2.step_min = step2.step_max = 2;
+  const auto r = diff(dir / "a", dir / "b", step2);
+  EXPECT_FALSE(r.kinds_left_out);
+  ASSERT_TRUE(r.first_unexplained) << text_of(r);
+  EXPECT_EQ(r.first_unexplained->why.rule, "missing_record");
+  DiffOptions named;
+  named.name_filter = parse_name_filter("^w$");
+  named.name_filter_text = "^w$";
+  const auto n = diff(dir / "a", dir / "b", named);
+  EXPECT_FALSE(n.kinds_left_out);
+  ASSERT_TRUE(n.first_unexplained) << text_of(n);
+  EXPECT_EQ(n.first_unexplained->why.rule, "missing_record");
+}
+
+TEST(FirstScreen, StrictGivesNoTraceHintForACauseOpsCannotLocate) {
+  // An unreduced gradient (its replicas disagree, its mb_grads agree) is the first divergence:
+  // --strict headlines it, and an op trace has nothing to show there.
+  auto dir = fresh_dir("first_screen_strict_hint");
+  auto rank = [](std::uint64_t grad_hash) {
+    return std::vector<Record>{tensor(0, Kind::mb_grad, "layers.2.w", 10, 1.0, 0),
+                               tensor(0, Kind::grad, "layers.2.w", grad_hash, 1.0)};
+  };
+  write_run(dir / "a", {rank(1), rank(1)});
+  write_run(dir / "b", {rank(2), rank(3)});
+  DiffOptions strict;
+  strict.strict = true;
+  const auto r = diff(dir / "a", dir / "b", strict);
+  ASSERT_TRUE(r.first_divergence) << text_of(r);
+  EXPECT_EQ(r.first_divergence->why.rule, "unreduced_gradient");
+  EXPECT_FALSE(r.ops.trace_hint) << *r.ops.trace_hint;
 }

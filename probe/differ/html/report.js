@@ -139,6 +139,8 @@
         if (R.records_compared > 0)
           return 'nothing compared: all ' + R.records_compared +
                  ' pairs are unsupported (see the notes above and in --json)';
+        if (R.kinds_left_out && !filtered)
+          return 'nothing compared: the runs share no kind (kinds in one run only); --kinds all compares them';
         return filtered ? 'nothing compared: no record passes --kinds, --steps and --name'
                         : 'nothing compared: the runs hold no records';
       }

@@ -279,7 +279,8 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
     for (auto& c : step_causes({step, pairs, *first}, options_)) result_.causes.push_back(std::move(c));
     // --strict headlines the first divergence: the hint follows it (otherwise it follows the
     // first unexplained divergence, note_noise_or_bug).
-    if (options_.strict) op_analysis_.suggest_trace(*first, pairs, options_.kinds_mask, result_.ops);
+    if (options_.strict && (!first->why.bug || ops_can_locate(first->why)))
+      op_analysis_.suggest_trace(*first, pairs, options_.kinds_mask, result_.ops);
     // Divergence that starts in the weights or the optimizer, not in what a step computes.
     if (auto c = init_cause(step, first_step_of_both, pairs, *first)) result_.causes.push_back(std::move(*c));
     if (auto c = optimizer_cause(step, previous_step_, pairs, *first)) result_.causes.push_back(std::move(*c));

@@ -188,12 +188,13 @@ std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOpti
   }
   if (g.rel_diff > bound || has_mb_grad(g.name, s.pairs)) return std::nullopt;  // contributions differ
   // No mb_grad to rule a different contribution out: say what is likely, and why only that.
-  const bool filtered =
-      o.kinds_mask && !(*o.kinds_mask & (1u << static_cast<unsigned>(Kind::mb_grad)));
+  const std::uint32_t mb_grad = 1u << static_cast<unsigned>(Kind::mb_grad);
+  const bool one_run = o.kinds_not_recorded & mb_grad;
+  const bool filtered = o.kinds_mask && !(*o.kinds_mask & mb_grad);
   return Cause{"summation_order",
                "grad " + g.name + " differs by relative norm " + rel +
                    ", summation-order size: summation order likely, but mb_grad not compared (" +
-                   (filtered ? "--kinds leaves it out" : "none recorded") +
+                   (one_run ? "one run recorded none" : filtered ? "--kinds leaves it out" : "none recorded") +
                    "), so a different gradient contribution is not ruled out"};
 }
 

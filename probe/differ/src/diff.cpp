@@ -3,6 +3,7 @@
 #include "differ/diff.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "differ/detail/align.h"
 
@@ -52,7 +53,25 @@ std::optional<std::int64_t> incomplete_from(const Run& base, const Run& test) {
   return limit;
 }
 
-Result compare_once(Run& base, Run& test, const DiffOptions& options) {
+// The kinds each run recorded on the steps both hold, whatever --steps and --name leave out.
+struct KindsRecorded {
+  std::uint32_t base = 0, test = 0;
+};
+
+std::uint32_t kinds_of(const std::vector<Merged>& records) {
+  std::uint32_t bits = 0;
+  for (const auto& m : records) bits |= 1u << static_cast<unsigned>(m.rec.kind);
+  return bits;
+}
+
+std::vector<Kind> kinds_in(std::uint32_t bits) {
+  std::vector<Kind> kinds;
+  for (int k = 0; k < kKindCount; ++k)
+    if (bits & (1u << k)) kinds.push_back(static_cast<Kind>(k));
+  return kinds;
+}
+
+Result compare_once(Run& base, Run& test, const DiffOptions& options, KindsRecorded& recorded) {
   Result r;
   r.base = info_of(base);
   r.test = info_of(test);
@@ -71,6 +90,10 @@ Result compare_once(Run& base, Run& test, const DiffOptions& options) {
     // before a killed rank's first incomplete step are compared.
     if (has_a) note_step(r.base, step);
     if (has_b) note_step(r.test, step);
+    if (has_a && has_b) {
+      recorded.base |= kinds_of(a);
+      recorded.test |= kinds_of(b);
+    }
     if (outside_steps(step, options)) continue;
     if (auto limit = incomplete_from(base, test); limit && step >= *limit) {
       r.truncated_at = *limit;
@@ -87,30 +110,25 @@ Result compare_once(Run& base, Run& test, const DiffOptions& options) {
   return r;
 }
 
-// The kinds of one run only, as a --kinds bit set.
-std::uint32_t one_sided_kinds(const Result& r) {
-  std::uint32_t bits = 0;
-  for (const auto* kinds : {&r.kinds_only_base, &r.kinds_only_test})
-    for (Kind k : *kinds) bits |= 1u << static_cast<unsigned>(k);
-  return bits;
-}
-
 }  // namespace
 
 Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   check_compatible(base, test);
-  Result first = compare_once(base, test, options);
-  const std::uint32_t one_sided = one_sided_kinds(first);
+  KindsRecorded recorded;
+  Result first = compare_once(base, test, options, recorded);
+  // Op records of one run only (one run traced) are set aside and listed one by one instead.
+  const std::uint32_t one_sided = (recorded.base ^ recorded.test) & ~(1u << static_cast<unsigned>(Kind::op));
   if (options.kinds_mask || one_sided == 0) return first;
   // Which kinds a run records is known once all of it was read: the runs are read again.
   DiffOptions without = options;
   without.kinds_mask = kAllKinds & ~one_sided;
+  without.kinds_not_recorded = one_sided;
   if (options.on_restart) options.on_restart();
   Run base_again(base.path(), base.options());
   Run test_again(test.path(), test.options());
-  Result r = compare_once(base_again, test_again, without);
-  r.kinds_only_base = std::move(first.kinds_only_base);
-  r.kinds_only_test = std::move(first.kinds_only_test);
+  Result r = compare_once(base_again, test_again, without, recorded);
+  r.kinds_only_base = kinds_in(recorded.base & one_sided);
+  r.kinds_only_test = kinds_in(recorded.test & one_sided);
   r.kinds_left_out = true;
   r.filtered = first.filtered;  // the user's filters (--steps, --name), not the kinds left out
   return r;

@@ -145,6 +145,8 @@ std::string result_text(const Result& r) {
       if (r.records_compared > 0)
         return "nothing compared: all " + std::to_string(r.records_compared) +
                " pairs are unsupported (see the notes above and in --json)";
+      if (r.kinds_left_out && !r.filtered)
+        return "nothing compared: the runs share no kind (KINDS IN ONE RUN ONLY); --kinds all compares them";
       return r.filtered ? "nothing compared: no record passes --kinds, --steps and --name"
                         : "nothing compared: the runs hold no records";
     case Result::Verdict::within_tolerance:

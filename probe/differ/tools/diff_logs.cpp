@@ -52,15 +52,20 @@ void add_options(CLI::App& app, Cli& c) {
   app.add_option("--map-base", c.maps_base, "REGEX=REPLACEMENT rule for the base run's names only");
   app.add_option("--map-test", c.maps_test, "REGEX=REPLACEMENT rule for the test run's names only");
   app.add_flag("--no-strip-wrappers", c.no_strip, "keep module./_fsdp_wrapped_module./_orig_mod./_checkpoint_wrapped_module.");
-  app.add_option("--kinds", c.kinds, "kinds to compare: a comma-separated list (param,rng,input,output,tap,output_grad,mb_grad,grad,scalar,optim), or -kind to drop one from all");
+  app.add_option("--kinds", c.kinds,
+                 "kinds to compare: all, a comma-separated list (param,rng,input,output,tap,output_grad,"
+                 "mb_grad,grad,scalar,optim,op), or -kind to drop one from all; default: every kind both "
+                 "runs record (a kind one run never recorded is left out, and said so)");
   app.add_option("--steps", c.steps, "steps to compare: N, A:B, A: or :B (inclusive)");
   app.add_option("--name", c.name_re, "compare only names matching this regular expression");
   app.add_option("--top", c.diff.top, "how many largest differences to list")->capture_default_str();
   app.add_flag("--all-series", c.text.all_series,
                "PAIRED STATISTICS: list the mismatching tensor norm series too, not only the scalar "
                "series and the headline's");
-  app.add_option("--max-series", c.text.max_series, "with --all-series: tensor norm series listed on the terminal")
-      ->capture_default_str();
+  app.add_option("--max-series", c.text.max_series,
+                 "list at most this many mismatching tensor norm series on the terminal (implies --all-series)")
+      ->capture_default_str()
+      ->each([&c](const std::string&) { c.text.all_series = true; });
   // Given, either sets the summation-order bound everywhere (sum_order_fixed), not only where
   // a grad's mb_grads are missing.
   auto fix_bound = [&c](const auto&) { c.diff.sum_order_fixed = true; };

@@ -219,7 +219,7 @@ void write_grads(const Config& c, const Layout& l, RunWriter& w, int step) {
     if (c.variant == "nan" && on && p == c.param) g.nan = true;
     const bool none = c.variant == "none_grads" && on;
     // A skipped all-reduce: each data-parallel replica keeps a gradient of its own.
-    const bool unreduced = c.variant == "unreduced" && on && p == c.param && c.layout != "zero3";
+    const bool unreduced = c.variant == "unreduced" && on && p == c.param;
     for (int d = 0; d < l.dp; ++d) {
       const bool zero3 = c.layout == "zero3";
       const int per = kBlocks / c.world;
@@ -257,6 +257,8 @@ std::string layout_error(const Config& c) {
   if (c.layout == "zero3" && kBlocks % c.world != 0) return "zero3 needs a world size dividing 8";
   if (c.layout == "pp" && (c.world % c.stages != 0 || c.stages > c.params))
     return "pp needs world divisible by stages and params >= stages";
+  if (c.variant == "unreduced" && c.layout != "ddp" && c.layout != "pp")
+    return "--variant unreduced needs data-parallel replicas of a gradient: the ddp or pp layout";
   return "";
 }
 

@@ -38,6 +38,9 @@ struct Comparator {
 struct DiffOptions {
   Comparator cmp;
   std::optional<std::uint32_t> kinds_mask;  // bit per Kind
+  // Kinds left out because one run never recorded them (set by diff_runs, not by --kinds): the
+  // causes say so instead of blaming --kinds.
+  std::uint32_t kinds_not_recorded = 0;
   std::optional<std::int64_t> step_min, step_max;
   std::optional<std::regex> name_filter;
   std::string name_filter_text;
