@@ -1,0 +1,92 @@
+#include "data_parallel.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/nn/module.h>
+
+#include <stdexcept>
+
+namespace moe {
+
+namespace {
+
+void release(Param& p) {
+  p.compute.mutable_grad().reset();
+  p.compute.set_data(at::empty({0}, p.owned.options().requires_grad(false)));
+}
+
+// zero3: this rank keeps rows [rank*n, (rank+1)*n) of every parameter.
+void shard(Param& p, const ProcessGroups& groups) {
+  const auto rows = p.full_shape.at(0), ranks = static_cast<std::int64_t>(groups.dp_size);
+  if (rows % ranks != 0)
+    throw std::invalid_argument("zero3: " + p.name + " has " + std::to_string(rows) +
+                                " rows, not divisible by " + std::to_string(ranks) +
+                                " ranks (choose sizes that are)");
+  const auto n = rows / ranks, begin = groups.dp_rank * n;
+  p.owned = p.compute.detach().narrow(0, begin, n).clone().requires_grad_(true);
+  p.shard = probe::Shard::along(p.full_shape, 0, begin);
+  release(p);
+}
+
+// zero3: the rank's rows of the summed gradient become its shard's gradient; under the
+// skip-reduce fault, its rows of its own local gradient.
+void reduce_scatter_gradient(Param& p, at::Tensor& grad, ProcessGroups& groups, bool skip) {
+  at::Tensor shard_grad;
+  if (skip) {
+    shard_grad = grad.narrow(0, p.shard.offset[0], p.owned.size(0)).clone();
+  } else {
+    shard_grad = at::empty_like(p.owned);
+    auto full = grad.contiguous();
+    groups.dp.reduce_scatter_sum(shard_grad, full);
+  }
+  p.owned.mutable_grad() = shard_grad;
+}
+
+}  // namespace
+
+std::vector<Param> hold_parameters(torch::nn::Module& model, const ProcessGroups& groups, bool zero3) {
+  std::vector<Param> params;
+  for (auto& item : model.named_parameters()) {
+    Param p;
+    p.name = item.key();
+    p.compute = item.value();
+    p.full_shape = p.compute.sizes().vec();
+    if (zero3) shard(p, groups);
+    else p.owned = p.compute;
+    params.push_back(std::move(p));
+  }
+  return params;
+}
+
+void gather_parameters(std::vector<Param>& params, ProcessGroups& groups) {
+  at::NoGradGuard no_grad;
+  for (auto& p : params) {
+    auto full = at::empty(p.full_shape, p.owned.options().requires_grad(false));
+    auto mine = p.owned.detach();
+    groups.dp.all_gather(full, mine);
+    p.compute.set_data(full);
+  }
+}
+
+void release_parameters(std::vector<Param>& params) {
+  for (auto& p : params) release(p);
+}
+
+void reduce_gradients(std::vector<Param>& params, ProcessGroups& groups, bool zero3, const std::string& unreduced) {
+  for (auto& p : params) {
+    auto grad = p.compute.grad();
+    if (!grad.defined()) continue;
+    const bool skip = p.name == unreduced;
+    if (zero3) reduce_scatter_gradient(p, grad, groups, skip);
+    else if (!skip) groups.dp.all_reduce_sum(grad);
+  }
+}
+
+void zero_grad(std::vector<Param>& params) {
+  for (auto& p : params) {
+    p.compute.mutable_grad().reset();
+    p.owned.mutable_grad().reset();
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,47 @@
+// Data parallelism over the ranks of one pipeline stage (ProcessGroups::dp): ddp keeps whole
+// parameters and all-reduces their gradients; zero3 keeps rows [rank*n, (rank+1)*n) of every
+// parameter (dim 0), all-gathers them before the forward, frees them after the backward and
+// reduce-scatters the gradients into the shards.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "parallel.h"
+#include "probe/shard.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace moe {
+
+// One parameter as this rank holds it.
+struct Param {
+  std::string name;
+  at::Tensor compute;  // the module's parameter: what the forward reads and the backward fills
+  at::Tensor owned;    // what this rank keeps and updates: `compute` itself, or its zero3 shard
+  probe::Shard shard;  // where `owned` sits in the whole parameter (zero3); empty otherwise
+  std::vector<std::int64_t> full_shape;
+};
+
+// The model's parameters in named_parameters() order; under zero3 each sharded, and its whole
+// tensor released until gather_parameters.
+std::vector<Param> hold_parameters(torch::nn::Module& model, const ProcessGroups& groups, bool zero3);
+
+// zero3: every parameter whole again (all-gathered from the shards) for the forward and backward.
+void gather_parameters(std::vector<Param>& params, ProcessGroups& groups);
+// zero3: the whole tensors and their gradients freed; each rank keeps its shard.
+void release_parameters(std::vector<Param>& params);
+
+// ddp: all-reduce; zero3: reduce-scatter into the shard's gradient; pp: each stage owns its
+// parameters, nothing to do. `unreduced` names a parameter whose gradient stays local (the
+// skip-reduce fault; "" for none).
+void reduce_gradients(std::vector<Param>& params, ProcessGroups& groups, bool zero3, const std::string& unreduced);
+
+void zero_grad(std::vector<Param>& params);
+
+}  // namespace moe

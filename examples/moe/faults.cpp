@@ -1,0 +1,152 @@
+#include "faults.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <limits>
+#include <stdexcept>
+
+#include "model.h"
+
+namespace moe {
+
+namespace {
+
+// "<step>:<factor>", both whole: no trailing characters.
+bool parse_lr(const std::string& v, Fault& f) {
+  const auto colon = v.find(':');
+  if (colon == std::string::npos) return false;
+  try {
+    std::size_t used_step = 0, used_factor = 0;
+    f.step = std::stoll(v.substr(0, colon), &used_step);
+    f.factor = std::stod(v.substr(colon + 1), &used_factor);
+    return used_step == colon && used_factor == v.size() - colon - 1 && f.step >= 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// "op=<layer>" or "op-backward=<layer>": a non-negative integer, whole.
+void parse_op(const std::string& text, Fault& f) {
+  f.kind = text.starts_with("op=") ? Fault::Kind::op : Fault::Kind::op_backward;
+  const std::string prefix = f.kind == Fault::Kind::op ? "op=" : "op-backward=";
+  const std::string v = text.substr(prefix.size());
+  std::size_t used = 0;
+  try {
+    f.layer = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (v.empty() || used != v.size() || f.layer < 0)
+    throw std::invalid_argument("--fault '" + text + "': the layer must be a non-negative integer");
+}
+
+// "nan=<step>:<param>".
+void parse_nan(const std::string& v, Fault& f) {
+  const auto colon = v.find(':');
+  f.step = std::stoll(v.substr(0, colon));
+  f.param = v.substr(colon + 1);
+}
+
+// Why a checked fault cannot fire in this run; "" when it can.
+std::string why_no_effect(const Fault& fault, const Config& c, const ProcessGroups& groups) {
+  using Kind = Fault::Kind;
+  const auto past_last = [&] {
+    return "step " + std::to_string(fault.step) + " is past the run's last step " + std::to_string(c.steps - 1);
+  };
+  std::string why;
+  if (fault.kind == Kind::nan && fault.step >= c.steps) why = past_last();
+  if (fault.kind == Kind::skip_reduce && groups.dp_size == 1)
+    why = "with one data-parallel rank there is no gradient reduction to skip";
+  if (fault.kind == Kind::rng_per_rank && groups.world_size == 1)
+    why = "with one rank, rank 0's dropout draws are every rank's";
+  if (fault.kind == Kind::init && fault.param.ends_with("norm.weight")) why = "norm weights start at 1 whatever the seed";
+  if (fault.kind == Kind::lr && fault.step >= c.steps) why = past_last();
+  if (fault.kind == Kind::lr && fault.factor == 1) why = "a factor of 1 leaves the learning rate as it is";
+  return why;
+}
+
+}  // namespace
+
+Fault Fault::parse(const std::string& text) {
+  Fault f;
+  auto value = [&](const std::string& prefix) { return text.substr(prefix.size()); };
+  if (text == "none") return f;
+  if (text == "grads-none") {
+    f.kind = Kind::grads_none;
+  } else if (text == "rng-per-rank") {
+    f.kind = Kind::rng_per_rank;
+  } else if (text.starts_with("nan=") && value("nan=").find(':') != std::string::npos) {
+    f.kind = Kind::nan;
+    parse_nan(value("nan="), f);
+  } else if (text.starts_with("skip-reduce=")) {
+    f.kind = Kind::skip_reduce;
+    f.param = value("skip-reduce=");
+  } else if (text.starts_with("init=") && text.size() > 5) {
+    f.kind = Kind::init;
+    f.param = value("init=");
+  } else if (text.starts_with("lr=") && parse_lr(value("lr="), f)) {
+    f.kind = Kind::lr;
+  } else if (text.starts_with("op=") || text.starts_with("op-backward=")) {
+    parse_op(text, f);
+  } else {
+    throw std::invalid_argument("--fault '" + text +
+                                "': expected none, grads-none, rng-per-rank, nan=<step>:<param>, "
+                                "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, op=<layer> or "
+                                "op-backward=<layer>");
+  }
+  return f;
+}
+
+std::string Fault::unreduced_param() const { return kind == Kind::skip_reduce ? param : ""; }
+
+std::int64_t Fault::dropout_rank_salt(const ProcessGroups& groups) const {
+  return kind == Kind::rng_per_rank ? groups.rank : 0;
+}
+
+std::optional<double> Fault::lr_factor(std::int64_t at_step) const {
+  if (kind == Kind::lr && step == at_step) return factor;
+  return std::nullopt;
+}
+
+void check_fault(const Fault& fault, const Config& c, const ProcessGroups& groups) {
+  if (!fault.param.empty()) {
+    Transformer whole(c.model, 0, c.model.n_layers);
+    const auto params = whole->named_parameters();
+    if (std::none_of(params.begin(), params.end(), [&](const auto& item) { return item.key() == fault.param; }))
+      throw std::invalid_argument("--fault: no parameter named '" + fault.param + "'");
+  }
+  if (fault.layer >= c.model.n_layers)
+    throw std::invalid_argument("--fault: no layer " + std::to_string(fault.layer) + " (the model has " +
+                                std::to_string(c.model.n_layers) + ")");
+  const std::string why = why_no_effect(fault, c, groups);
+  if (!why.empty() && groups.rank == 0)
+    std::fprintf(stderr, "moe_train: warning: --fault %s has no effect here: %s\n", c.fault.c_str(), why.c_str());
+}
+
+void apply_op_fault(const Fault& fault, ModelArgs& model) {
+  if (fault.kind != Fault::Kind::op && fault.kind != Fault::Kind::op_backward) return;
+  model.alt_softmax = fault.kind == Fault::Kind::op ? ModelArgs::AltSoftmax::forward : ModelArgs::AltSoftmax::backward;
+  model.alt_softmax_layer = fault.layer;
+}
+
+void apply_init_fault(const Fault& fault, torch::nn::Module& model, std::uint64_t seed) {
+  if (fault.kind != Fault::Kind::init) return;
+  for (auto& item : model.named_parameters())
+    if (item.key() == fault.param) init_parameter(fault.param, item.value(), seed + 1);
+}
+
+void inject_nan_if_due(const Fault& fault, std::int64_t step, std::vector<Param>& params, const ProcessGroups& groups) {
+  if (fault.kind != Fault::Kind::nan || fault.step != step || groups.dp_rank != 0) return;
+  for (auto& p : params)
+    if (p.name == fault.param && p.compute.grad().defined())
+      p.compute.grad().view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+}
+
+void die_if_due(const Config& c, std::int64_t step, const ProcessGroups& groups) {
+  if (c.die_after_step >= 0 && step == c.die_after_step + 1 && groups.rank == c.die_rank) std::raise(SIGKILL);
+}
+
+}  // namespace moe

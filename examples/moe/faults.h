@@ -1,0 +1,56 @@
+// --fault: each reproduces a classic divergence that diff_logs must name (docs/examples.md,
+// Faults). Parsed and checked before the probe makes its run directory; applied where the
+// training code reaches the point it breaks. --die-after-step (a killed rank) is here too.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "data_parallel.h"
+#include "parallel.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace moe {
+
+struct Fault {
+  enum class Kind { none, grads_none, rng_per_rank, nan, skip_reduce, init, lr, op, op_backward } kind = Kind::none;
+  std::int64_t step = -1;
+  std::int64_t layer = -1;  // op, op_backward
+  std::string param;
+  double factor = 1;  // lr
+
+  static Fault parse(const std::string& text);
+
+  // skip-reduce: the parameter whose gradient is not reduced; "" otherwise.
+  std::string unreduced_param() const;
+  // rng-per-rank: the rank, mixed into the dropout seeds; 0 otherwise.
+  std::int64_t dropout_rank_salt(const ProcessGroups& groups) const;
+  // lr: the factor on the learning rate of `step`'s update, if this fault scales it.
+  std::optional<double> lr_factor(std::int64_t step) const;
+};
+
+// A fault that names no parameter of the model is an error; one that cannot fire in this run
+// is worth a warning (a comparison would otherwise show "equal" for a fault the user thinks is on).
+void check_fault(const Fault& fault, const Config& c, const ProcessGroups& groups);
+
+// op / op-backward: the model computes that layer's softmax another way.
+void apply_op_fault(const Fault& fault, ModelArgs& model);
+
+// init=<param>: that parameter (if this stage holds it) drawn from another seed (seed + 1).
+void apply_init_fault(const Fault& fault, torch::nn::Module& model, std::uint64_t seed);
+
+// nan=<step>:<param>: at that step a NaN enters the parameter's gradient on the first
+// data-parallel rank that holds it, before the gradient reduction spreads it.
+void inject_nan_if_due(const Fault& fault, std::int64_t step, std::vector<Param>& params, const ProcessGroups& groups);
+
+// --die-after-step N: --die-rank SIGKILLs itself in step N+1, after its collectives and before
+// it logs the step, so its peers log a step it does not (tests).
+void die_if_due(const Config& c, std::int64_t step, const ProcessGroups& groups);
+
+}  // namespace moe
