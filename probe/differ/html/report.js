@@ -565,15 +565,21 @@
       if (!(r > 0)) return l[0];
       return l[Math.max(0, Math.min(255, Math.round((Math.log10(isFinite(r) ? r : hi) - logLo) * lutStep)))];
     }
-    function magnitudeRgb(k) {
-      var c = code[k];
+    // The colours both colourings give: no record, NaN/Inf, equal, `none` on one side,
+    // unsupported; null for the classes each colours its own way.
+    function fixedRgb(c) {
       if (c === ABSENT) return fixed.absent;
       if (c === NONFINITE) return fixed.nonfinite;
       if (c === 0) return fixed.equal;
-      if (c === 3) return fixed.only_base;
-      if (c === 4) return fixed.only_test;
       if (c === 5) return fixed.none_one_side;
       if (c === 6) return fixed.unsupported;
+      return null;
+    }
+    function magnitudeRgb(k) {
+      var c = code[k], f = fixedRgb(c);
+      if (f) return f;
+      if (c === 3) return fixed.only_base;
+      if (c === 4) return fixed.only_test;
       if (!(rel[k] > 0)) return zeroDiff;
       return shade(lut, rel[k]);
     }
@@ -581,12 +587,8 @@
     // a bug (missing_record) at full intensity; within tolerance is accepted, so noise; a
     // difference without explanation is not noise, so a bug.
     function verdictRgb(k) {
-      var c = code[k];
-      if (c === ABSENT) return fixed.absent;
-      if (c === NONFINITE) return fixed.nonfinite;
-      if (c === 0) return fixed.equal;
-      if (c === 5) return fixed.none_one_side;
-      if (c === 6) return fixed.unsupported;
+      var c = code[k], f = fixedRgb(c);
+      if (f) return f;
       if (c === 3 || c === 4) return bugLut[255];
       if (c === 1 || verdict[k] === VERDICT_NOISE) return shade(noiseLut, rel[k]);
       return shade(bugLut, rel[k]);
