@@ -27,6 +27,9 @@ void add_model_options(CLI::App& app, ModelArgs& m) {
 void add_options(CLI::App& app, Config& c) {
   app.add_option("--setup", c.setup, "single, ddp, zero3, pp or pp-ddp")->capture_default_str();
   app.add_option("--stages", c.stages, "pipeline stages of pp-ddp (pp: every rank is a stage)")->capture_default_str();
+  app.add_option("--tp", c.tp, "tensor-parallel degree: attention heads and the shared expert split over --tp ranks")
+      ->capture_default_str();
+  app.add_flag("--sp", c.sp, "sequence parallel: norms and dropout on sequence shards between the tensor-parallel regions (needs --tp > 1)");
   app.add_option("--rng-seed", c.rng_seed, "seed of weights, data and dropout")->capture_default_str();
   app.add_option("--steps", c.steps, "training steps")->capture_default_str();
   app.add_option("--microbatches", c.microbatches, "global microbatches per step")->capture_default_str();
@@ -43,7 +46,8 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--probe-kinds", c.probe_kinds, "kinds to record: all, a list, or -kind to drop one")->capture_default_str();
   app.add_option("--fault", c.fault,
                  "none, grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>, init=<param>, "
-                 "lr=<step>:<factor>, op=<layer>, op-backward=<layer>")->capture_default_str();
+                 "lr=<step>:<factor>, op=<layer>, op-backward=<layer>; under --tp: tp-no-reduce=<layer>; "
+                 "under --sp: sp-norm-unreduced, sp-dropout-seed")->capture_default_str();
   app.add_option("--params-out", c.params_out, "write a fingerprint of the final parameters to DIR/rank<R>.txt");
   app.add_option("--die-after-step", c.die_after_step, "SIGKILL --die-rank in the step after this one, once its collectives are done and before it logs the step (tests)")->capture_default_str();
   app.add_option("--die-rank", c.die_rank, "the rank --die-after-step kills")->capture_default_str();
@@ -55,12 +59,21 @@ void apply_dependent_defaults(const CLI::App& app, Config& c) {
 }
 
 int stages_for(const Config& c, int world_size) {
+  if (c.tp < 1) throw std::invalid_argument("--tp " + std::to_string(c.tp) + ": expected a degree >= 1");
+  if (c.sp && c.tp == 1) throw std::invalid_argument("--sp needs --tp > 1 (sequence parallel splits what tensor parallel replicates)");
+  if (c.sp && c.seq_len % c.tp != 0)
+    throw std::invalid_argument("--sp: --seq-len " + std::to_string(c.seq_len) + " is not divisible by --tp " + std::to_string(c.tp));
+  if (world_size % c.tp != 0)
+    throw std::invalid_argument("--tp " + std::to_string(c.tp) + " does not divide the world size " + std::to_string(world_size));
   if (c.setup == "single") {
-    if (world_size != 1) throw std::invalid_argument("--setup single runs as one process");
+    if (world_size != c.tp)
+      throw std::invalid_argument(c.tp == 1 ? "--setup single runs as one process"
+                                            : "--setup single runs one replica of one stage: " + std::to_string(c.tp) +
+                                                  " processes with --tp " + std::to_string(c.tp));
     return 1;
   }
   if (c.setup == "ddp" || c.setup == "zero3") return 1;
-  if (c.setup == "pp") return world_size;
+  if (c.setup == "pp") return world_size / c.tp;
   if (c.setup == "pp-ddp") return c.stages;
   throw std::invalid_argument("--setup '" + c.setup + "': expected single, ddp, zero3, pp or pp-ddp");
 }

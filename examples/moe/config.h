@@ -18,6 +18,8 @@ namespace moe {
 struct Config {
   std::string setup = "single";
   int stages = 2;  // pp-ddp only
+  int tp = 1;      // tensor-parallel degree (Megatron-style; tensor_parallel.h)
+  bool sp = false; // sequence parallel between the tensor-parallel regions (needs tp > 1)
   std::uint64_t rng_seed = 42;
   std::int64_t steps = 3;
   std::int64_t microbatches = 8;  // global, per step
@@ -44,7 +46,8 @@ void add_options(CLI::App& app, Config& c);
 // After parsing: defaults that depend on other flags (adamw's learning rate).
 void apply_dependent_defaults(const CLI::App& app, Config& c);
 
-// The pipeline stages of --setup in a world of `world_size` ranks (the rest is data parallel).
+// The pipeline stages of --setup in a world of `world_size` ranks (the rest is tensor and data
+// parallel). Checks --tp and --sp.
 int stages_for(const Config& c, int world_size);
 
 // The rank's device: the CPU, or the GPU of its local rank (torchrun's LOCAL_RANK).

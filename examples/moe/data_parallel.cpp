@@ -6,6 +6,8 @@
 
 #include <stdexcept>
 
+#include "tensor_parallel.h"
+
 namespace moe {
 
 namespace {
@@ -25,6 +27,11 @@ void shard(Param& p, const ProcessGroups& groups) {
   const auto n = rows / ranks, begin = groups.dp_rank * n;
   p.owned = p.compute.detach().narrow(0, begin, n).clone().requires_grad_(true);
   p.shard = probe::Shard::along(p.full_shape, 0, begin);
+  if (!p.tp_shard.empty()) {  // rows of a tensor-parallel slice: offsets add up
+    p.shard.global_shape = p.tp_shard.global_shape;
+    p.shard.offset[0] += p.tp_shard.offset[0];
+    for (std::size_t d = 1; d < p.shard.offset.size(); ++d) p.shard.offset[d] = p.tp_shard.offset[d];
+  }
   release(p);
 }
 
@@ -44,13 +51,34 @@ void reduce_scatter_gradient(Param& p, at::Tensor& grad, ProcessGroups& groups, 
 
 }  // namespace
 
-std::vector<Param> hold_parameters(torch::nn::Module& model, const ProcessGroups& groups, bool zero3) {
+namespace {
+
+// Where a tensor-parallel parameter's slice sits, and whether its gradient is a summand.
+void place_for_tensor_parallel(Param& p, const ProcessGroups& groups, bool sequence_parallel) {
+  if (groups.tp_size == 1) return;
+  const TpLayout layout = tp_layout(p.name, sequence_parallel);
+  if (layout.split != TpLayout::Split::none) {
+    auto whole = p.full_shape;
+    whole[layout.dim()] *= groups.tp_size;
+    p.tp_shard = probe::Shard::along(whole, layout.dim(), groups.tp_rank * p.full_shape[layout.dim()]);
+    p.shard = p.tp_shard;
+  }
+  if (layout.partial_grad) {
+    p.tp_partial_grad = true;
+    p.mb_grad_partial = probe::Partial{groups.tp_rank, groups.tp_size};
+  }
+}
+
+}  // namespace
+
+std::vector<Param> hold_parameters(torch::nn::Module& model, const ProcessGroups& groups, bool zero3, bool sequence_parallel) {
   std::vector<Param> params;
   for (auto& item : model.named_parameters()) {
     Param p;
     p.name = item.key();
     p.compute = item.value();
     p.full_shape = p.compute.sizes().vec();
+    place_for_tensor_parallel(p, groups, sequence_parallel);
     if (zero3) shard(p, groups);
     else p.owned = p.compute;
     params.push_back(std::move(p));
@@ -72,10 +100,12 @@ void release_parameters(std::vector<Param>& params) {
   for (auto& p : params) release(p);
 }
 
-void reduce_gradients(std::vector<Param>& params, ProcessGroups& groups, bool zero3, const std::string& unreduced) {
+void reduce_gradients(std::vector<Param>& params, ProcessGroups& groups, bool zero3, const std::string& unreduced,
+                      bool norms_unreduced) {
   for (auto& p : params) {
     auto grad = p.compute.grad();
     if (!grad.defined()) continue;
+    if (p.tp_partial_grad && !(norms_unreduced && p.name.ends_with("norm.weight"))) groups.tp.all_reduce_sum(grad);
     const bool skip = p.name == unreduced;
     if (zero3) reduce_scatter_gradient(p, grad, groups, skip);
     else if (!skip) groups.dp.all_reduce_sum(grad);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "parallel.h"
+#include "probe/partial.h"
 #include "probe/shard.h"
 
 namespace torch::nn {
@@ -24,23 +25,31 @@ struct Param {
   std::string name;
   at::Tensor compute;  // the module's parameter: what the forward reads and the backward fills
   at::Tensor owned;    // what this rank keeps and updates: `compute` itself, or its zero3 shard
-  probe::Shard shard;  // where `owned` sits in the whole parameter (zero3); empty otherwise
-  std::vector<std::int64_t> full_shape;
+  probe::Shard shard;  // where `owned` sits in the whole parameter (tp, zero3); empty when whole
+  probe::Shard tp_shard;  // where `compute` sits in it (a tensor-parallel slice); empty when whole
+  std::vector<std::int64_t> full_shape;  // `compute`'s shape
+  // Its gradient on this rank is one summand of the tp ranks' (sp): all-reduced over them, and
+  // each per-microbatch gradient the probe sees is this summand.
+  bool tp_partial_grad = false;
+  probe::Partial mb_grad_partial;
 };
 
-// The model's parameters in named_parameters() order; under zero3 each sharded, and its whole
-// tensor released until gather_parameters.
-std::vector<Param> hold_parameters(torch::nn::Module& model, const ProcessGroups& groups, bool zero3);
+// The model's parameters in named_parameters() order, tensor-parallel ones as the slices
+// parallelize_tensors left (tp_shard); under zero3 each sharded along dim 0 of what the rank
+// computes with, and that tensor released until gather_parameters.
+std::vector<Param> hold_parameters(torch::nn::Module& model, const ProcessGroups& groups, bool zero3, bool sequence_parallel);
 
 // zero3: every parameter whole again (all-gathered from the shards) for the forward and backward.
 void gather_parameters(std::vector<Param>& params, ProcessGroups& groups);
 // zero3: the whole tensors and their gradients freed; each rank keeps its shard.
 void release_parameters(std::vector<Param>& params);
 
-// ddp: all-reduce; zero3: reduce-scatter into the shard's gradient; pp: each stage owns its
-// parameters, nothing to do. `unreduced` names a parameter whose gradient stays local (the
-// skip-reduce fault; "" for none).
-void reduce_gradients(std::vector<Param>& params, ProcessGroups& groups, bool zero3, const std::string& unreduced);
+// sp: gradients computed from sequence shards all-reduced over the tp ranks first (but norm
+// weights' when `norms_unreduced`, the sp-norm-unreduced fault). Then ddp: all-reduce; zero3:
+// reduce-scatter into the shard's gradient; pp: each stage owns its parameters, nothing to do.
+// `unreduced` names a parameter whose gradient stays local (the skip-reduce fault; "" for none).
+void reduce_gradients(std::vector<Param>& params, ProcessGroups& groups, bool zero3, const std::string& unreduced,
+                      bool norms_unreduced = false);
 
 void zero_grad(std::vector<Param>& params);
 

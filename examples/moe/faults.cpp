@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "model.h"
+#include "tensor_parallel.h"
 
 namespace moe {
 
@@ -28,10 +29,10 @@ bool parse_lr(const std::string& v, Fault& f) {
   }
 }
 
-// "op=<layer>" or "op-backward=<layer>": a non-negative integer, whole.
-void parse_op(const std::string& text, Fault& f) {
-  f.kind = text.starts_with("op=") ? Fault::Kind::op : Fault::Kind::op_backward;
-  const std::string prefix = f.kind == Fault::Kind::op ? "op=" : "op-backward=";
+// "op=<layer>", "op-backward=<layer>" or "tp-no-reduce=<layer>": a non-negative integer, whole.
+void parse_layer_fault(const std::string& text, Fault& f) {
+  const std::string prefix = text.substr(0, text.find('=') + 1);
+  f.kind = prefix == "op=" ? Fault::Kind::op : prefix == "op-backward=" ? Fault::Kind::op_backward : Fault::Kind::tp_no_reduce;
   const std::string v = text.substr(prefix.size());
   std::size_t used = 0;
   try {
@@ -65,6 +66,10 @@ std::string why_no_effect(const Fault& fault, const Config& c, const ProcessGrou
   if (fault.kind == Kind::init && fault.param.ends_with("norm.weight")) why = "norm weights start at 1 whatever the seed";
   if (fault.kind == Kind::lr && fault.step >= c.steps) why = past_last();
   if (fault.kind == Kind::lr && fault.factor == 1) why = "a factor of 1 leaves the learning rate as it is";
+  if (fault.kind == Kind::tp_no_reduce && groups.tp_size == 1)
+    why = "with --tp 1 attention's output is no sum of partial products";
+  if ((fault.kind == Kind::sp_norm_unreduced || fault.kind == Kind::sp_dropout_seed) && !c.sp)
+    why = "without --sp no rank holds a sequence shard";
   return why;
 }
 
@@ -89,13 +94,17 @@ Fault Fault::parse(const std::string& text) {
     f.param = value("init=");
   } else if (text.starts_with("lr=") && parse_lr(value("lr="), f)) {
     f.kind = Kind::lr;
-  } else if (text.starts_with("op=") || text.starts_with("op-backward=")) {
-    parse_op(text, f);
+  } else if (text.starts_with("op=") || text.starts_with("op-backward=") || text.starts_with("tp-no-reduce=")) {
+    parse_layer_fault(text, f);
+  } else if (text == "sp-norm-unreduced") {
+    f.kind = Kind::sp_norm_unreduced;
+  } else if (text == "sp-dropout-seed") {
+    f.kind = Kind::sp_dropout_seed;
   } else {
     throw std::invalid_argument("--fault '" + text +
                                 "': expected none, grads-none, rng-per-rank, nan=<step>:<param>, "
-                                "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, op=<layer> or "
-                                "op-backward=<layer>");
+                                "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, op=<layer>, "
+                                "op-backward=<layer>, tp-no-reduce=<layer>, sp-norm-unreduced or sp-dropout-seed");
   }
   return f;
 }
@@ -130,6 +139,11 @@ void apply_op_fault(const Fault& fault, ModelArgs& model) {
   if (fault.kind != Fault::Kind::op && fault.kind != Fault::Kind::op_backward) return;
   model.alt_softmax = fault.kind == Fault::Kind::op ? ModelArgs::AltSoftmax::forward : ModelArgs::AltSoftmax::backward;
   model.alt_softmax_layer = fault.layer;
+}
+
+void apply_tensor_parallel_fault(const Fault& fault, TensorParallel& tp) {
+  if (fault.kind == Fault::Kind::tp_no_reduce) tp.unreduced_attention_layer = fault.layer;
+  if (fault.kind == Fault::Kind::sp_dropout_seed) tp.dropout_of_first_shard = true;
 }
 
 void apply_init_fault(const Fault& fault, torch::nn::Module& model, std::uint64_t seed) {

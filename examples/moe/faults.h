@@ -19,9 +19,13 @@ class Module;
 namespace moe {
 
 struct Fault {
-  enum class Kind { none, grads_none, rng_per_rank, nan, skip_reduce, init, lr, op, op_backward } kind = Kind::none;
+  enum class Kind {
+    none, grads_none, rng_per_rank, nan, skip_reduce, init, lr, op, op_backward,
+    // Under tensor / sequence parallelism only (accepted, and without effect, elsewhere).
+    tp_no_reduce, sp_norm_unreduced, sp_dropout_seed
+  } kind = Kind::none;
   std::int64_t step = -1;
-  std::int64_t layer = -1;  // op, op_backward
+  std::int64_t layer = -1;  // op, op_backward, tp_no_reduce
   std::string param;
   double factor = 1;  // lr
 
@@ -41,6 +45,11 @@ void check_fault(const Fault& fault, const Config& c, const ProcessGroups& group
 
 // op / op-backward: the model computes that layer's softmax another way.
 void apply_op_fault(const Fault& fault, ModelArgs& model);
+
+// tp-no-reduce=<layer>: that layer's attention output goes on unreduced (each rank its own
+// partial product); sp-dropout-seed: every rank's dropout mask cut at the first shard's positions.
+class TensorParallel;
+void apply_tensor_parallel_fault(const Fault& fault, TensorParallel& tp);
 
 // init=<param>: that parameter (if this stage holds it) drawn from another seed (seed + 1).
 void apply_init_fault(const Fault& fault, torch::nn::Module& model, std::uint64_t seed);

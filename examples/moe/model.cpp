@@ -101,6 +101,7 @@ AttentionImpl::AttentionImpl(const ModelArgs& a, std::int64_t layer_) : args(a),
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+  if (tp) return forward_tensor_parallel(x);
   const auto B = x.size(0), T = x.size(1), H = args.n_heads;
   const auto nope = args.qk_nope_head_dim, rope = args.qk_rope_head_dim, vdim = args.v_head_dim;
 
@@ -116,15 +117,51 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
                    return kv_norm(latent);
                  }()).view({B, T, H, nope + vdim});
   auto k_nope = kv_heads.narrow(-1, 0, nope), v = kv_heads.narrow(-1, nope, vdim);
+  return wo(attend(q_nope, q_rope, k_nope, k_rope, v, H));
+}
 
+// The latent (wkv_a, kv_norm) is replicated: computed from x, then brought into the region with
+// the rotary key, so that its weights see the gradient of every head. wq, wkv_b hold this
+// rank's heads, wo their columns: its output is this rank's summand of the attention output,
+// logged as such before the reduction sums them.
+at::Tensor AttentionImpl::forward_tensor_parallel(const at::Tensor& x) {
+  const auto nope = args.qk_nope_head_dim, rope = args.qk_rope_head_dim, vdim = args.v_head_dim;
+  const auto lora = args.kv_lora_rank, H = wq->weight.size(0) / (nope + rope);
+  auto whole = tp->enter(x);
+  const auto B = whole.size(0), T = whole.size(1);
+
+  auto q = wq(whole).view({B, T, H, nope + rope});
+  auto q_nope = q.narrow(-1, 0, nope), q_rope = apply_rope(q.narrow(-1, nope, rope), args.rope_theta);
+
+  auto kv = wkv_a(x);
+  auto normed = [&] {
+    probe::Scope scope("kv_norm");
+    return kv_norm(kv.narrow(-1, 0, lora));
+  }();
+  auto latent_and_rope = tp->enter(at::cat({normed, kv.narrow(-1, lora, rope)}, -1));
+  auto k_rope = apply_rope(latent_and_rope.narrow(-1, lora, rope).unsqueeze(2), args.rope_theta);
+  auto kv_heads = wkv_b(latent_and_rope.narrow(-1, 0, lora).contiguous()).view({B, T, H, nope + vdim});
+  auto k_nope = kv_heads.narrow(-1, 0, nope), v = kv_heads.narrow(-1, nope, vdim);
+
+  auto partial = wo(attend(q_nope, q_rope, k_nope, k_rope, v, H));
+  probe::tap(probe::current_scope() + ".wo", partial, {}, tp->partial());
+  if (layer == tp->unreduced_attention_layer)  // the tp-no-reduce fault: this rank's summand goes on
+    return tp->sequence_parallel() ? tp->sequence_shard(partial) : partial;
+  return tp->leave(partial);
+}
+
+at::Tensor AttentionImpl::attend(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k_nope,
+                                 const at::Tensor& k_rope, const at::Tensor& v, std::int64_t H) {
+  const auto B = q_nope.size(0), T = q_nope.size(1);
+  const auto nope = args.qk_nope_head_dim, rope = args.qk_rope_head_dim, vdim = args.v_head_dim;
   auto query = at::cat({q_nope, q_rope}, -1).transpose(1, 2);                         // B H T d
   auto key = at::cat({k_nope, k_rope.expand({B, T, H, rope})}, -1).transpose(1, 2);  // B H T d
   // Plain matmul + softmax rather than a fused attention kernel: one code path everywhere.
   auto scores = at::matmul(query, key.transpose(-2, -1)) / std::sqrt(static_cast<double>(nope + rope));
-  auto causal = at::ones({T, T}, x.options().dtype(at::kBool)).triu(1);
+  auto causal = at::ones({T, T}, q_nope.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
   auto out = at::matmul(softmax_of(scores, args, layer), v.transpose(1, 2));  // B H T vdim
-  return wo(out.transpose(1, 2).reshape({B, T, H * vdim}));
+  return out.transpose(1, 2).reshape({B, T, H * vdim});
 }
 
 FeedForwardImpl::FeedForwardImpl(std::int64_t dim, std::int64_t hidden) {
@@ -154,7 +191,16 @@ MoEImpl::MoEImpl(const ModelArgs& a) : args(a) {
 at::Tensor MoEImpl::forward(const at::Tensor& x) {
   const auto shape = x.sizes().vec();
   auto tokens = x.reshape({-1, args.dim});  // N dim
+  auto routed = routed_experts(tokens);
+  at::Tensor shared;
+  {
+    probe::Scope scope("shared_experts");
+    shared = tp ? shared_tensor_parallel(x) : shared_experts(tokens);
+  }
+  return (shared + routed).view(shape);
+}
 
+at::Tensor MoEImpl::routed_experts(const at::Tensor& tokens) {
   // DeepSeek-V3 routing: sigmoid affinities, top-k experts, weights renormalised over the k.
   at::Tensor top_experts, weights;
   {
@@ -166,24 +212,25 @@ at::Tensor MoEImpl::forward(const at::Tensor& x) {
   }
 
   auto routed = at::zeros_like(tokens);
-  {
-    probe::Scope scope("experts");
-    for (std::int64_t e = 0; e < args.n_experts; ++e) {
-      auto hits = at::nonzero(top_experts == e);  // [n, 2]: (token, slot)
-      if (hits.size(0) == 0) continue;
-      auto token_ids = hits.select(1, 0);
-      auto xe = tokens.index_select(0, token_ids);
-      auto w = weights.index({token_ids, hits.select(1, 1)}).unsqueeze(-1);
-      auto h = at::silu(at::matmul(xe, experts->w1[e].t())) * at::matmul(xe, experts->w3[e].t());
-      routed = routed.index_add(0, token_ids, at::matmul(h, experts->w2[e].t()) * w);
-    }
+  probe::Scope scope("experts");
+  for (std::int64_t e = 0; e < args.n_experts; ++e) {
+    auto hits = at::nonzero(top_experts == e);  // [n, 2]: (token, slot)
+    if (hits.size(0) == 0) continue;
+    auto token_ids = hits.select(1, 0);
+    auto xe = tokens.index_select(0, token_ids);
+    auto w = weights.index({token_ids, hits.select(1, 1)}).unsqueeze(-1);
+    auto h = at::silu(at::matmul(xe, experts->w1[e].t())) * at::matmul(xe, experts->w3[e].t());
+    routed = routed.index_add(0, token_ids, at::matmul(h, experts->w2[e].t()) * w);
   }
-  at::Tensor shared;
-  {
-    probe::Scope scope("shared_experts");
-    shared = shared_experts(tokens);
-  }
-  return (shared + routed).view(shape);
+  return routed;
+}
+
+// w1, w3 hold this rank's hidden units, w2 their columns: its output is this rank's summand.
+at::Tensor MoEImpl::shared_tensor_parallel(const at::Tensor& x) {
+  auto whole = tp->enter(x);
+  auto partial = shared_experts(whole.reshape({-1, args.dim}));
+  probe::tap(probe::current_scope() + ".w2", partial, {}, tp->partial());
+  return tp->leave(partial.view(whole.sizes())).reshape({-1, args.dim});
 }
 
 TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, std::int64_t layer) : dropout(a.dropout) {
@@ -203,11 +250,7 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, std::optional<at::
     probe::Scope scope("attention");
     a = attention(a);
   }
-  if (dropout_generator && dropout > 0 && is_training()) {
-    // Drawn on the CPU (the generator is a CPU one): the same mask on every device.
-    auto keep = at::empty(a.sizes(), a.options().device(at::kCPU)).bernoulli_(1.0 - dropout, *dropout_generator).to(a.device());
-    a = a * keep / (1.0 - dropout);
-  }
+  if (dropout_generator && dropout > 0 && is_training()) a = a * dropout_mask(a, *dropout_generator) / (1.0 - dropout);
   auto h = x + a;
   at::Tensor normed, routed;
   {
@@ -219,6 +262,19 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, std::optional<at::
     routed = moe(normed);
   }
   return h + routed;
+}
+
+// Drawn on the CPU (the generator is a CPU one): the same mask on every device.
+at::Tensor TransformerBlockImpl::dropout_mask(const at::Tensor& a, at::Generator& generator) const {
+  auto on_cpu = a.options().device(at::kCPU);
+  if (!tp || !tp->sequence_parallel())
+    return at::empty(a.sizes(), on_cpu).bernoulli_(1.0 - dropout, generator).to(a.device());
+  auto whole = a.sizes().vec();
+  whole[1] *= tp->size();
+  auto mask = at::empty(whole, on_cpu).bernoulli_(1.0 - dropout, generator);
+  // The sp-dropout-seed fault: every rank keeps the first shard's positions (one RNG stream per
+  // rank seeded alike, as a forgotten model-parallel RNG tracker gives).
+  return tp->sequence_shard(mask, tp->dropout_of_first_shard ? 0 : tp->rank()).to(a.device());
 }
 
 TransformerImpl::TransformerImpl(const ModelArgs& a, std::int64_t first, std::int64_t last)
@@ -235,15 +291,17 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, std::int64_t first, std::in
 
 at::Tensor TransformerImpl::forward(const at::Tensor& x, const DropoutRng& rng) {
   at::Tensor h = x;
+  const bool sp = tp && tp->sequence_parallel();  // h is this rank's sequence shard
   if (has_embedding()) {
     probe::Scope scope("tok_embeddings");
-    h = tok_embeddings(x);
+    h = tok_embeddings(sp ? tp->sequence_shard(x) : x);
   }
   for (auto i = first_layer; i < last_layer; ++i) {
     probe::Scope scope("layers." + std::to_string(i));
     auto block = layers[std::to_string(i)]->as<TransformerBlockImpl>();
     h = block->forward(h, rng.for_layer(i));
-    probe::tap("layers." + std::to_string(i), h);  // a no-op without an active probe
+    // A no-op without an active probe.
+    probe::tap("layers." + std::to_string(i), h, sp ? tp->shard_of_sequence(h) : probe::Shard{});
   }
   if (!has_output()) return h;
   {
@@ -251,7 +309,7 @@ at::Tensor TransformerImpl::forward(const at::Tensor& x, const DropoutRng& rng) 
     h = norm(h);
   }
   probe::Scope scope("output");
-  return output(h);
+  return output(sp ? tp->gather_for_replicated(h) : h);
 }
 
 void init_parameter(const std::string& name, at::Tensor& p, std::uint64_t seed) {
@@ -268,6 +326,21 @@ void init_parameter(const std::string& name, at::Tensor& p, std::uint64_t seed) 
 
 void init_weights(Transformer& model, std::uint64_t seed) {
   for (auto& item : model->named_parameters()) init_parameter(item.key(), item.value(), seed);
+}
+
+void parallelize_tensors(Transformer& model, std::shared_ptr<const TensorParallel> tp) {
+  at::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    const TpLayout layout = tp_layout(item.key(), tp->sequence_parallel());
+    if (layout.split == TpLayout::Split::none) continue;
+    const auto n = item.value().size(layout.dim()) / tp->size();
+    item.value().set_data(item.value().narrow(layout.dim(), tp->rank() * n, n).clone());
+  }
+  model->tp = tp;
+  for (auto& item : model->layers->items()) {
+    auto block = item.second->as<TransformerBlockImpl>();
+    block->tp = block->attention->tp = block->moe->tp = tp;
+  }
 }
 
 }  // namespace moe

@@ -14,9 +14,11 @@
 #include <torch/nn/modules/linear.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "model_args.h"
+#include "tensor_parallel.h"
 
 namespace moe {
 
@@ -51,6 +53,15 @@ struct AttentionImpl : torch::nn::Module {
   std::int64_t layer;
   torch::nn::Linear wq{nullptr}, wkv_a{nullptr}, wkv_b{nullptr}, wo{nullptr};
   RMSNorm kv_norm{nullptr};
+  std::shared_ptr<const TensorParallel> tp;  // null: whole heads
+
+ private:
+  // This rank's heads of the tensor-parallel layout: x is its sequence shard (sp) or the whole
+  // sequence; returns the same.
+  at::Tensor forward_tensor_parallel(const at::Tensor& x);
+  // Scores, softmax and values of `heads` heads: [B, T, heads * v_head_dim], before wo.
+  at::Tensor attend(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k_nope,
+                    const at::Tensor& k_rope, const at::Tensor& v, std::int64_t heads);
 };
 TORCH_MODULE(Attention);
 
@@ -82,6 +93,12 @@ struct MoEImpl : torch::nn::Module {
   Router router{nullptr};
   GroupedExperts experts{nullptr};
   FeedForward shared_experts{nullptr};
+  std::shared_ptr<const TensorParallel> tp;  // null: the whole shared expert
+
+ private:
+  at::Tensor routed_experts(const at::Tensor& tokens);
+  // The shared expert split over the tp ranks: x [B, T', dim] in, [B * T', dim] out.
+  at::Tensor shared_tensor_parallel(const at::Tensor& x);
 };
 TORCH_MODULE(MoE);
 
@@ -93,6 +110,12 @@ struct TransformerBlockImpl : torch::nn::Module {
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
   Attention attention{nullptr};
   MoE moe{nullptr};
+  std::shared_ptr<const TensorParallel> tp;  // null: no tensor parallelism
+
+ private:
+  // Keep-mask of the dropout after attention, shaped like `a` (a sequence shard under sp: the
+  // same positions of the whole sequence's mask, so every layout drops the same elements).
+  at::Tensor dropout_mask(const at::Tensor& a, at::Generator& generator) const;
 };
 TORCH_MODULE(TransformerBlock);
 
@@ -112,8 +135,14 @@ struct TransformerImpl : torch::nn::Module {
   torch::nn::ModuleDict layers{nullptr};
   RMSNorm norm{nullptr};
   torch::nn::Linear output{nullptr};
+  std::shared_ptr<const TensorParallel> tp;  // null: no tensor parallelism
 };
 TORCH_MODULE(Transformer);
+
+// Tensor parallelism over `tp` (tensor_parallel.h): the split parameters replaced by this
+// rank's slices of them, every module told. After init_weights, so that the slices are those
+// of the whole model's values.
+void parallelize_tensors(Transformer& model, std::shared_ptr<const TensorParallel> tp);
 
 // Initialises every parameter from (seed, its name): the same values whichever layers this
 // Transformer holds and however it is later sharded.

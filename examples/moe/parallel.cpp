@@ -98,17 +98,22 @@ Group make_group(const c10::intrusive_ptr<c10d::Store>& root, const std::string&
 
 }  // namespace
 
-ProcessGroups init_process_groups(int stages, const std::string& device, bool backend_at_one_rank) {
+ProcessGroups init_process_groups(int stages, int tp, const std::string& device, bool backend_at_one_rank) {
   ProcessGroups g;
   g.world_size = env_int("WORLD_SIZE", 1);
   g.rank = env_int("RANK", 0);
   if (stages < 1 || g.world_size % stages != 0)
     throw std::invalid_argument("--stages " + std::to_string(stages) + " does not divide the world size " +
                                 std::to_string(g.world_size));
+  if (tp < 1 || (g.world_size / stages) % tp != 0)
+    throw std::invalid_argument("--tp " + std::to_string(tp) + " does not divide the " + std::to_string(g.world_size / stages) +
+                                " rank(s) of a pipeline stage (world size " + std::to_string(g.world_size) + ")");
   g.stages = stages;
-  g.dp_size = g.world_size / stages;
-  g.stage = g.rank / g.dp_size;
-  g.dp_rank = g.rank % g.dp_size;
+  g.tp_size = tp;
+  g.dp_size = g.world_size / stages / tp;
+  g.tp_rank = g.rank % tp;
+  g.dp_rank = g.rank / tp % g.dp_size;
+  g.stage = g.rank / tp / g.dp_size;
   if (g.world_size == 1 && !backend_at_one_rank) return g;
 
   const std::string host = env_str("MASTER_ADDR", "127.0.0.1");
@@ -132,8 +137,12 @@ ProcessGroups init_process_groups(int stages, const std::string& device, bool ba
 
   g.backend_name = device == "cpu" ? "gloo" : "nccl";
   g.world = make_group(root, "world", g.rank, g.world_size, device, backend_at_one_rank);
-  g.dp = make_group(root, "dp" + std::to_string(g.stage), g.dp_rank, g.dp_size, device, backend_at_one_rank);
-  g.pp = make_group(root, "pp" + std::to_string(g.dp_rank), g.stage, g.stages, device, backend_at_one_rank);
+  // Every rank creates the groups it belongs to, each named after the coordinates its members share.
+  const std::string at_tp = tp == 1 ? "" : "_tp" + std::to_string(g.tp_rank);
+  g.dp = make_group(root, "dp" + std::to_string(g.stage) + at_tp, g.dp_rank, g.dp_size, device, backend_at_one_rank);
+  g.pp = make_group(root, "pp" + std::to_string(g.dp_rank) + at_tp, g.stage, g.stages, device, backend_at_one_rank);
+  g.tp = make_group(root, "tp" + std::to_string(g.stage) + "_" + std::to_string(g.dp_rank), g.tp_rank, g.tp_size,
+                    device, backend_at_one_rank);
   return g;
 }
 

@@ -36,15 +36,19 @@ class Group {
   int rank_ = 0, size_ = 1;
 };
 
-// A world of S pipeline stages x D data-parallel replicas, rank = stage * D + dp_rank.
+// A world of S pipeline stages x D data-parallel replicas x T tensor-parallel ranks,
+// rank = (stage * D + dp_rank) * T + tp_rank: a tensor-parallel group is T neighbouring ranks
+// (as Megatron orders them); with T = 1, rank = stage * D + dp_rank.
 struct ProcessGroups {
   int rank = 0, world_size = 1;
   int stage = 0, stages = 1;
   int dp_rank = 0, dp_size = 1;
+  int tp_rank = 0, tp_size = 1;
   std::string backend_name = "none";
   Group world;  // every rank
-  Group dp;     // the ranks of this stage (gradient reduction)
-  Group pp;     // the ranks holding this data-parallel replica's stages (send/recv)
+  Group dp;     // the ranks of this stage and tensor-parallel rank (gradient reduction)
+  Group pp;     // the ranks holding this data-parallel replica's stages at this tp rank (send/recv)
+  Group tp;     // the ranks that split this stage's modules of this replica
 };
 
 // Reads RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun) and connects to the store: as a
@@ -53,6 +57,7 @@ struct ProcessGroups {
 // backend_at_one_rank).
 // `device` is "cpu" (Gloo) or "cuda" (NCCL; needs a CUDA build). `backend_at_one_rank` builds
 // every group through the backend even when it has one rank, so that a single GPU runs NCCL.
-ProcessGroups init_process_groups(int stages, const std::string& device, bool backend_at_one_rank = false);
+// `tp`: the tensor-parallel degree (it divides world_size / stages).
+ProcessGroups init_process_groups(int stages, int tp, const std::string& device, bool backend_at_one_rank = false);
 
 }  // namespace moe

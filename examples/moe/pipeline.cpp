@@ -17,7 +17,9 @@ Pipeline::Pipeline(const Config& config, Transformer model, ProcessGroups& group
       probe_(probe),
       device_(device),
       rank_salt_(rank_salt),
-      activation_shape_{config.microbatch_size, config.seq_len, config.model.dim} {}
+      // Under sp a stage sends its sequence shard on, to the next stage's rank of the same shard.
+      activation_shape_{config.microbatch_size, config.sp ? config.seq_len / groups.tp_size : config.seq_len,
+                        config.model.dim} {}
 
 void Pipeline::run(std::int64_t step, at::Tensor& losses) {
   const auto per_rank = config_.microbatches / groups_.dp_size;
@@ -45,7 +47,8 @@ Pipeline::InFlight Pipeline::forward(std::int64_t step, std::int64_t mb, at::Ten
   probe_.record_output("model", mb, y);
   auto loss = at::cross_entropy_loss(y.reshape({-1, config_.model.vocab_size}), data.targets.reshape({-1}));
   probe_.record(probe::Kind::output, "loss", mb, loss);
-  losses[mb] = loss.item<double>();
+  // Every tp rank computed the same loss: one of them adds it to the step's.
+  if (groups_.tp_rank == 0) losses[mb] = loss.item<double>();
   return {mb, x, loss / static_cast<double>(config_.microbatches)};
 }
 

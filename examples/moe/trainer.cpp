@@ -33,8 +33,19 @@ std::uint64_t fingerprint(const at::Tensor& t) {
   return h;
 }
 
+// The tensor-parallel layout of this rank's group, its faults applied.
+std::shared_ptr<TensorParallel> tensor_parallel(const Config& c, ProcessGroups& groups, const Fault& fault) {
+  const auto tp = groups.tp_size;
+  if (c.model.n_heads % tp != 0 || c.model.shared_hidden_dim % tp != 0)
+    throw std::invalid_argument("--tp " + std::to_string(tp) + " does not divide the " + std::to_string(c.model.n_heads) +
+                                " heads and " + std::to_string(c.model.shared_hidden_dim) + " shared-expert units");
+  auto layout = std::make_shared<TensorParallel>(groups.tp, c.sp);
+  apply_tensor_parallel_fault(fault, *layout);
+  return layout;
+}
+
 // This rank's pipeline stage of the model, initialised the same on every rank and in every setup.
-Transformer build_stage(const Config& c, const ProcessGroups& groups, const Fault& fault, at::Device device) {
+Transformer build_stage(const Config& c, ProcessGroups& groups, const Fault& fault, at::Device device) {
   if (c.microbatches % groups.dp_size != 0)
     throw std::invalid_argument("--microbatches " + std::to_string(c.microbatches) +
                                 " is not divisible by the data-parallel size " + std::to_string(groups.dp_size));
@@ -44,6 +55,7 @@ Transformer build_stage(const Config& c, const ProcessGroups& groups, const Faul
   Transformer model(c.model, groups.stage * L / groups.stages, (groups.stage + 1) * L / groups.stages);
   init_weights(model, c.rng_seed);
   apply_init_fault(fault, *model, c.rng_seed);
+  if (groups.tp_size > 1) parallelize_tensors(model, tensor_parallel(c, groups, fault));
   // Module constructors drew from the default generator, differently per stage; reset it so
   // its fingerprint (the probe's `rng cpu` record) is the same on every rank and setup.
   at::manual_seed(c.rng_seed);
@@ -75,7 +87,7 @@ class Trainer {
         zero3_(config.setup == "zero3"),
         device_(device_of(config)),
         model_(build_stage(config, groups, fault, device_)),
-        params_(hold_parameters(*model_, groups, zero3_)),
+        params_(hold_parameters(*model_, groups, zero3_, config.sp)),
         optimizer_(make_optimizer(config, params_)),
         pipeline_(config, model_, groups, probe, device_, fault.dropout_rank_salt(groups)) {
     watch_parameters();
@@ -122,7 +134,7 @@ class Trainer {
     auto losses = at::zeros({config_.microbatches}, at::kDouble);
     pipeline_.run(step, losses);
     inject_nan_if_due(fault_, step, params_, groups_);
-    reduce_gradients(params_, groups_, zero3_, fault_.unreduced_param());
+    reduce_gradients(params_, groups_, zero3_, fault_.unreduced_param(), fault_.kind == Fault::Kind::sp_norm_unreduced);
     if (zero3_) release_parameters(params_);
     const double loss = step_loss(losses);
     die_if_due(config_, step, groups_);  // its peers log this step, it does not
@@ -176,20 +188,25 @@ class Trainer {
     if (factor) set_lr(1);
   }
 
-  // Whole parameters' mb_grad records, and each rank's accumulated gradient (its zero3 shard)
-  // as `grad` records the differ composes back into the whole.
+  // What each rank holds as the shard it is (tensor-parallel slices, zero3 rows), so that the
+  // differ composes `param`, `grad` and `optim` records back into the whole; per-microbatch
+  // gradients of what a rank computes with (a tensor-parallel slice, or a summand under sp).
   void watch_parameters() {
-    if (!zero3_) {
+    if (!zero3_ && groups_.tp_size == 1) {
       probe_.watch(*model_);
       return;
     }
     for (auto& p : params_) {
+      if (!zero3_) {
+        probe_.watch_parameter(p.name, p.owned, p.shard, p.mb_grad_partial);
+        continue;
+      }
       probe_.watch_parameter(p.name, p.owned, p.shard);
-      // The gathered parameter is what the backward reaches: one whole-parameter contribution
-      // per microbatch, comparable with every other setup.
+      // The gathered parameter is what the backward reaches: one contribution per microbatch
+      // to the whole parameter (or its tensor-parallel slice), comparable with every other setup.
       if (probe_.enabled() && probe_.options().kinds.contains(probe::Kind::mb_grad))
-        p.compute.register_hook([this, name = p.name](const at::Tensor& grad) {
-          probe_.record(probe::Kind::mb_grad, name, pipeline_.backward_microbatch(), grad);
+        p.compute.register_hook([this, name = p.name, shard = p.tp_shard, partial = p.mb_grad_partial](const at::Tensor& grad) {
+          probe_.record(probe::Kind::mb_grad, name, pipeline_.backward_microbatch(), grad, shard, partial);
         });
     }
   }

@@ -1,4 +1,5 @@
 #include "probe/log_format.h"
+#include "probe/partial.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +57,7 @@ void expect_same_record(const Record& a, const Record& b, const std::string& wha
   EXPECT_EQ(x.nnz, y.nnz) << what;
   EXPECT_EQ(x.shard, y.shard) << what;
   EXPECT_EQ(x.unsupported, y.unsupported) << what;
+  EXPECT_EQ(x.partial, y.partial) << what;
   EXPECT_EQ(x.torch_hash, y.torch_hash) << what;
 }
 
@@ -157,13 +160,14 @@ TEST(LogFormat, HeaderRoundTripsAndRejectsOtherVersions) {
   EXPECT_EQ(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1").format_version, 2);
   EXPECT_EQ(lf::parse_header("#numprobe format=3 hash_spec=1 rank=0 world_size=1").format_version, 3);
   EXPECT_EQ(lf::parse_header("#numprobe format=4 hash_spec=1 rank=0 world_size=1").format_version, 4);
-  for (const char* other : {"#numprobe format=5 hash_spec=1 rank=0 world_size=1",
+  EXPECT_EQ(lf::parse_header("#numprobe format=5 hash_spec=1 rank=0 world_size=1").format_version, 5);
+  for (const char* other : {"#numprobe format=6 hash_spec=1 rank=0 world_size=1",
                             "#numprobe format=0 hash_spec=1 rank=0 world_size=1"}) {
     try {
       lf::parse_header(other);
       ADD_FAILURE() << "accepted " << other;
     } catch (const lf::ParseError& e) {
-      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 4)"),
+      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 5)"),
                 std::string::npos)
           << e.what();
     }
@@ -215,6 +219,8 @@ TEST(LogFormat, ParsingIntoAUsedRecordGivesAFreshParse) {
       "step=5 kind=op name=layers.3/aten::softmax#0 mb=2 phase=backward in=[00000000000000ff,-] "
       "hash=0000000000000002 norm=1 min=0 max=1 mean=0.5 nan=0 inf=0 dtype=float32 shape=[2]",
       "step=6 kind=grad name=q.weight unsupported=quantized%20dtype dtype=qint8 shape=[3]",
+      "step=6 kind=tap name=layers.0.attention.wo mb=1 hash=0000000000000003 norm=2 min=-1 max=1 "
+      "mean=0 nan=0 inf=0 dtype=float32 shape=[2,8] partial=1/2",
       "step=7 kind=grad name=w none",
       "step=8 kind=scalar name=loss value=0.25",
   };
@@ -232,6 +238,7 @@ TEST(LogFormat, ParsingIntoAUsedRecordGivesAFreshParse) {
 TEST(LogFormat, SwappingRecordsExchangesEveryField) {
   Record a = tensor_record();
   a.stats.torch_hash = 42;
+  a.stats.partial = {1, 2};
   Record b;
   b.step = 9;
   b.kind = Kind::op;
@@ -277,8 +284,14 @@ TEST(LogFormat, WriterOrderReadsWhatAnyOrderReads) {
   nan_figures.stats.min = nan_figures.stats.max = nan_figures.stats.mean = std::nan("");
   Record escaped = whole;
   escaped.name = "a name with spaces";
+  Record summand = whole;  // partial, torch_hash
+  summand.kind = Kind::tap;
+  summand.microbatch = 0;
+  summand.stats.nnz.reset();
+  summand.stats.partial = {1, 2};
+  summand.stats.torch_hash = 7;
   std::vector<std::string> lines;
-  for (const Record* r : {&sharded, &whole, &scalar}) {
+  for (const Record* r : {&sharded, &whole, &scalar, &summand}) {
     lines.push_back(lf::format_record(*r));
     Record read;
     EXPECT_TRUE(lf::parse_in_writer_order(lines.back(), read)) << lines.back();
@@ -328,6 +341,12 @@ TEST(LogFormat, WriterOrderReadsWhatAnyOrderReads) {
            "step=1 kind=grad name=w" + tail + " shape=[4] nnz=-1",
            "step=1 kind=grad name=w" + tail + " shape=[4] torch_hash=0123",
            "step=1 kind=grad name=w" + tail + " shape=[4] shard=[8]@[4] nnz=2",  // out of order
+           "step=1 kind=tap name=w mb=0" + tail + " shape=[4] partial=2/2",
+           "step=1 kind=tap name=w mb=0" + tail + " shape=[4] partial=-1/2",
+           "step=1 kind=tap name=w mb=0" + tail + " shape=[4] partial=0/0",
+           "step=1 kind=tap name=w mb=0" + tail + " shape=[4] partial=0/2/3",
+           "step=1 kind=tap name=w mb=0" + tail + " shape=[4] partial=1",
+           "step=1 kind=tap name=w mb=0" + tail + " shape=[4] torch_hash=0123456789abcdef partial=0/2",
            "step=1234567890123456789 kind=grad name=w" + tail + " shape=[4]",
            "step=1 kind=grad name=w mb=-1" + tail + " shape=[4]",
            "step=1 kind=grad name=w" + tail.substr(0, tail.size() - 7) + " shape=[4]",  // empty dtype
@@ -463,8 +482,43 @@ TEST(LogFormat, PhaseAndInputsBelongToOpRecordsOnly) {
 }
 
 TEST(LogFormat, Version4WritesOpRecordsAndVersion2And3HeadersStayReadable) {
-  EXPECT_EQ(lf::kVersion, 4);
+  EXPECT_GE(lf::kVersion, 4);
   EXPECT_EQ(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1").format_version, 2);
   EXPECT_EQ(lf::parse_header("#numprobe format=3 hash_spec=1 rank=0 world_size=1").format_version, 3);
   EXPECT_EQ(lf::parse_header("#numprobe format=4 hash_spec=1 rank=0 world_size=1").format_version, 4);
+}
+
+// Version 5: a record that is summand `index` of `count` of a tensor (a tensor-parallel rank's
+// partial product) says so; other records are written as before.
+TEST(LogFormat, Version5PartialRecordRoundTripsAndBadOnesSayWhatIsWrong) {
+  EXPECT_EQ(lf::kVersion, 5);
+  Record r = tensor_record();
+  r.kind = Kind::tap;
+  r.name = "layers.0.attention.wo";
+  r.stats.shard = {};
+  r.stats.partial = {1, 2};
+  const std::string line = lf::format_record(r);
+  EXPECT_NE(line.find(" shape=[4,16] partial=1/2"), std::string::npos) << line;
+  Record back = lf::parse_record(line);
+  EXPECT_EQ(back.stats.partial, (probe::Partial{1, 2}));
+  EXPECT_EQ(lf::format_record(back), line);
+  Record fast;
+  ASSERT_TRUE(lf::parse_in_writer_order(line, fast)) << line;
+  EXPECT_EQ(fast.stats.partial, (probe::Partial{1, 2}));
+  r.stats.partial = {};
+  EXPECT_EQ(lf::format_record(r).find("partial="), std::string::npos);
+  EXPECT_TRUE(lf::parse_record(lf::format_record(r)).stats.partial.empty());
+
+  auto message_of = [](const std::string& l) {
+    return parse_error_of([](const std::string& x) { lf::parse_record(x); }, l);
+  };
+  const std::string head = "step=1 kind=tap name=w mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 "
+                           "inf=0 dtype=float32 shape=[2]";
+  EXPECT_EQ(message_of(head + " partial=2/2"), "field 'partial' needs 0 <= index < count: '2/2'");
+  EXPECT_EQ(message_of(head + " partial=0/0"), "field 'partial' needs 0 <= index < count: '0/0'");
+  EXPECT_EQ(message_of(head + " partial=-1/2"), "field 'partial' needs 0 <= index < count: '-1/2'");
+  EXPECT_EQ(message_of(head + " partial=1"), "field 'partial' is not <index>/<count>: '1'");
+  EXPECT_EQ(message_of(head + " partial=a/2"), "field 'partial' is not an integer: 'a'");
+  EXPECT_THROW(probe::Partial::of(2, 2), std::invalid_argument);
+  EXPECT_EQ(probe::Partial::of(1, 2), (probe::Partial{1, 2}));
 }

@@ -110,9 +110,9 @@ TEST(BadInput, DifferentHashSpecVersionsAreAClearError) {
 
 TEST(BadInput, OtherFormatVersionIsAClearError) {
   auto dir = fresh_dir("format");
-  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=5 hash_spec=1 rank=0 world_size=1\n");
+  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=6 hash_spec=1 rank=0 world_size=1\n");
   write_run(dir / "b", {{scalar(0, "loss", 1)}});
-  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 5 is not supported"),
+  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 6 is not supported"),
             std::string::npos);
 }
 
@@ -234,8 +234,9 @@ TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
   for (int r = 0; r < 2; ++r) {
     const auto& records = ranks[static_cast<std::size_t>(r)];
     write_file(dir / "v1" / ("rank" + std::to_string(r)) / "diff.log", format1_log(records, r, 2));
-    // Versions 2 (step ends, no nnz or stop line) and 3 (no op records) hold these records alike.
-    for (int version : {2, 3}) {
+    // Versions 2 (step ends, no nnz or stop line), 3 (no op records) and 4 (no partial records)
+    // hold these records alike.
+    for (int version : {2, 3, 4}) {
       std::string text = header(r, 2, 1, version);
       for (int s = 0; s < 3; ++s) {
         for (const auto& rec : records)
@@ -245,9 +246,10 @@ TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
       write_file(dir / ("v" + std::to_string(version)) / ("rank" + std::to_string(r)) / "diff.log", text);
     }
   }
-  write_run(dir / "v4", ranks);
-  ASSERT_EQ(read_all(dir / "v4" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=4 ");
-  for (auto [a, b] : {std::pair{"v1", "v4"}, std::pair{"v4", "v1"}, std::pair{"v2", "v4"}, std::pair{"v3", "v4"}}) {
+  write_run(dir / "v5", ranks);
+  ASSERT_EQ(read_all(dir / "v5" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=5 ");
+  for (auto [a, b] : {std::pair{"v1", "v5"}, std::pair{"v5", "v1"}, std::pair{"v2", "v5"}, std::pair{"v3", "v5"},
+                      std::pair{"v4", "v5"}}) {
     auto res = diff(dir / a, dir / b);
     EXPECT_EQ(res.exit_code(), 0) << a << " vs " << b;
     EXPECT_EQ(res.paired_steps, 3);

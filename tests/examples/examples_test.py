@@ -4,7 +4,7 @@
     examples_test.py CASE        (CASE: pairs, fault-grads-none, fault-rng-per-rank, fault-nan,
                                   fault-skip-reduce, fault-init, fault-lr, noise-or-bug, fault-op,
                                   fault-op-backward, weights-zero3-pp-ddp, killed-rank, probe-off,
-                                  html-report)
+                                  html-report, tensor-parallel, fault-tensor-parallel)
 
 Environment (set by ctest): MOE_TRAIN, DIFF_LOGS, TORCHRUN, WORK (a scratch directory).
 Each case prints what it ran and why it failed; the exit status is the verdict.
@@ -493,6 +493,75 @@ def case_probe_off():
     if proc.returncode != 0 or "has no effect here" not in proc.stdout:
         fail(f"skip-reduce with one data-parallel rank must warn: {proc.stdout}")
     print("OK bad and ineffective faults", flush=True)
+
+
+def shard_field(run, kind, name):
+    """The shard= field of rank 0's step-0 record of (kind, name), or None."""
+    with open(os.path.join(run, "rank0", "diff.log")) as f:
+        for line in f:
+            if line.startswith(f"step=0 kind={kind} name={name} "):
+                fields = dict(x.split("=", 1) for x in line.split() if "=" in x)
+                return fields.get("shard")
+    fail(f"{run}: no step-0 {kind} record {name}")
+
+
+def case_tensor_parallel():
+    """Tensor and sequence parallelism against layouts without them: no unexplained divergence
+    (exit 0 or 4), what the row-parallel sums change explained by [partial_sum], the split
+    parameters recorded as their shards, and --tp 1 changing nothing."""
+    single = train("tp_single", "single", 1)
+    same = train("tp_single_tp1", "single", 1, "--tp", "1")
+    for rank_log in ("rank0/diff.log",):
+        if open(os.path.join(single, rank_log), "rb").read() != open(os.path.join(same, rank_log), "rb").read():
+            fail("--tp 1 changed the single run's log")
+    print("OK --tp 1 leaves the log byte for byte as it is", flush=True)
+    zero3 = train("tp_zero3_4", "zero3", 4)
+    pairs = [
+        (single, "tp_ddp2_tp2", ("ddp", 2, "--tp", "2")),
+        (single, "tp_ddp4_tp2_sp", ("ddp", 4, "--tp", "2", "--sp")),
+        (single, "tp_ppddp8_tp2_sp", ("pp-ddp", 8, "--stages", "2", "--tp", "2", "--sp")),
+        (zero3, "tp_ppddp8_tp2", ("pp-ddp", 8, "--stages", "2", "--tp", "2")),
+    ]
+    for base, name, (setup, ranks, *flags) in pairs:
+        test = train(name, setup, ranks, *flags)
+        r = diff(base, test)
+        if r["result"] not in ("equal", "noise") or r["first_unexplained_divergence"] is not None:
+            fail(f"{name}: the clean comparison names a bug: {r['first_unexplained_divergence']}")
+        if "partial_sum" not in r["noise"]["by_rule"]:
+            fail(f"{name}: no divergence explained by the row-parallel sums [partial_sum]: {r['noise']}")
+        for kind, param, want in [("param", "layers.0.attention.wq.weight", "[96,64]@"),
+                                  ("param", "layers.0.attention.wo.weight", "[64,64]@"),
+                                  ("grad", "layers.1.moe.shared_experts.w2.weight", "[64,64]@")]:
+            shard = shard_field(test, kind, param)
+            if shard is None or not shard.startswith(want):
+                fail(f"{name}: {kind} {param} has shard={shard}, expected {want}...")
+        print(f"OK {os.path.basename(base)} vs {name}: {r['result']}, noise by rule {r['noise']['by_rule']}",
+              flush=True)
+
+
+def case_fault_tensor_parallel():
+    """The bugs of tensor and sequence parallelism, each the headline against the single run, on
+    more than one layer; a fault of a layout the run does not have changes nothing."""
+    base = train("ftp_single", "single", 1)
+    tp = ("ddp", 2, "--tp", "2")
+    sp = ("ddp", 4, "--tp", "2", "--sp")
+    cases = [
+        ("tp_no_reduce_1", tp, "tp-no-reduce=1", (0, "tap", "replica_mismatch", "layers.1")),
+        ("tp_no_reduce_3", tp, "tp-no-reduce=3", (0, "tap", "replica_mismatch", "layers.3")),
+        ("sp_no_reduce_2", sp, "tp-no-reduce=2", (0, "tap", "unexplained", "layers.2")),
+        ("sp_norm_unreduced", sp, "sp-norm-unreduced", (0, "grad", "unreduced_gradient", None)),
+        ("sp_dropout_seed", sp, "sp-dropout-seed", (0, "tap", "unexplained", "layers.0")),
+    ]
+    for name, layout, fault, (step, kind, rule, record) in cases:
+        r = diff(base, train("ftp_" + name, *layout, "--fault", fault), expect=1)
+        u = headline(r, step, kind, rule, record)
+        if fault == "sp-norm-unreduced" and not u["name"].endswith("norm.weight"):
+            fail(f"sp-norm-unreduced headlines {u['name']}, not a norm weight")
+    # Accepted without the layout it needs, warned about, and without effect.
+    for fault in ("tp-no-reduce=1", "sp-norm-unreduced", "sp-dropout-seed"):
+        out = train("ftp_single_" + fault.split("=")[0], "single", 1, "--fault", fault)
+        diff(base, out, expect=0)
+    print("OK faults of tp and sp are accepted, and change nothing, without tp or sp", flush=True)
 
 
 if __name__ == "__main__":

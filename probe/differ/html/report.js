@@ -185,6 +185,17 @@
                                ' run recorded no ' + R[kl[0]].join(', ') + ' (PROBE_KINDS?)' +
                                (R.kinds_left_out ? ': left out of the comparison (--kinds all compares them)' : '')}));
     });
+    // Partial sums (a tensor-parallel rank's summand) against records that are not: set aside.
+    var partial = R.partial_records;
+    if (partial && partial.pairs) {
+      var kinds = Object.keys(partial.by_kind).map(function (k) { return partial.by_kind[k] + ' ' + k; });
+      var examples = partial.examples.join('; ') + (partial.pairs > partial.examples.length ? '; ...' : '');
+      h.appendChild(el('p', {class: 'note', id: 'partial-records', 'data-pairs': String(partial.pairs),
+        text: 'partial records: ' + kinds.join(', ') +
+              (partial.pairs === 1 ? ' record is a partial sum' : ' records are partial sums') +
+              " in one run (a tensor-parallel rank's summand): set aside, not compared" +
+              (partial.examples.length ? ' (' + examples + ')' : '')}));
+    }
   }
   function drawIssues() {
     var runs = [['base', R.base], ['test', R.test]].filter(function (bt) {
@@ -277,6 +288,7 @@
   function noiseLabel(p) {
     var e = p.explanation;
     if (!e || e.category !== 'noise') return '';
+    if (e.detail) return 'noise: ' + e.rule + ' (' + e.detail + (e.bound ? '; within ' + num(e.bound) : '') + ')';
     return 'noise: ' + e.rule + (e.bound ? ' (within ' + num(e.bound) + ')' : '');
   }
   // A pair as the text report's headline: where, class, both sides, the difference, the note.

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <string_view>
+#include <tuple>
 
 #include "differ/detail/causes.h"
 #include "differ/detail/classify.h"
@@ -80,6 +81,7 @@ void leave_absent(Side& s) {
   m.key.clear();
   m.replicas_disagree = false;
   m.value_ranks.clear();
+  m.partial = {};
 }
 
 // Every field of the pair, from the merged record it starts with (a pair of a previous step
@@ -94,6 +96,35 @@ void start_pair(std::int64_t step, Merged& m, Pair& p) {
   p.note.clear();
   std::swap(p.key, m.key);
   p.why = {};
+  p.set_aside = false;
+}
+
+// "test: 2 summands", "base: summand 0 of 2": a partial side in words.
+std::string partial_side_text(const char* run, const PartialSum& s) {
+  return std::string(run) + ": " +
+         (s.index < 0 ? std::to_string(s.count) + " summands"
+                      : "summand " + std::to_string(s.index) + " of " + std::to_string(s.count));
+}
+
+// A pair where a side is a partial sum and the other is not the same partial sum (the same
+// count of summands, the same summand of one rank's view): nothing to compare it with. Counted
+// in `report`, neither compared nor a divergence; the explainer still reads it (a noise root).
+bool set_aside_partial(const Pair& p, PartialReport& report) {
+  const PartialSum* b = p.base.present && !p.base.m.partial.empty() ? &p.base.m.partial : nullptr;
+  const PartialSum* t = p.test.present && !p.test.m.partial.empty() ? &p.test.m.partial : nullptr;
+  if (!b && !t) return false;
+  if (b && t && b->count == t->count && b->index == t->index) return false;
+  ++report.pairs;
+  ++report.by_kind[p.kind];
+  if (report.examples.size() < PartialReport::kListed) {
+    std::string text = "step " + std::to_string(p.step) + (p.mb ? " mb " + std::to_string(*p.mb) : "") + " " +
+                       std::string(kind_name(p.kind)) + " " + p.name + " (";
+    if (b) text += partial_side_text("base", *b);
+    if (b && t) text += ", ";
+    if (t) text += partial_side_text("test", *t);
+    report.examples.push_back(text + ")");
+  }
+  return true;
 }
 
 }  // namespace
@@ -148,6 +179,7 @@ void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<
   // partners are found by key).
   partner_.assign(nb, -1);
   test_used_.assign(nt, false);
+  pair_of_test_.assign(nt, -1);
   if (test && base) find_partners(*base, *test);
   std::size_t count = 0;
   for (std::size_t i = 0; i < nb; ++i) {
@@ -155,27 +187,40 @@ void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<
     if (!passes(m.rec.kind, m.rec.name)) continue;
     Pair& p = next_pair(count);
     start_pair(step, m, p);
+    p.order = static_cast<std::int64_t>(2 * (count - 1));
     take_side(p.base, m);
-    if (partner_[i] >= 0)
+    if (partner_[i] >= 0) {
       take_side(p.test, (*test)[static_cast<std::size_t>(partner_[i])]);
-    else
+      pair_of_test_[static_cast<std::size_t>(partner_[i])] = static_cast<std::ptrdiff_t>(count - 1);
+    } else {
       leave_absent(p.test);
+    }
   }
-  for (std::size_t i = 0; i < nt; ++i) {  // test-only records
-    if (test_used_[i]) continue;
+  // Test-only records, in the test run's order. A partial sum goes right after the pair of the
+  // test record before it (the partial product before the reduction it feeds: the explainer
+  // reads it as a root of what follows); any other at the end of its phase and microbatch.
+  std::ptrdiff_t anchor = -1;  // the pair of the last test record paired with a base one
+  for (std::size_t i = 0; i < nt; ++i) {
+    if (test_used_[i]) {
+      if (pair_of_test_[i] >= 0) anchor = pair_of_test_[i];
+      continue;
+    }
     Merged& m = (*test)[i];
     if (!passes(m.rec.kind, m.rec.name)) continue;
+    const bool partial = !m.partial.empty();
     Pair& p = next_pair(count);
     start_pair(step, m, p);
+    p.order = partial ? 2 * static_cast<std::int64_t>(anchor) + 1 : std::numeric_limits<std::int64_t>::max();
     take_side(p.test, m);
     leave_absent(p.base);
   }
   pairs_.resize(count);
-  // Keep execution order: a stable sort on phase then microbatch puts test-only records
+  // Keep execution order: a stable sort on phase, microbatch and place puts test-only records
   // among the base ones (which are in that order already: without test-only records, or with
   // them at the end, nothing moves).
   const auto before = [](const Pair& a, const Pair& b) {
-    return std::make_pair(phase_of(a), a.mb.value_or(-1)) < std::make_pair(phase_of(b), b.mb.value_or(-1));
+    return std::make_tuple(phase_of(a), a.mb.value_or(-1), a.order) <
+           std::make_tuple(phase_of(b), b.mb.value_or(-1), b.order);
   };
   if (!std::is_sorted(pairs_.begin(), pairs_.end(), before))
     std::stable_sort(pairs_.begin(), pairs_.end(), before);
@@ -252,7 +297,10 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
       p.pair_class = PairClass::only_base;
     else
       classify(p, options_.cmp);
-    if (set_aside_op(p, result_.ops)) continue;
+    if (set_aside_op(p, result_.ops) || set_aside_partial(p, result_.partial)) {
+      p.set_aside = true;
+      continue;
+    }
     ++result_.counts[static_cast<std::size_t>(p.kind)][static_cast<std::size_t>(p.pair_class)];
     ++result_.records_compared;
     const std::size_t si = add_to_series(p, pair_series_[k], base && test);
@@ -264,11 +312,10 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
   const bool first_step_of_both = result_.base.first_step == step && result_.test.first_step == step;
   explainer_.explain_step(step, first_step_of_both, pairs);
   // After the explanations, so that a report drawing every pair (--html's heat map) shows each
-  // one's verdict; op records of one run only were set aside, not compared.
+  // one's verdict; op records of one run only and partial sums were set aside, not compared.
   if (options_.on_pair)
     for (std::size_t k = 0; k < pairs.size(); ++k)
-      if (pairs[k].kind != Kind::op || (pairs[k].base.present && pairs[k].test.present))
-        options_.on_pair(pairs[k], pair_series_[k]);
+      if (!pairs[k].set_aside) options_.on_pair(pairs[k], pair_series_[k]);
   result_.summation_order_grads = explainer_.summation_order_grads();
   note_noise_or_bug(step, first_step_of_both, pairs);
   note_first_nonfinite(step, pairs);

@@ -27,15 +27,22 @@ bool has_mb_grad(const std::string& name, const std::vector<Pair>& pairs) {
                      [&](const Pair& p) { return p.kind == Kind::mb_grad && p.name == name; });
 }
 
-// Every mb_grad of the parameter is bitwise equal (and there is at least one).
+// Every mb_grad of the parameter is bitwise equal or, a partial sum against another record,
+// set aside (and there is at least one).
 bool mb_grads_equal(const std::string& name, const std::vector<Pair>& pairs) {
   std::int64_t mbs = 0;
   for (const auto& p : pairs) {
     if (p.kind != Kind::mb_grad || p.name != name) continue;
-    if (p.pair_class != PairClass::equal) return false;
+    if (p.pair_class != PairClass::equal && !p.set_aside) return false;
     ++mbs;
   }
   return mbs > 0;
+}
+
+// An mb_grad of the parameter is a partial sum set aside (sequence parallelism).
+bool mb_grads_set_aside(const std::string& name, const std::vector<Pair>& pairs) {
+  return std::any_of(pairs.begin(), pairs.end(),
+                     [&](const Pair& p) { return p.kind == Kind::mb_grad && p.name == name && p.set_aside; });
 }
 
 // The summation-order bound of grad g from its mb_grads in the step (explain.h).
@@ -152,6 +159,13 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
   if (first.kind != Kind::grad || !is_divergence(first.pair_class) || !(base_disagrees || test_disagrees) ||
       !mb_grads_equal(first.name, s.pairs))
     return std::nullopt;
+  if (mb_grads_set_aside(first.name, s.pairs))
+    return Cause{"unreduced_gradient",
+                 "grad " + first.name + " differs between replicas of the " + (test_disagrees ? "test" : "base") +
+                     " run (ranks " + format_ranks(test_disagrees ? first.test.m.ranks : first.base.m.ranks) +
+                     ") while its mb_grads are partial sums (each rank's sequence shard) and every "
+                     "compared one is bitwise equal: the gradient was not all-reduced over the "
+                     "tensor-parallel group (each rank keeps its own shard's part)"};
   return Cause{"unreduced_gradient",
                "grad " + first.name + " differs between data-parallel replicas of the " +
                    (test_disagrees ? "test" : "base") + " run (ranks " +
@@ -170,6 +184,9 @@ std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOpti
   if (!std::isfinite(g.base.m.rec.stats.norm) || !std::isfinite(g.test.m.rec.stats.norm) ||
       elements_moved(g))
     return std::nullopt;
+  // Its mb_grads are partial sums set aside: not compared, nothing to tell the two apart by
+  // (the explanation judges it, explain.h).
+  if (mb_grads_set_aside(g.name, s.pairs)) return std::nullopt;
   const double bound = sum_order_bound(g, s.pairs, o);
   const std::string rel = lf::format_double(g.rel_diff);
   if (mb_grads_equal(g.name, s.pairs)) {
@@ -211,6 +228,7 @@ std::vector<Cause> step_causes(const DivergentStep& s, const DiffOptions& o) {
 
 std::optional<Cause> nonfinite_cause(std::int64_t step, const std::vector<Pair>& pairs) {
   for (const auto& p : pairs) {
+    if (p.set_aside) continue;  // not compared (a partial sum against another record)
     const std::int64_t nb = p.base.present ? nonfinite(p.base.m) : 0;
     const std::int64_t nt = p.test.present ? nonfinite(p.test.m) : 0;
     if (!p.base.present || !p.test.present || (nb == 0) == (nt == 0)) continue;

@@ -162,14 +162,14 @@ std::string disagreement(const MergeContext& ctx, const Group& g, const Part& a,
          std::to_string(b.rank) + " has " + record_brief(*b.rec);
 }
 
-// Buckets of replicas: same shard (or whole). Each bucket's first part represents it (into
-// ctx.reps); every other member must agree with it.
+// Buckets of replicas: same shard (or whole) and the same summand (or none). Each bucket's
+// first part represents it (into ctx.reps); every other member must agree with it.
 void check_replicas(Merged& m, const Group& g, MergeContext& ctx) {
   ctx.reps.clear();
   for (const auto& p : g.parts) {
     const Part* rep = nullptr;
     for (const Part* r : ctx.reps) {
-      if (r->rec->stats.shard == p.rec->stats.shard) {
+      if (r->rec->stats.shard == p.rec->stats.shard && r->rec->stats.partial == p.rec->stats.partial) {
         rep = r;
         break;
       }
@@ -227,6 +227,162 @@ void compose_into(const Merged& m, const Group& g, MergeContext& ctx, Record& ou
                                   : "shards do not tile: " + c.error;
 }
 
+bool is_summand(const Record& r) { return r.state == Record::State::tensor && !r.stats.partial.empty(); }
+
+std::string summand_text(const Partial& p) {
+  return std::to_string(p.index) + "/" + std::to_string(p.count);
+}
+
+// The ranks of the group's parts that are summands (`summands`) or not.
+std::vector<int> ranks_of(const Group& g, bool summands) {
+  std::vector<int> ranks;
+  for (const auto& p : g.parts)
+    if (is_summand(*p.rec) == summands) ranks.push_back(p.rank);
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
+// Into `out`: an unsupported record of the group's key saying why its summands are not summed.
+void unsupported_sum(const Group& g, const MergeContext& ctx, const TensorStats& like, std::string why,
+                     Record& out) {
+  log_format::reset_record(out);
+  out.step = ctx.step;
+  out.kind = g.kind;
+  out.microbatch = g.mb;
+  out.state = Record::State::tensor;
+  out.stats.dtype = like.dtype;
+  out.stats.shape = like.shape;
+  out.stats.unsupported = std::move(why);
+}
+
+void partial_issue(const Group& g, const MergeContext& ctx, const std::string& what) {
+  if (!ctx.compared) return;
+  ctx.issues->add({Issue::Severity::error, "partial_sum", *ctx.label, ctx.step,
+                   "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": " + what});
+}
+
+// Why the summands (ctx.reps, every one a summand, sorted by index) cannot be summed, or empty.
+// `gap`: the error is summands missing.
+std::string summands_error(const Group& g, const MergeContext& ctx, bool& gap) {
+  const TensorStats& first = ctx.reps[0]->rec->stats;
+  for (const Part* r : ctx.reps) {
+    const TensorStats& s = r->rec->stats;
+    if (s.partial.count != first.partial.count)
+      return "summands disagree on their count (rank " + std::to_string(ctx.reps[0]->rank) + " has partial=" +
+             summand_text(first.partial) + ", rank " + std::to_string(r->rank) + " partial=" +
+             summand_text(s.partial) + ")";
+    if (!s.shard.empty())
+      return "summand " + summand_text(s.partial) + " of rank " + std::to_string(r->rank) +
+             " is a shard: summands of a tensor are whole, not composed of shards";
+    if (s.dtype != first.dtype || s.shape != first.shape)
+      return "summands disagree on dtype or shape (rank " + std::to_string(ctx.reps[0]->rank) + " has " +
+             record_brief(*ctx.reps[0]->rec) + ", rank " + std::to_string(r->rank) + " " + record_brief(*r->rec) + ")";
+  }
+  // Same count, whole, one bucket per index: complete when every index 0..count-1 is there.
+  const auto count = static_cast<std::size_t>(first.partial.count);
+  if (ctx.reps.size() == count) return {};
+  gap = true;
+  std::string present;
+  for (const Part* r : ctx.reps) present += (present.empty() ? "" : ", ") + std::to_string(r->rec->stats.partial.index);
+  return "summands " + present + " of " + std::to_string(count) + " present (ranks " +
+         format_ranks(ranks_of(g, true)) + "): summands missing";
+}
+
+// splitmix64's finalizer: every bit of the input moves about half of the output's.
+std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The partial sum's figures from its summands (ctx.reps, sorted by index, complete), into `out`
+// (default figures). The hash is a fingerprint of the summands' hashes in index order: two runs
+// whose summands are bitwise equal get the same one (and, but for a 2^-64 chance, no others);
+// the norm is that of the sum were the summands uncorrelated, sqrt(sum of squared norms); mean
+// adds exactly (every summand has the sum's shape); min and max add to bounds of the sum's;
+// NaN/Inf counts add.
+void combine_summands_into(const MergeContext& ctx, TensorStats& out, double& summand_norms) {
+  const TensorStats& first = ctx.reps[0]->rec->stats;
+  out.dtype = first.dtype;
+  out.shape = first.shape;
+  out.hash = mix64(static_cast<std::uint64_t>(first.partial.count));
+  out.min = out.max = out.mean = 0;
+  double sum_sq = 0;
+  summand_norms = 0;
+  for (const Part* r : ctx.reps) {
+    const TensorStats& s = r->rec->stats;
+    if (s.unsupported) {
+      out.unsupported = "a summand is unsupported: " + *s.unsupported;
+      return;
+    }
+    out.hash = mix64(out.hash ^ s.hash);
+    sum_sq += s.norm * s.norm;
+    if (std::isfinite(s.norm)) summand_norms += s.norm;
+    out.min += s.min;
+    out.max += s.max;
+    out.mean += s.mean;
+    out.nan += s.nan;
+    out.inf += s.inf;
+  }
+  out.norm = out.nan > 0 ? std::numeric_limits<double>::quiet_NaN() : std::sqrt(sum_sq);
+}
+
+// A group whose parts are summands of a partial sum (docs/log-format.md, "Partial records"), into
+// `m`; false when no part is one. Summands of one index are replicas (checked before); a key
+// mixing summands and whole records, or summands of other counts, is a partial_sum issue.
+bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
+  std::size_t summands = 0;
+  for (const Part* r : ctx.reps) summands += is_summand(*r->rec);
+  if (summands == 0) return false;
+  m.partial = {};
+  const TensorStats& like = ctx.reps[0]->rec->stats;
+  if (summands != ctx.reps.size()) {
+    const std::string why = "summands of a partial sum (ranks " + format_ranks(ranks_of(g, true)) +
+                            ") next to records that are not (ranks " + format_ranks(ranks_of(g, false)) + ")";
+    partial_issue(g, ctx, why + "; not merged");
+    unsupported_sum(g, ctx, like, why, m.rec);
+    return true;
+  }
+  std::sort(ctx.reps.begin(), ctx.reps.end(), [](const Part* a, const Part* b) {
+    return a->rec->stats.partial.index < b->rec->stats.partial.index;
+  });
+  bool gap = false;
+  const std::string error = summands_error(g, ctx, gap);
+  const bool count_agrees = error.empty() || gap;  // a gap is the one error with one count
+  if (count_agrees) m.partial = {like.partial.count, -1, 0};
+  if (ctx.partial_view && ctx.reps.size() == 1) {
+    // One rank's view of the run: its summand is compared as logged (with another run's view of
+    // the same summand), not summed with summands it does not hold.
+    Part* only = const_cast<Part*>(ctx.reps[0]);  // g's own part
+    m.partial = {like.partial.count, like.partial.index, std::isfinite(like.norm) ? like.norm : 0};
+    if (m.replicas_disagree) m.value_ranks = {only->rank};
+    swap(m.rec, *only->rec);
+    m.rec.stats.partial = {};
+    return true;
+  }
+  if (!error.empty()) {
+    // Summands missing where a rank's log is missing are that missing_rank error, not one per
+    // record.
+    const bool missing = gap && ctx.missing_ranks;
+    if (!missing) partial_issue(g, ctx, error + "; not summed");
+    unsupported_sum(g, ctx, like,
+                    missing ? "summands missing: a rank's log is missing (missing_rank)" : error, m.rec);
+    return true;
+  }
+  log_format::reset_record(m.rec);
+  m.rec.step = ctx.step;
+  m.rec.kind = g.kind;
+  m.rec.microbatch = g.mb;
+  m.rec.state = Record::State::tensor;
+  combine_summands_into(ctx, m.rec.stats, m.partial.summand_norms);
+  if (m.replicas_disagree)
+    for (const Part* r : ctx.reps) m.value_ranks.push_back(r->rank);
+  return true;
+}
+
 }  // namespace
 
 void merge_group(Group& g, MergeContext& ctx, Merged& m) {
@@ -241,7 +397,13 @@ void merge_group(Group& g, MergeContext& ctx, Merged& m) {
   m.ranks.erase(std::unique(m.ranks.begin(), m.ranks.end()), m.ranks.end());
   m.replicas_disagree = false;
   m.value_ranks.clear();
+  m.partial = {};
   check_replicas(m, g, ctx);
+  if (merge_summands(g, ctx, m)) {
+    m.rec.name = g.name;
+    m.key = g.key;
+    return;
+  }
   Part* whole = const_cast<Part*>(split_whole_and_shards(m, g, ctx));  // g's own parts
   if (!ctx.shards.empty()) {
     compose_into(m, g, ctx, m.rec);

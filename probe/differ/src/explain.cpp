@@ -17,8 +17,9 @@ namespace {
 constexpr std::string_view kSummationOrder = "summation_order";
 constexpr std::string_view kInherited = "inherited";
 constexpr std::string_view kUnexplained = "unexplained";
+constexpr std::string_view kPartialSum = "partial_sum";
 
-Explanation bug(std::string_view rule) { return Explanation{true, rule, 0, 0}; }
+Explanation bug(std::string_view rule) { return Explanation{true, rule, 0, 0, {}}; }
 
 bool both_tensors(const Pair& p) {
   return p.base.present && p.test.present && p.base.m.rec.state == Record::State::tensor &&
@@ -41,10 +42,25 @@ const std::string& dtype_of(const Pair& p) {
 double root_size(const Pair& p) { return std::max(p.rel_diff, unit_roundoff(dtype_of(p))); }
 
 Explanation summation_order(const Pair& p, double bound) {
-  return Explanation{false, kSummationOrder, bound, root_size(p)};
+  return Explanation{false, kSummationOrder, bound, root_size(p), {}};
 }
 
 std::string mb_text(const Pair& p) { return p.mb ? " mb " + std::to_string(*p.mb) : ""; }
+
+const PartialSum* partial_of(const Side& s) {
+  return s.present && !s.m.partial.empty() ? &s.m.partial : nullptr;
+}
+
+// The noise root of one side's partial sum (partial_sum_root), 0 where the side holds none.
+double partial_root_of(const Side& s) {
+  const PartialSum* sum = partial_of(s);
+  if (!sum) return 0;
+  const TensorStats& st = s.m.rec.stats;
+  const double norm = st.unsupported ? 0 : st.norm;
+  const double cancellation =
+      norm > 0 && std::isfinite(norm) && sum->summand_norms > 0 ? std::max(1.0, sum->summand_norms / norm) : 1.0;
+  return 2.0 * static_cast<double>(sum->count) * unit_roundoff(st.dtype) * cancellation;
+}
 
 std::string what(const Pair& p) {
   return std::string(kind_name(p.kind)) + " " + p.name + mb_text(p);
@@ -125,6 +141,13 @@ void Upstream::add(const Upstream& u) {
   bug = bug || u.bug;
   roots = std::max(roots, u.roots);
   largest = std::max(largest, u.largest);
+  partial_sums += u.partial_sums;
+  if (u.partial_what && (!partial_what || u.partial_root > partial_root)) partial_what = u.partial_what;
+  partial_root = std::max(partial_root, u.partial_root);
+}
+
+double partial_sum_root(const Pair& p) {
+  return std::max(partial_root_of(p.base), partial_root_of(p.test));
 }
 
 Upstream Explainer::carried() const {
@@ -133,13 +156,19 @@ Upstream Explainer::carried() const {
 }
 
 // Inherited: noise when what it depends on is noise and it stays within the amplification
-// bound of the noise it descends from; a consequence of a bug when any of it is a bug.
+// bound of the noise it descends from; a consequence of a bug when any of it is a bug. Where
+// partial sums are all it depends on that differs (roots where the other run does not sum the
+// same summands alike), partial_sum: the first records after a tensor-parallel reduction.
 Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanation none_upstream) const {
-  if (up.pairs == 0) return none_upstream;
-  if (up.bug) return Explanation{true, kInherited, 0, 0};
-  const double bound = options_.noise_amplification * up.roots;
-  if (p.rel_diff <= bound) return Explanation{false, kInherited, bound, up.roots};
-  return Explanation{true, kUnexplained, bound, up.roots};
+  if (up.pairs == 0 && up.partial_sums == 0) return none_upstream;
+  if (up.bug) return Explanation{true, kInherited, 0, 0, {}};
+  // Right after a reduction the difference is its rounding carried through a few element-wise
+  // ops: the direct bound, not the wider one of noise grown through the network.
+  const bool after_reduction = up.pairs == 0;
+  const double bound = (after_reduction ? options_.reduction_amplification : options_.noise_amplification) * up.roots;
+  if (p.rel_diff > bound) return Explanation{true, kUnexplained, bound, up.roots, {}};
+  if (after_reduction) return Explanation{false, kPartialSum, bound, up.roots, up.partial_what ? *up.partial_what : ""};
+  return Explanation{false, kInherited, bound, up.roots, {}};
 }
 
 // An optimizer update: the new weights (or state) from the step's gradient, the weights and
@@ -148,10 +177,10 @@ Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanat
 // forward and backward's wider one; beyond it, the update itself differs.
 Explanation Explainer::from_update(const Pair& p, const Upstream& up) const {
   if (up.pairs == 0) return bug("optimizer");
-  if (up.bug) return Explanation{true, kInherited, 0, 0};
+  if (up.bug) return Explanation{true, kInherited, 0, 0, {}};
   const double bound = options_.update_amplification * up.largest;
-  if (p.rel_diff <= bound) return Explanation{false, kInherited, bound, up.roots};
-  return Explanation{true, "optimizer", bound, up.roots};
+  if (p.rel_diff <= bound) return Explanation{false, kInherited, bound, up.roots, {}};
+  return Explanation{true, "optimizer", bound, up.roots, {}};
 }
 
 Explanation Explainer::explain_param(const Pair& p, std::int64_t step, bool first_step) const {
@@ -168,10 +197,22 @@ Explanation Explainer::explain_param(const Pair& p, std::int64_t step, bool firs
 
 Explanation Explainer::explain_grad(const Pair& p) {
   const auto it = mb_grads_.find(p.name);
+  if (it != mb_grads_.end() && it->second.partial) {
+    // Its mb_grads are partial sums set aside (a norm weight under sequence parallelism): not
+    // compared, so the grad is judged by what the step computed it from and, where none of that
+    // diverges, by the summation-order bound of every summand (its own partial sums are those
+    // summands, not roots to amplify).
+    const MbGrads& mb = it->second;
+    Upstream up = carried();
+    up.add(step_so_far_);
+    if (up.pairs == 0) up = {};
+    const double bound = summation_order_bound(p, mb.summands, mb.norms, options_);
+    return from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(kUnexplained));
+  }
   if (it != mb_grads_.end() && it->second.count > 0) {
     const MbGrads& mb = it->second;
     if (mb.diverging.pairs > 0) return from_upstream(p, mb.diverging, bug(kUnexplained));
-    const double bound = summation_order_bound(p, mb.count, mb.norms, options_);
+    const double bound = summation_order_bound(p, mb.summands, mb.norms, options_);
     if (p.rel_diff > bound) return bug("wrong_reduction");
     ++summation_order_grads_;
     return summation_order(p, bound);
@@ -239,10 +280,51 @@ void Explainer::index_mb_grads(const std::vector<Pair>& pairs) {
     if (p.kind != Kind::mb_grad) continue;
     MbGrads& mb = mb_grads_[p.name];
     ++mb.count;
+    mb.partial = mb.partial || p.set_aside;
+    // A partial sum's summands are summands of the grad too: the side with more of them counts.
+    const PartialSum *b = partial_of(p.base), *t = partial_of(p.test);
+    const PartialSum* sum = b && (!t || b->count >= t->count) ? b : t;
+    if (sum) {
+      mb.summands += std::max<std::int64_t>(sum->count, 1);
+      mb.norms += sum->summand_norms;
+      continue;
+    }
+    ++mb.summands;
     const Side& s = p.base.present ? p.base : p.test;
     if (s.m.rec.state == Record::State::tensor && std::isfinite(s.m.rec.stats.norm))
       mb.norms += s.m.rec.stats.norm;
   }
+}
+
+// "the sum of 2 partial products of tap wo mb 0 in the test run, added in another order than
+// one rank's product", once per text.
+const std::string* Explainer::partial_words(const Pair& p) {
+  const PartialSum *b = partial_of(p.base), *t = partial_of(p.test);
+  const bool gradient = p.kind == Kind::mb_grad || p.kind == Kind::grad;
+  const std::string summands = gradient ? " partial gradients of " : " partial products of ";
+  const std::string one_rank = gradient ? " one rank's gradient" : " one rank's product";
+  std::string text;
+  if (b && t && b->count == t->count)
+    text = "the sum of " + std::to_string(b->count) + summands + what(p) +
+           " in both runs, each run's reduction adding them in its own order";
+  else if (b && t)
+    text = "the sums of " + std::to_string(b->count) + " and " + std::to_string(t->count) + summands + what(p) +
+           " in the base and test runs, added in other orders";
+  else
+    text = "the sum of " + std::to_string((b ? b : t)->count) + summands + what(p) + " in the " +
+           (b ? "base" : "test") + " run, added in another order than" + one_rank;
+  return &*partial_words_.insert(std::move(text)).first;
+}
+
+void Explainer::note_partial_root(const Pair& p) {
+  const double r0 = partial_sum_root(p);
+  if (r0 <= 0) return;
+  Upstream root;
+  root.partial_sums = 1;
+  root.partial_root = root.roots = root.largest = r0;
+  root.partial_what = partial_words(p);
+  if (p.mb) by_mb_[*p.mb].add(root);
+  step_so_far_.add(root);
 }
 
 void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pair>& pairs) {
@@ -257,16 +339,22 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
   // Optimizer state is updated from the step's gradients: explained once they are.
   for (int pass = 0; pass < 2; ++pass) {
     for (auto& p : pairs) {
-      if ((p.kind == Kind::optim) != (pass == 1) || !is_divergence(p.pair_class)) continue;
-      // An op of one run only (a collective, a re-layout) is set aside, not a divergence.
-      if (p.kind == Kind::op && !(p.base.present && p.test.present)) continue;
-      p.why = explain(p, step, first_step);
-      step_so_far_.add(p);
-      if (p.kind == Kind::param) step_params_.add(p);
-      if (p.kind == Kind::param || p.kind == Kind::grad) this_step_by_param_[p.name].add(p);
-      if (p.kind == Kind::mb_grad)
-        if (auto it = mb_grads_.find(p.name); it != mb_grads_.end()) it->second.diverging.add(p);
-      if (p.mb) by_mb_[*p.mb].add(p);
+      if ((p.kind == Kind::optim) != (pass == 1)) continue;
+      // A pair set aside (an op of one run only, a partial sum against another record) is no
+      // divergence.
+      const bool one_sided_op = p.kind == Kind::op && !(p.base.present && p.test.present);
+      if (is_divergence(p.pair_class) && !p.set_aside && !one_sided_op) {
+        p.why = explain(p, step, first_step);
+        step_so_far_.add(p);
+        if (p.kind == Kind::param) step_params_.add(p);
+        if (p.kind == Kind::param || p.kind == Kind::grad) this_step_by_param_[p.name].add(p);
+        if (p.kind == Kind::mb_grad)
+          if (auto it = mb_grads_.find(p.name); it != mb_grads_.end()) it->second.diverging.add(p);
+        if (p.mb) by_mb_[*p.mb].add(p);
+      }
+      // A partial sum the other run does not sum alike (set aside) is a noise root of what comes
+      // after it; the same summands in both runs, summed the same way, add no noise.
+      if (p.set_aside) note_partial_root(p);
     }
   }
   carry_to_next_step(step, pairs);
@@ -288,7 +376,8 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
   if (p.mb) ev.push_back({"mb", *p.mb});
   ev.push_back({"rel_diff", rel});
   const std::string rule(p.why.rule);
-  if (rule == kUnexplained) return unexplained_cause(p, s, rel, std::move(ev), options_.noise_amplification);
+  if (rule == kUnexplained)  // the factor of the bound it broke: the reduction's or the network's
+    return unexplained_cause(p, s, rel, std::move(ev), p.why.roots > 0 ? p.why.bound / p.why.roots : options_.noise_amplification);
   if (rule == "optimizer" && p.why.roots > 0) {
     ev.push_back({"noise_roots", lf::format_double(p.why.roots)});
     ev.push_back({"bound", lf::format_double(p.why.bound)});

@@ -76,6 +76,7 @@ nlohmann::json pair_json(const Pair& p) {
     j["explanation"] = {{"category", p.why.bug ? "bug" : "noise"}, {"rule", p.why.rule}};
     if (p.why.bound > 0) j["explanation"]["bound"] = num_json(p.why.bound);
     if (p.why.roots > 0) j["explanation"]["noise_roots"] = num_json(p.why.roots);
+    if (!p.why.detail.empty()) j["explanation"]["detail"] = p.why.detail;
   }
   return j;
 }
@@ -139,6 +140,7 @@ nlohmann::json options_json(const DiffOptions& opt) {
           {"sum_order_fixed", opt.sum_order_fixed},
           {"noise_amplification", opt.noise_amplification},
           {"update_amplification", opt.update_amplification},
+          {"reduction_amplification", opt.reduction_amplification},
           {"strict", opt.strict},
           {"kinds", kinds},
           {"steps", {optional_json(opt.step_min), optional_json(opt.step_max)}},
@@ -198,6 +200,12 @@ nlohmann::json ops_json(const OpReport& ops) {
           {"trace_hint", ops.trace_hint ? nlohmann::json(*ops.trace_hint) : nlohmann::json(nullptr)}};
 }
 
+nlohmann::json partial_json(const PartialReport& partial) {
+  auto kinds = nlohmann::json::object();
+  for (const auto& [kind, n] : partial.by_kind) kinds[std::string(kind_name(kind))] = n;
+  return {{"pairs", partial.pairs}, {"by_kind", kinds}, {"examples", partial.examples}};
+}
+
 nlohmann::json kinds_json(const std::vector<Kind>& kinds) {
   auto list = nlohmann::json::array();
   for (Kind k : kinds) list.push_back(kind_name(k));
@@ -234,6 +242,8 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   auto& top = j["top"] = nlohmann::json::array();
   for (const auto& p : r.top) top.push_back(pair_json(p));
   j["op_trace"] = ops_json(r.ops);
+  // Pairs with a partial sum on one side and none of the same count on the other: set aside.
+  j["partial_records"] = partial_json(r.partial);
   j["names_only_base"] = r.names_only_base;
   j["names_only_test"] = r.names_only_test;
   j["kinds_only_base"] = kinds_json(r.kinds_only_base);

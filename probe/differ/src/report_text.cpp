@@ -258,12 +258,16 @@ void print_cause(const Cause& c, std::ostream& out) {
   out << "\n";
 }
 
-// "  noise: summation_order (bound 9.5e-07)": how the first divergence is explained, when it
-// is noise.
+// "  noise: summation_order (within 9.5e-07)": how the first divergence is explained, when it
+// is noise; a partial sum's in words ("noise: partial_sum (the sum of 2 partial products of tap
+// wo mb 0 in the test run, added in another order than one rank's product; within 3.4e-03)").
 std::string noise_label(const Pair& p) {
   if (p.why.bug || p.why.rule.empty()) return "";
   std::string s = "  noise: " + std::string(p.why.rule);
-  if (p.why.bound > 0) s += " (within " + num(p.why.bound) + ")";
+  if (!p.why.detail.empty())
+    s += " (" + p.why.detail + (p.why.bound > 0 ? "; within " + num(p.why.bound) : "") + ")";
+  else if (p.why.bound > 0)
+    s += " (within " + num(p.why.bound) + ")";
   return s;
 }
 
@@ -350,6 +354,25 @@ void print_noise(const Result& r, std::ostream& out, const Paint& paint) {
     sep = ", ";
   }
   out << "\n\n";
+}
+
+// Partial sums set aside: how many, of which kinds, a few of them.
+void print_partial(const PartialReport& partial, std::ostream& out, const Paint& paint) {
+  if (partial.pairs == 0) return;
+  std::string kinds;
+  std::size_t i = 0;
+  for (const auto& [kind, n] : partial.by_kind) {
+    kinds += (i == 0 ? "" : i + 1 == partial.by_kind.size() ? " and " : ", ") + std::to_string(n) + " " +
+             std::string(kind_name(kind));
+    ++i;
+  }
+  out << paint(kBold, "PARTIAL RECORDS") << "  " << kinds
+      << (partial.pairs == 1 ? " record is a partial sum" : " records are partial sums")
+      << " in one run (a tensor-parallel rank's summand): set aside, not compared\n";
+  for (const auto& e : partial.examples) out << "  " << e << "\n";
+  if (partial.pairs > static_cast<std::int64_t>(partial.examples.size()))
+    out << "  ... and " << partial.pairs - static_cast<std::int64_t>(partial.examples.size()) << " more\n";
+  out << "\n";
 }
 
 void print_issues(const Result& r, std::ostream& out, const Paint& paint) {
@@ -534,6 +557,7 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   print_trace_hint(r.ops, out, paint);
   print_noise(r, out, paint);
   print_one_sided_kinds(r, out, paint);
+  print_partial(r.partial, out, paint);
   print_issues(r, out, paint);
   print_summary(r, out, paint);
   print_one_sided_names(r, out, paint);

@@ -83,6 +83,10 @@ void add_options(CLI::App& app, Cli& c) {
                  "an optimizer update (param, optim records): how many times the largest difference of "
                  "the gradient, weights and state it is computed from it may be")
       ->check(kNonNegative)->capture_default_str();
+  app.add_option("--reduction-amplification", c.diff.reduction_amplification,
+                 "the first records after a tensor-parallel reduction (partial_sum): how many times its "
+                 "rounding their difference may be")
+      ->check(kNonNegative)->capture_default_str();
   app.add_flag("--strict", c.diff.strict,
                "headline the first divergence of any kind and exit 1 on any difference, noise included");
   app.add_option("--model-name", c.run.model_name,

@@ -15,7 +15,7 @@
 
 namespace probe::log_format {
 
-inline constexpr int kVersion = 4;        // written (4: op records)
+inline constexpr int kVersion = 5;        // written (4: op records; 5: partial records)
 inline constexpr int kOldestVersion = 1;  // oldest still read
 inline constexpr std::string_view kHeaderTag = "#numprobe";
 inline constexpr std::string_view kStepEndTag = "#end";

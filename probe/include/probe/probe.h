@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "probe/partial.h"
 #include "probe/record.h"
 #include "probe/scope.h"
 #include "probe/shard.h"
@@ -110,7 +111,11 @@ class Probe {
   // .grad() is still recorded at end_step).
   void watch(const torch::nn::Module& module, const std::string& prefix = "",
              const std::vector<std::pair<std::string, Shard>>& shards = {});
-  void watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard = {});
+  // `mb_grad_partial`: each per-microbatch gradient this rank sees is that summand of the
+  // microbatch's gradient (a norm weight under sequence parallelism, whose ranks each see a
+  // sequence shard until a tensor-parallel all-reduce sums them); its mb_grad records say so.
+  void watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard = {},
+                       Partial mb_grad_partial = {});
 
   // Records, at every end_step(), the optimizer's state of each watched parameter it holds
   // (kind `optim`): its state tensors as `<param>.<state>` (Adam/AdamW exp_avg, exp_avg_sq,
@@ -173,7 +178,9 @@ class Probe {
   void set_backward_microbatch(std::int64_t microbatch);
 
   // A named intermediate tensor of the current forward microbatch (see also probe::tap).
-  void tap(const std::string& name, const at::Tensor& t, const Shard& shard = {});
+  // `partial`: the tensor is that summand of the tapped value (a tensor-parallel rank's partial
+  // product before the row-parallel reduction).
+  void tap(const std::string& name, const at::Tensor& t, const Shard& shard = {}, Partial partial = {});
   // Named values of this step (loss, grad_norm, lr). A one-element tensor's value is taken now
   // (on a device: copied there, no host sync) and read back with the step's figures at end_step().
   // A tensor without elements has no value: its record carries the tensor's figures (hash 0).
@@ -182,7 +189,7 @@ class Probe {
 
   // Any tensor under an explicit kind (for trainers with their own hooks).
   void record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
-              const at::Tensor& t, const Shard& shard = {});
+              const at::Tensor& t, const Shard& shard = {}, Partial partial = {});
 
   struct Impl;
 
@@ -217,8 +224,8 @@ class Probe {
   std::shared_ptr<Impl> impl_;  // shared: hooks hold it weakly, autograd may outlive the probe
 };
 
-// Records `t` as a tap of the active probe (the most recently constructed enabled one);
-// a no-op when there is none.
-void tap(const std::string& name, const at::Tensor& t);
+// Records `t` as a tap of the active probe (the most recently constructed enabled one), with
+// its shard or as a summand (Probe::tap); a no-op when there is none.
+void tap(const std::string& name, const at::Tensor& t, const Shard& shard = {}, Partial partial = {});
 
 }  // namespace probe

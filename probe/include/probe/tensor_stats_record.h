@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "probe/partial.h"
 #include "probe/shard.h"
 
 namespace probe {
@@ -28,6 +29,7 @@ struct TensorStats {
   // A sparse tensor's stored elements after coalescing (torch's _nnz(): index entries).
   std::optional<std::int64_t> nnz;
   Shard shard;                      // empty: the tensor is whole
+  Partial partial;                  // empty: no summand of a partial sum (probe/partial.h)
   // Set when the tensor cannot be hashed (quantized, sub-byte, nested): the reason.
   std::optional<std::string> unsupported;
   // at::hash_tensor's value (XOR of the elements' bits), when the compatibility hash is on.
@@ -52,6 +54,7 @@ struct TensorStats {
     a.shape.swap(b.shape);
     swap(a.nnz, b.nnz);
     swap(a.shard, b.shard);
+    swap(a.partial, b.partial);
     swap(a.unsupported, b.unsupported);
     swap(a.torch_hash, b.torch_hash);
   }

@@ -500,6 +500,12 @@ void append_tensor_fields(std::string& out, const TensorStats& s) {
     out += '@';
     append_dims(out, s.shard.offset);
   }
+  if (!s.partial.empty()) {
+    out += " partial=";
+    append_int(out, s.partial.index);
+    out += '/';
+    append_int(out, s.partial.count);
+  }
   if (s.torch_hash) {
     out += " torch_hash=";
     append_hash(out, *s.torch_hash);
@@ -551,7 +557,7 @@ namespace {
 
 enum class RecordField {
   step, kind, name, mb, phase, in, value, hash, norm, min, max, mean, nan, inf, dtype, shape,
-  nnz, shard, unsupported, torch_hash, unknown
+  nnz, shard, partial, unsupported, torch_hash, unknown
 };
 
 // By length first: a field name costs one or two short comparisons, not a chain of twenty
@@ -569,6 +575,7 @@ RecordField record_field(std::string_view k) {
     case 5:
       return k == "phase" ? F::phase : k == "value" ? F::value : k == "dtype" ? F::dtype
            : k == "shape" ? F::shape : k == "shard" ? F::shard : F::unknown;
+    case 7: return k == "partial" ? F::partial : F::unknown;
     case 10: return k == "torch_hash" ? F::torch_hash : F::unknown;
     case 11: return k == "unsupported" ? F::unsupported : F::unknown;
     default: return F::unknown;
@@ -606,6 +613,15 @@ bool read_stats_field(RecordField field, std::string_view k, std::string_view v,
       parse_dims_into(v.substr(at + 1), k, s.shard.offset);
       if (s.shard.global_shape.size() != s.shard.offset.size())
         fail("field 'shard' has global shape and offset of different ranks");
+      return true;
+    }
+    case F::partial: {
+      auto slash = v.find('/');
+      if (slash == std::string_view::npos) fail("field 'partial' is not <index>/<count>: '" + std::string(v) + "'");
+      const auto index = parse_int(v.substr(0, slash), k), count = parse_int(v.substr(slash + 1), k);
+      if (count < 1 || index < 0 || index >= count)
+        fail("field 'partial' needs 0 <= index < count: '" + std::string(v) + "'");
+      s.partial = Partial{index, count};
       return true;
     }
     case F::unsupported: s.unsupported = unescape_value(v); return true;
@@ -705,6 +721,7 @@ void reset_record(Record& r) {
   s.nnz.reset();
   s.shard.global_shape.clear();
   s.shard.offset.clear();
+  s.partial = Partial{};
   s.unsupported.reset();
   s.torch_hash.reset();
 }

@@ -120,7 +120,7 @@ class Cursor {
   const char* end_;
 };
 
-// hash norm min max mean nan inf dtype shape [nnz] [shard] [torch_hash], after the name.
+// hash norm min max mean nan inf dtype shape [nnz] [shard] [partial] [torch_hash], after the name.
 bool read_tensor_fields(Cursor& c, TensorStats& s) {
   std::string_view dtype;
   if (!(c.skip(" hash=") && c.hash(s.hash) && c.skip(" norm=") && c.real(s.norm) &&
@@ -138,6 +138,12 @@ bool read_tensor_fields(Cursor& c, TensorStats& s) {
     if (s.shard.global_shape.size() != s.shard.offset.size() ||
         s.shard.offset.size() != s.shape.size())
       return false;
+  }
+  if (c.skip(" partial=")) {
+    std::int64_t index = 0, count = 0;
+    if (!(c.integer(index) && c.skip('/') && c.integer(count)) || count < 1 || index < 0 || index >= count)
+      return false;
+    s.partial = Partial{index, count};
   }
   if (c.skip(" torch_hash=")) {
     std::uint64_t h = 0;

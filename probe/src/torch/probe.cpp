@@ -104,11 +104,15 @@ void check_microbatch(std::int64_t microbatch) {
 void check_name(const std::string& name, const char* what) {
   if (name.empty()) throw std::invalid_argument(std::string("numprobe: ") + what + "(): empty name");
 }
+void check_partial(const Partial& partial, const std::string& name) {
+  if (!partial.empty()) Partial::of(partial.index, partial.count, "numprobe: '" + name + "' partial");
+}
 
 struct WatchedParameter {
   std::string name;
   at::Tensor parameter;
   Shard shard;
+  Partial mb_grad_partial;  // its per-microbatch gradient is this summand of a partial sum
   std::optional<unsigned> hook;
 };
 
@@ -119,6 +123,7 @@ struct WatchedOptimizer {
 
 struct PendingRecord {
   Record record;
+  Partial partial;  // set on the figures once they are computed
   std::optional<std::size_t> entry;  // its figures (or scalar value) in the step's StatsBatch
   std::vector<std::optional<std::size_t>> input_entries;  // an op's inputs, for their hashes
 };
@@ -249,9 +254,10 @@ struct Probe::Impl {
   }
 
   void add(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
-           const at::Tensor& t, const Shard& shard) {
+           const at::Tensor& t, const Shard& shard, Partial partial = {}) {
     if (!wants(kind)) return;
     PendingRecord r;
+    r.partial = partial;
     r.record.kind = kind;
     r.record.name = name;
     r.record.microbatch = microbatch;
@@ -290,7 +296,7 @@ struct Probe::Impl {
     };
     sink.push = [this](Record record, std::optional<std::size_t> output,
                        std::vector<std::optional<std::size_t>> inputs) {
-      PendingRecord r{std::move(record), output, std::move(inputs)};
+      PendingRecord r{std::move(record), Partial{}, output, std::move(inputs)};
       push(std::move(r));
     };
     return sink;
@@ -435,10 +441,12 @@ void Probe::watch(const torch::nn::Module& module, const std::string& prefix,
   }
 }
 
-void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard) {
+void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard,
+                            Partial mb_grad_partial) {
   if (!enabled()) return;
   if (name.empty()) throw std::invalid_argument("numprobe: watch_parameter(): empty name");
   if (!shard.empty()) shard.check_fits(parameter.sizes().vec(), "numprobe: parameter '" + name + "'");
+  check_partial(mb_grad_partial, name);
   std::lock_guard lock(impl_->mutex);
   auto& parameters = impl_->parameters;
   auto same_name = std::find_if(parameters.begin(), parameters.end(),
@@ -447,14 +455,15 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
     // watch() again: the same tensor stays watched once; a new tensor under the name (a
     // rebuilt model) replaces the old one, whose hook goes and which is no longer kept alive.
     if (same_name->parameter.unsafeGetTensorImpl() == parameter.unsafeGetTensorImpl() &&
-        same_name->shard == shard)
+        same_name->shard == shard && same_name->mb_grad_partial == mb_grad_partial)
       return;
     if (same_name->hook) same_name->parameter.remove_hook(*same_name->hook);
     same_name->parameter = parameter;
     same_name->shard = std::move(shard);
+    same_name->mb_grad_partial = mb_grad_partial;
     same_name->hook.reset();
   } else {
-    parameters.push_back(WatchedParameter{name, parameter, std::move(shard), std::nullopt});
+    parameters.push_back(WatchedParameter{name, parameter, std::move(shard), mb_grad_partial, std::nullopt});
     same_name = std::prev(parameters.end());
   }
   // A parameter frozen now gets no mb_grad hook (its .grad() is still recorded at end_step).
@@ -467,6 +476,7 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
     if (!impl) return;
     std::optional<std::int64_t> mb;
     Shard shard;
+    Partial partial;
     std::string name;
     {
       std::lock_guard lock(impl->mutex);
@@ -474,8 +484,9 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
       mb = impl->backward_microbatch ? impl->backward_microbatch : impl->forward_microbatch;
       name = impl->parameters[index].name;
       shard = impl->parameters[index].shard;
+      partial = impl->parameters[index].mb_grad_partial;
     }
-    impl->add(Kind::mb_grad, name, mb, grad, shard);
+    impl->add(Kind::mb_grad, name, mb, grad, shard, partial);
   });
 }
 
@@ -544,6 +555,7 @@ void Probe::end_step() {
     }
     if (r.entry && r.record.state == Record::State::scalar) r.record.value = impl.batch.scalar(*r.entry);
     else if (r.entry) r.record.stats = std::move(impl.batch.stats(*r.entry));
+    if (r.record.state == Record::State::tensor) r.record.stats.partial = r.partial;
     log_format::append_record(lines, r.record);
     lines += '\n';
   }
@@ -607,15 +619,16 @@ void Probe::backward(std::int64_t microbatch, const at::Tensor& root, const at::
     torch::autograd::backward({root});
 }
 
-void Probe::tap(const std::string& name, const at::Tensor& t, const Shard& shard) {
+void Probe::tap(const std::string& name, const at::Tensor& t, const Shard& shard, Partial partial) {
   if (!enabled()) return;
   check_name(name, "tap");
+  check_partial(partial, name);
   std::optional<std::int64_t> mb;
   {
     std::lock_guard lock(impl_->mutex);
     mb = impl_->forward_microbatch;
   }
-  impl_->add(Kind::tap, name, mb, t, shard);
+  impl_->add(Kind::tap, name, mb, t, shard, partial);
 }
 
 void Probe::scalar(const std::string& name, double value) {
@@ -635,15 +648,16 @@ void Probe::scalar(const std::string& name, const at::Tensor& value) {
 }
 
 void Probe::record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
-                   const at::Tensor& t, const Shard& shard) {
+                   const at::Tensor& t, const Shard& shard, Partial partial) {
   if (!enabled()) return;
   check_name(name, "record");
+  check_partial(partial, name);
   if (microbatch) check_microbatch(*microbatch);
-  impl_->add(kind, name, microbatch, t, shard);
+  impl_->add(kind, name, microbatch, t, shard, partial);
 }
 
-void tap(const std::string& name, const at::Tensor& t) {
-  if (Probe* p = g_active_probe.load(std::memory_order_acquire)) p->tap(name, t);
+void tap(const std::string& name, const at::Tensor& t, const Shard& shard, Partial partial) {
+  if (Probe* p = g_active_probe.load(std::memory_order_acquire)) p->tap(name, t, shard, partial);
 }
 
 }  // namespace probe

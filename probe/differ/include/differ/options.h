@@ -56,6 +56,9 @@ struct DiffOptions {
   // An optimizer update (param, optim records) stays within this factor of the largest
   // difference of the gradient, weights and state it is computed from.
   double update_amplification = 10;
+  // The first records after a reduction of partial sums (partial_sum) stay within this factor
+  // of its rounding: element-wise ops and a residual add lie between them.
+  double reduction_amplification = 10;
   // Headline the first divergence of any kind and exit 1 on any difference, noise included.
   bool strict = false;
   // Called with every compared pair once it is classified, in execution order, with the index

@@ -21,6 +21,18 @@ namespace probe::differ {
 // torch_hash_alone: a NumericsLogger weights.log record, a torch.hash_tensor value with no norm.
 enum class HashSource : std::uint8_t { spec_v1, torch_only, torch_hash_alone };
 
+// A merged record that is a partial sum (docs/log-format.md, "Partial records"): its ranks
+// logged summands of a tensor (a tensor-parallel rank's partial product, a sequence shard's part
+// of a norm weight's gradient) rather than the tensor. The record's figures are the summands'
+// combined (docs/diff-logs.md, "Partial sums"); what the noise rule needs is kept here.
+struct PartialSum {
+  std::int64_t count = 0;    // summands of the sum; 0: the record is no partial sum
+  std::int64_t index = -1;   // -1: every summand; else the one summand held (one rank's view)
+  double summand_norms = 0;  // the sum of the summands' norms
+  bool empty() const { return count == 0; }
+  friend bool operator==(const PartialSum&, const PartialSum&) = default;
+};
+
 // One logical record of a run at one step, after its ranks were merged.
 struct Merged {
   Record rec;             // rec.name is the canonical name; shards composed to the whole
@@ -30,6 +42,7 @@ struct Merged {
   std::string key;  // alignment key: kind, microbatch and canonical name
   bool replicas_disagree = false;  // ranks holding the same shard (or whole) logged different values
   std::vector<int> value_ranks;    // when they disagree: the ranks whose records rec holds
+  PartialSum partial;              // set when its ranks logged summands of the tensor
 
   // Member by member, every field (see TensorStats' swap).
   friend void swap(Merged& a, Merged& b) noexcept {
@@ -41,6 +54,7 @@ struct Merged {
     a.key.swap(b.key);
     swap(a.replicas_disagree, b.replicas_disagree);
     a.value_ranks.swap(b.value_ranks);
+    swap(a.partial, b.partial);
   }
 };
 
@@ -111,9 +125,12 @@ struct Side {  // one side of a pair as reported
 // Noise or bug (docs/diff-logs.md, "Noise or bug"): the one explanation a divergent pair gets.
 struct Explanation {
   bool bug = false;       // a bug-class explanation; false: noise
-  std::string_view rule;  // summation_order, inherited, unreduced_gradient, ... (static text)
+  std::string_view rule;  // summation_order, inherited, partial_sum, unreduced_gradient, ... (static text)
   double bound = 0;       // the noise bound the pair was held to (0: none applied)
   double roots = 0;       // inherited: the largest relative difference of the noise it descends from
+  // partial_sum: the partial sum it descends from, in words ("the sum of 2 partial products of
+  // tap wo mb 0 in the test run"); empty for every other rule.
+  std::string detail;
 };
 
 struct Pair {
@@ -125,8 +142,12 @@ struct Pair {
   Side base, test;
   double rel_diff = 0;  // relative difference of norms (tensors) or values (scalars)
   std::string note;
-  std::string key;  // internal: the series/alignment key
-  Explanation why;  // set on divergent pairs
+  std::string key;        // internal: the series/alignment key
+  std::int64_t order = 0; // internal: its place within its phase and microbatch (pair_up)
+  Explanation why;        // set on divergent pairs
+  // Not compared, never a divergence: an op record of one run only, or a partial sum against
+  // a record that is not the same partial sum (PartialReport).
+  bool set_aside = false;
 };
 
 // One figure a cause rests on: a count or step (number), or a name (text).
@@ -171,6 +192,16 @@ struct OpReport {
   std::optional<std::string> trace_hint;
 };
 
+// Pairs where a side is a partial sum and the other is not one of the same count: set aside,
+// neither compared nor counted nor a divergence (docs/diff-logs.md, "Partial sums").
+struct PartialReport {
+  std::int64_t pairs = 0;
+  std::map<Kind, std::int64_t> by_kind;
+  // "step 0 mb 1 tap layers.0.attention.wo (test: 2 summands)", the first kListed.
+  std::vector<std::string> examples;
+  static constexpr std::size_t kListed = 10;
+};
+
 // What the noise explanations cover: how many divergent pairs, how large, by kind and rule.
 struct NoiseSummary {
   struct Figures {
@@ -213,6 +244,7 @@ struct Result {
   // Those kinds, left out of the comparison because --kinds did not choose the kinds.
   bool kinds_left_out = false;
   OpReport ops;
+  PartialReport partial;  // partial sums set aside
   IssueLog base_issues, test_issues;
   std::int64_t records_compared = 0;
   std::optional<std::int64_t> truncated_at;  // comparison stopped here (a killed rank)

@@ -52,6 +52,7 @@ class Aligner {
   std::vector<Pair> pairs_;
   std::vector<std::ptrdiff_t> partner_;  // pair_up's scratch
   std::vector<bool> test_used_;
+  std::vector<std::ptrdiff_t> pair_of_test_;  // the pair holding each test record paired with a base one
   std::unordered_map<std::string_view, std::size_t> test_index_;
   std::vector<std::size_t> pair_series_;  // the series of each pair position, last step
   std::vector<Pair> top_;  // a min-heap on rel_diff, sorted largest first by finish()

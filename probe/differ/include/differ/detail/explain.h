@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "differ/options.h"
@@ -22,9 +23,20 @@ struct Upstream {
   bool bug = false;        // one of them has a bug-class explanation
   double roots = 0;        // the largest relative difference of the noise they descend from
   double largest = 0;      // their own largest relative difference (at least a rounding)
+  // Partial sums among them (noise roots where the other run does not sum alike, partial_sum_root),
+  // the largest root's size and its words (kept by the Explainer).
+  std::int64_t partial_sums = 0;
+  double partial_root = 0;
+  const std::string* partial_what = nullptr;
   void add(const Pair& p);
   void add(const Upstream& u);
 };
+
+// The noise root of a pair with a partial sum on either side (docs/diff-logs.md, "Partial
+// sums"), 0 for any other pair: the row-parallel reduction adds the n summands in another order
+// than one rank's product does, 2 · n · u · c with c = (sum of the summands' norms) / (the
+// sum's norm, estimated as that of uncorrelated summands), at least 1; the larger side's.
+double partial_sum_root(const Pair& p);
 
 // The summation-order bound of a grad whose mb_grads are known: two runs, each within
 // n * u * sum of the summands' norms of the exact sum (u: the unit roundoff of the dtype).
@@ -54,8 +66,10 @@ class Explainer {
 
  private:
   struct MbGrads {
-    std::int64_t count = 0;
-    double norms = 0;
+    std::int64_t count = 0;     // mb_grad pairs
+    std::int64_t summands = 0;  // the grad's summands: each pair's partial sum counts its count
+    double norms = 0;           // the summands' norms
+    bool partial = false;       // a pair is a partial sum set aside (sequence parallelism)
     Upstream diverging;
   };
   void index_mb_grads(const std::vector<Pair>& pairs);
@@ -67,6 +81,10 @@ class Explainer {
   Explanation from_update(const Pair& p, const Upstream& up) const;
   Upstream carried() const;  // what the step's computation starts from
   void carry_to_next_step(std::int64_t step, const std::vector<Pair>& pairs);
+  // A pair with a partial sum: a noise root of what comes after it in its microbatch (and in
+  // the step).
+  void note_partial_root(const Pair& p);
+  const std::string* partial_words(const Pair& p);
 
   const DiffOptions& options_;
   // This step, built while its pairs are explained in execution order.
@@ -81,6 +99,9 @@ class Explainer {
   std::unordered_map<std::string, Upstream> previous_by_param_;  // its grad/param/optim divergence
   Upstream earlier_;                                            // every divergence before
   std::int64_t summation_order_grads_ = 0;
+  // The words of each partial sum noted as a root, once per text (a key's every step shares
+  // them): Upstream points at them, over steps (a node-based set keeps them in place).
+  std::unordered_set<std::string> partial_words_;
 };
 
 // The parameter an optimizer state record belongs to: "<param>.<state>" without ".<state>".
