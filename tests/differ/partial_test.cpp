@@ -361,3 +361,33 @@ TEST(PartialSum, ABadPartialFieldIsAnErrorNamingTheLine) {
   }
   EXPECT_EQ(error, path.string() + ":2: field 'partial' needs 0 <= index < count: '2/2'");
 }
+
+TEST(PartialSum, APartialSumIsTheRootOfItsOwnModuleWhereStagesInterleaveTheTestRunsOrder) {
+  // Two pipeline stages x 2 tensor-parallel ranks: stage 1 logs layer 2's dropout state, its
+  // partial products and its output; stage 0 the same of layer 0. The single run logs every
+  // dropout state first. Layer 2's partial sum must not explain layer 0's output: it lies after.
+  auto dir = fresh_dir("partial_pipeline_order");
+  auto rng = [](const std::string& name) { return tensor(0, Kind::rng, name, 7, 1.0, 0); };
+  auto out = [](const std::string& name, std::uint64_t hash, double norm) {
+    return tensor(0, Kind::tap, name, hash, norm, 0);
+  };
+  write_run(dir / "a", {{rng("layers.0.dropout"), rng("layers.2.dropout"), out("layers.0", 10, 3.0),
+                         out("layers.2", 20, 4.0)}});
+  auto stage = [&](int layer, int rank, double summand_norm, std::uint64_t hash, double norm) {
+    const std::string l = "layers." + std::to_string(layer);
+    return std::vector<Record>{
+        rng(l + ".dropout"),
+        summand(tensor(0, Kind::tap, l + ".attention.wo", 100 + static_cast<std::uint64_t>(rank), summand_norm, 0),
+                rank % 2, 2),
+        out(l, hash, norm)};
+  };
+  // Layer 0's summands of unequal norms (a smaller root than layer 2's equal ones).
+  write_run(dir / "b", {stage(0, 0, 1.5, 11, 3.0 * (1 + 1e-7)), stage(0, 1, 0.1, 11, 3.0 * (1 + 1e-7)),
+                        stage(2, 2, 1.5, 21, 4.0 * (1 + 1e-7)), stage(2, 3, 1.5, 21, 4.0 * (1 + 1e-7))});
+  auto r = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_EQ(r.first_divergence->name, "layers.0");
+  EXPECT_EQ(r.first_divergence->why.rule, "partial_sum");
+  EXPECT_NE(r.first_divergence->why.detail.find("layers.0.attention.wo"), std::string::npos) << r.first_divergence->why.detail;
+  EXPECT_FALSE(r.first_unexplained);
+}

@@ -196,9 +196,13 @@ void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<
       leave_absent(p.test);
     }
   }
-  // Test-only records, in the test run's order. A partial sum goes right after the pair of the
-  // test record before it (the partial product before the reduction it feeds: the explainer
-  // reads it as a root of what follows); any other at the end of its phase and microbatch.
+  // Test-only records, in the test run's order. A partial sum is a root of what follows the
+  // reduction it feeds (the explainer reads it so): it goes right before the record of its
+  // enclosing module in its microbatch (tap layers.2 for layers.2.attention.wo), or where there
+  // is none right after the pair of the test record before it; any other test-only record at
+  // the end of its phase and microbatch.
+  const std::size_t paired = count;
+  enclosing_.clear();
   std::ptrdiff_t anchor = -1;  // the pair of the last test record paired with a base one
   for (std::size_t i = 0; i < nt; ++i) {
     if (test_used_[i]) {
@@ -208,9 +212,14 @@ void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<
     Merged& m = (*test)[i];
     if (!passes(m.rec.kind, m.rec.name)) continue;
     const bool partial = !m.partial.empty();
+    std::int64_t order = std::numeric_limits<std::int64_t>::max();
+    if (partial) {
+      const std::ptrdiff_t module = enclosing_pair(m, paired);
+      order = module >= 0 ? 2 * static_cast<std::int64_t>(module) - 1 : 2 * static_cast<std::int64_t>(anchor) + 1;
+    }
     Pair& p = next_pair(count);
     start_pair(step, m, p);
-    p.order = partial ? 2 * static_cast<std::int64_t>(anchor) + 1 : std::numeric_limits<std::int64_t>::max();
+    p.order = order;
     take_side(p.test, m);
     leave_absent(p.base);
   }
@@ -224,6 +233,28 @@ void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<
   };
   if (!std::is_sorted(pairs_.begin(), pairs_.end(), before))
     std::stable_sort(pairs_.begin(), pairs_.end(), before);
+}
+
+// The first of pairs_[0, paired) in m's microbatch and phase named after a module that encloses
+// m's name ("layers.2" or "layers.2.attention" for "layers.2.attention.wo"), innermost first;
+// -1 where there is none. Indexes the pairs on first use in a step (only runs with partial sums
+// of one run only need it).
+std::ptrdiff_t Aligner::enclosing_pair(const Merged& m, std::size_t paired) {
+  const auto key = [](std::int64_t mb, Phase phase, std::string_view name) {
+    return std::to_string(mb) + ' ' + std::to_string(static_cast<int>(phase)) + ' ' + std::string(name);
+  };
+  if (enclosing_.empty())
+    for (std::size_t i = paired; i-- > 0;)  // the first pair of a name wins
+      enclosing_[key(pairs_[i].mb.value_or(-1), phase_of(pairs_[i]), pairs_[i].name)] = i;
+  const std::int64_t mb = m.rec.microbatch.value_or(-1);
+  const Phase phase = phase_of(m.rec);
+  std::string_view name = m.rec.name;
+  for (auto dot = name.rfind('.'); dot != std::string_view::npos; dot = name.rfind('.')) {
+    name = name.substr(0, dot);
+    if (auto it = enclosing_.find(key(mb, phase, name)); it != enclosing_.end())
+      return static_cast<std::ptrdiff_t>(it->second);
+  }
+  return -1;
 }
 
 // partner_[i]: the test record with base record i's key. Runs of the same layout hold their

@@ -30,6 +30,7 @@ class Aligner {
 
  private:
   void pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test);
+  std::ptrdiff_t enclosing_pair(const Merged& m, std::size_t paired);
   void find_partners(const std::vector<Merged>& base, const std::vector<Merged>& test);
   Pair& next_pair(std::size_t& count);
   bool passes(Kind kind, const std::string& name);
@@ -53,6 +54,7 @@ class Aligner {
   std::vector<std::ptrdiff_t> partner_;  // pair_up's scratch
   std::vector<bool> test_used_;
   std::vector<std::ptrdiff_t> pair_of_test_;  // the pair holding each test record paired with a base one
+  std::unordered_map<std::string, std::size_t> enclosing_;  // "mb phase name" -> pair (enclosing_pair)
   std::unordered_map<std::string_view, std::size_t> test_index_;
   std::vector<std::size_t> pair_series_;  // the series of each pair position, last step
   std::vector<Pair> top_;  // a min-heap on rel_diff, sorted largest first by finish()
