@@ -17,6 +17,22 @@ void release(Param& p) {
   p.compute.set_data(at::empty({0}, p.owned.options().requires_grad(false)));
 }
 
+// Where a tensor-parallel parameter's slice sits, and whether its gradient is a summand.
+void place_for_tensor_parallel(Param& p, const ProcessGroups& groups, bool sequence_parallel) {
+  if (groups.tp_size == 1) return;
+  const TpLayout layout = tp_layout(p.name, sequence_parallel);
+  if (layout.split != TpLayout::Split::none) {
+    auto whole = p.full_shape;
+    whole[layout.dim()] *= groups.tp_size;
+    p.tp_shard = probe::Shard::along(whole, layout.dim(), groups.tp_rank * p.full_shape[layout.dim()]);
+    p.shard = p.tp_shard;
+  }
+  if (layout.partial_grad) {
+    p.tp_partial_grad = true;
+    p.mb_grad_partial = probe::Partial{groups.tp_rank, groups.tp_size};
+  }
+}
+
 // zero3: this rank keeps rows [rank*n, (rank+1)*n) of every parameter.
 void shard(Param& p, const ProcessGroups& groups) {
   const auto rows = p.full_shape.at(0), ranks = static_cast<std::int64_t>(groups.dp_size);
@@ -47,26 +63,6 @@ void reduce_scatter_gradient(Param& p, at::Tensor& grad, ProcessGroups& groups, 
     groups.dp.reduce_scatter_sum(shard_grad, full);
   }
   p.owned.mutable_grad() = shard_grad;
-}
-
-}  // namespace
-
-namespace {
-
-// Where a tensor-parallel parameter's slice sits, and whether its gradient is a summand.
-void place_for_tensor_parallel(Param& p, const ProcessGroups& groups, bool sequence_parallel) {
-  if (groups.tp_size == 1) return;
-  const TpLayout layout = tp_layout(p.name, sequence_parallel);
-  if (layout.split != TpLayout::Split::none) {
-    auto whole = p.full_shape;
-    whole[layout.dim()] *= groups.tp_size;
-    p.tp_shard = probe::Shard::along(whole, layout.dim(), groups.tp_rank * p.full_shape[layout.dim()]);
-    p.shard = p.tp_shard;
-  }
-  if (layout.partial_grad) {
-    p.tp_partial_grad = true;
-    p.mb_grad_partial = probe::Partial{groups.tp_rank, groups.tp_size};
-  }
 }
 
 }  // namespace

@@ -520,6 +520,8 @@ def case_tensor_parallel():
         (single, "tp_ddp2_tp2", ("ddp", 2, "--tp", "2")),
         (single, "tp_ddp4_tp2_sp", ("ddp", 4, "--tp", "2", "--sp")),
         (single, "tp_ppddp8_tp2_sp", ("pp-ddp", 8, "--stages", "2", "--tp", "2", "--sp")),
+        (single, "tp_zero3_4_tp2_sp", ("zero3", 4, "--tp", "2", "--sp")),
+        (single, "tp_pp4_tp2", ("pp", 4, "--tp", "2")),
         (zero3, "tp_ppddp8_tp2", ("pp-ddp", 8, "--stages", "2", "--tp", "2")),
     ]
     for base, name, (setup, ranks, *flags) in pairs:
