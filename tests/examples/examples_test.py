@@ -157,12 +157,16 @@ def case_html_report():
     d = train("html_ddp4", "ddp", 4, *seed, steps=3)
     e = train("html_pp2_ddp2_skip_reduce", "pp-ddp", 4, "--stages", "2", *seed, "--fault", f"skip-reduce={param}",
               steps=3)
+    # Tensor and sequence parallelism against one rank: partial sums set aside, and a bug.
+    f = train("html_single", "single", 1, *seed, steps=3)
+    g = train("html_ddp4_tp2_sp_norm", "ddp", 4, "--tp", "2", "--sp", *seed, "--fault", "sp-norm-unreduced", steps=3)
     browser = html_check.Browser(chromium)
     try:
         for name, base, run, expect, fd_name, rule in [
                 ("demo1", a, b, 0, None, None),
                 ("demo2", a, c, 1, "tok_embeddings.weight", "none_gradient"),
-                ("skip_reduce", d, e, 1, param, "unreduced_gradient")]:
+                ("skip_reduce", d, e, 1, param, "unreduced_gradient"),
+                ("sp_norm", f, g, 1, "layers.0.attention_norm.weight", "unreduced_gradient")]:
             html = os.path.join(WORK, name + ".html")
             r = diff(base, run, "--html", html, expect=expect)
             dom, log = browser.dump_dom(html)
@@ -174,6 +178,10 @@ def case_html_report():
                 if html_check.attr(dom, "heatmap-canvas", f"data-cells-{what}") != str(count):
                     problems.append(f"heat map coloured {html_check.attr(dom, 'heatmap-canvas', f'data-cells-{what}')} "
                                     f"cells as {what}, the --json counts {count}")
+            partial = r["partial_records"]["pairs"]
+            if html_check.attr(dom, "partial-records", "data-pairs") != (str(partial) if partial else None):
+                problems.append(f"the page's partial-records line says {html_check.attr(dom, 'partial-records', 'data-pairs')}"
+                                f", the --json counts {partial}")
             if fd_name is None and html_check.attr(dom, "no-divergence", "class") is None:
                 problems.append("the equal runs' page does not say there is no divergence")
             if fd_name is not None and html_check.attr(dom, "fd-headline", "data-name") != fd_name:

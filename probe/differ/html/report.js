@@ -189,7 +189,9 @@
     var partial = R.partial_records;
     if (partial && partial.pairs) {
       var kinds = Object.keys(partial.by_kind).map(function (k) { return partial.by_kind[k] + ' ' + k; });
-      var examples = partial.examples.join('; ') + (partial.pairs > partial.examples.length ? '; ...' : '');
+      // Two examples: the line sits above the first screen's panel, which it must not push down.
+      var shown = partial.examples.slice(0, 2);
+      var examples = shown.join('; ') + (partial.pairs > shown.length ? '; ...' : '');
       h.appendChild(el('p', {class: 'note', id: 'partial-records', 'data-pairs': String(partial.pairs),
         text: 'partial records: ' + kinds.join(', ') +
               (partial.pairs === 1 ? ' record is a partial sum' : ' records are partial sums') +
