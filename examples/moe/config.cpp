@@ -63,6 +63,9 @@ int stages_for(const Config& c, int world_size) {
   if (c.sp && c.tp == 1) throw std::invalid_argument("--sp needs --tp > 1 (sequence parallel splits what tensor parallel replicates)");
   if (c.sp && c.seq_len % c.tp != 0)
     throw std::invalid_argument("--sp: --seq-len " + std::to_string(c.seq_len) + " is not divisible by --tp " + std::to_string(c.tp));
+  if (c.model.n_heads % c.tp != 0 || c.model.shared_hidden_dim % c.tp != 0)
+    throw std::invalid_argument("--tp " + std::to_string(c.tp) + " does not divide the " + std::to_string(c.model.n_heads) +
+                                " heads and the " + std::to_string(c.model.shared_hidden_dim) + " shared-expert units");
   if (world_size % c.tp != 0)
     throw std::invalid_argument("--tp " + std::to_string(c.tp) + " does not divide the world size " + std::to_string(world_size));
   if (c.setup == "single") {

@@ -27,10 +27,7 @@ void place_for_tensor_parallel(Param& p, const ProcessGroups& groups, bool seque
     p.tp_shard = probe::Shard::along(whole, layout.dim(), groups.tp_rank * p.full_shape[layout.dim()]);
     p.shard = p.tp_shard;
   }
-  if (layout.partial_grad) {
-    p.tp_partial_grad = true;
-    p.mb_grad_partial = probe::Partial{groups.tp_rank, groups.tp_size};
-  }
+  if (layout.partial_grad) p.mb_grad_partial = probe::Partial{groups.tp_rank, groups.tp_size};
 }
 
 // zero3: this rank keeps rows [rank*n, (rank+1)*n) of every parameter.
@@ -56,7 +53,9 @@ void shard(Param& p, const ProcessGroups& groups) {
 void reduce_scatter_gradient(Param& p, at::Tensor& grad, ProcessGroups& groups, bool skip) {
   at::Tensor shard_grad;
   if (skip) {
-    shard_grad = grad.narrow(0, p.shard.offset[0], p.owned.size(0)).clone();
+    // `grad` is the tensor-parallel slice's: rows from the slice's start, not the whole's.
+    const auto rows_begin = p.shard.offset[0] - (p.tp_shard.empty() ? 0 : p.tp_shard.offset[0]);
+    shard_grad = grad.narrow(0, rows_begin, p.owned.size(0)).clone();
   } else {
     shard_grad = at::empty_like(p.owned);
     auto full = grad.contiguous();
@@ -101,7 +100,7 @@ void reduce_gradients(std::vector<Param>& params, ProcessGroups& groups, bool ze
   for (auto& p : params) {
     auto grad = p.compute.grad();
     if (!grad.defined()) continue;
-    if (p.tp_partial_grad && !(norms_unreduced && p.name.ends_with("norm.weight"))) groups.tp.all_reduce_sum(grad);
+    if (!p.mb_grad_partial.empty() && !(norms_unreduced && p.name.ends_with("norm.weight"))) groups.tp.all_reduce_sum(grad);
     const bool skip = p.name == unreduced;
     if (zero3) reduce_scatter_gradient(p, grad, groups, skip);
     else if (!skip) groups.dp.all_reduce_sum(grad);

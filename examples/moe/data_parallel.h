@@ -28,9 +28,8 @@ struct Param {
   probe::Shard shard;  // where `owned` sits in the whole parameter (tp, zero3); empty when whole
   probe::Shard tp_shard;  // where `compute` sits in it (a tensor-parallel slice); empty when whole
   std::vector<std::int64_t> full_shape;  // `compute`'s shape
-  // Its gradient on this rank is one summand of the tp ranks' (sp): all-reduced over them, and
-  // each per-microbatch gradient the probe sees is this summand.
-  bool tp_partial_grad = false;
+  // Not empty: its gradient on this rank is this summand of the tp ranks' (sp, computed on
+  // sequence shards): all-reduced over them, and each per-microbatch gradient is this summand.
   probe::Partial mb_grad_partial;
 };
 

@@ -54,6 +54,8 @@ at::Tensor all_reduce(Group& g, const at::Tensor& x) {
   return out;
 }
 
+// The group rides in the autograd context as an integer: the process groups outlive every
+// backward the trainer runs.
 Group& group_of(AutogradContext* ctx) {
   return *reinterpret_cast<Group*>(ctx->saved_data["group"].toInt());
 }

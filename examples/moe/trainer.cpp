@@ -35,10 +35,6 @@ std::uint64_t fingerprint(const at::Tensor& t) {
 
 // The tensor-parallel layout of this rank's group, its faults applied.
 std::shared_ptr<TensorParallel> tensor_parallel(const Config& c, ProcessGroups& groups, const Fault& fault) {
-  const auto tp = groups.tp_size;
-  if (c.model.n_heads % tp != 0 || c.model.shared_hidden_dim % tp != 0)
-    throw std::invalid_argument("--tp " + std::to_string(tp) + " does not divide the " + std::to_string(c.model.n_heads) +
-                                " heads and " + std::to_string(c.model.shared_hidden_dim) + " shared-expert units");
   auto layout = std::make_shared<TensorParallel>(groups.tp, c.sp);
   apply_tensor_parallel_fault(fault, *layout);
   return layout;
@@ -142,7 +138,8 @@ class Trainer {
     return loss;
   }
 
-  // Every microbatch's loss was computed on exactly one rank: the sum over ranks is exact,
+  // Every microbatch's loss was counted on exactly one rank (a tp group's rank 0): the sum over
+  // ranks is exact,
   // and summing it in microbatch order gives the same step loss in every setup.
   double step_loss(at::Tensor losses) {
     if (device_.is_cpu()) {

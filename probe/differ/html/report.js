@@ -195,7 +195,7 @@
       h.appendChild(el('p', {class: 'note', id: 'partial-records', 'data-pairs': String(partial.pairs),
         text: 'partial records: ' + kinds.join(', ') +
               (partial.pairs === 1 ? ' record is a partial sum' : ' records are partial sums') +
-              " in one run (a tensor-parallel rank's summand): set aside, not compared" +
+              " without a like counterpart in the other run (a tensor-parallel rank's summand): set aside, not compared" +
               (partial.examples.length ? ' (' + examples + ')' : '')}));
     }
   }

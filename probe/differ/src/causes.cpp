@@ -165,7 +165,8 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
                      " run (ranks " + format_ranks(test_disagrees ? first.test.m.ranks : first.base.m.ranks) +
                      ") while its mb_grads are partial sums (each rank's sequence shard) and every "
                      "compared one is bitwise equal: the gradient was not all-reduced over the "
-                     "tensor-parallel group (each rank keeps its own shard's part)"};
+                     "tensor-parallel group (each rank keeps its own shard's part), or not over the "
+                     "data-parallel one"};
   return Cause{"unreduced_gradient",
                "grad " + first.name + " differs between data-parallel replicas of the " +
                    (test_disagrees ? "test" : "base") + " run (ranks " +

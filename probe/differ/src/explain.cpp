@@ -51,6 +51,12 @@ const PartialSum* partial_of(const Side& s) {
   return s.present && !s.m.partial.empty() ? &s.m.partial : nullptr;
 }
 
+// The most summands either side's partial sum holds (0: neither holds one).
+std::int64_t partial_count(const Pair& p) {
+  const PartialSum *b = partial_of(p.base), *t = partial_of(p.test);
+  return std::max(b ? b->count : 0, t ? t->count : 0);
+}
+
 // The noise root of one side's partial sum (partial_sum_root), 0 where the side holds none.
 double partial_root_of(const Side& s) {
   const PartialSum* sum = partial_of(s);
@@ -162,8 +168,8 @@ Upstream Explainer::carried() const {
 Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanation none_upstream) const {
   if (up.pairs == 0 && up.partial_sums == 0) return none_upstream;
   if (up.bug) return Explanation{true, kInherited, 0, 0, {}};
-  // Right after a reduction the difference is its rounding carried through a few element-wise
-  // ops: the direct bound, not the wider one of noise grown through the network.
+  // Right after a reduction the difference is its rounding carried through the rest of its
+  // module: the direct bound, not the wider one of noise grown through the network.
   const bool after_reduction = up.pairs == 0;
   const double bound = (after_reduction ? options_.reduction_amplification : options_.noise_amplification) * up.roots;
   if (p.rel_diff > bound) return Explanation{true, kUnexplained, bound, up.roots, {}};
@@ -198,16 +204,18 @@ Explanation Explainer::explain_param(const Pair& p, std::int64_t step, bool firs
 Explanation Explainer::explain_grad(const Pair& p) {
   const auto it = mb_grads_.find(p.name);
   if (it != mb_grads_.end() && it->second.partial) {
-    // Its mb_grads are partial sums set aside (a norm weight under sequence parallelism): not
-    // compared, so the grad is judged by what the step computed it from and, where none of that
-    // diverges, by the summation-order bound of every summand (its own partial sums are those
-    // summands, not roots to amplify).
+    // Its mb_grads are partial sums set aside (a weight computed on sequence shards): not
+    // compared, so the grad is judged by the summation-order bound of every summand (its own
+    // partial sums are those summands, not roots to amplify) and, where what the step computed
+    // it from diverges, also by that noise.
     const MbGrads& mb = it->second;
+    const double bound = summation_order_bound(p, mb.summands, mb.norms, options_);
+    // Not counted in summation_order_grads_: that counts grads whose mb_grads compared equal.
+    if (p.rel_diff <= bound) return summation_order(p, bound);
     Upstream up = carried();
     up.add(step_so_far_);
-    if (up.pairs == 0) up = {};
-    const double bound = summation_order_bound(p, mb.summands, mb.norms, options_);
-    return from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(kUnexplained));
+    if (up.pairs == 0) return bug("wrong_reduction");
+    return from_upstream(p, up, bug(kUnexplained));
   }
   if (it != mb_grads_.end() && it->second.count > 0) {
     const MbGrads& mb = it->second;
@@ -353,8 +361,9 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
         if (p.mb) by_mb_[*p.mb].add(p);
       }
       // A partial sum the other run does not sum alike (set aside) is a noise root of what comes
-      // after it; the same summands in both runs, summed the same way, add no noise.
-      if (p.set_aside) note_partial_root(p);
+      // after it. The same two summands in both runs add up alike (a + b = b + a); three or
+      // more may be added in another order (a ring all-reduce against a reduce-scatter).
+      if (p.set_aside || partial_count(p) >= 3) note_partial_root(p);
     }
   }
   carry_to_next_step(step, pairs);

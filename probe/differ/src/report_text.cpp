@@ -260,7 +260,7 @@ void print_cause(const Cause& c, std::ostream& out) {
 
 // "  noise: summation_order (within 9.5e-07)": how the first divergence is explained, when it
 // is noise; a partial sum's in words ("noise: partial_sum (the sum of 2 partial products of tap
-// wo mb 0 in the test run, added in another order than one rank's product; within 3.4e-03)").
+// wo mb 0 in the test run, added in another order than one rank's product; within 3.4e-06)").
 std::string noise_label(const Pair& p) {
   if (p.why.bug || p.why.rule.empty()) return "";
   std::string s = "  noise: " + std::string(p.why.rule);
@@ -368,7 +368,8 @@ void print_partial(const PartialReport& partial, std::ostream& out, const Paint&
   }
   out << paint(kBold, "PARTIAL RECORDS") << "  " << kinds
       << (partial.pairs == 1 ? " record is a partial sum" : " records are partial sums")
-      << " in one run (a tensor-parallel rank's summand): set aside, not compared\n";
+      << " without a like counterpart in the other run (a tensor-parallel rank's summand): set aside, "
+         "not compared\n";
   for (const auto& e : partial.examples) out << "  " << e << "\n";
   if (partial.pairs > static_cast<std::int64_t>(partial.examples.size()))
     out << "  ... and " << partial.pairs - static_cast<std::int64_t>(partial.examples.size()) << " more\n";

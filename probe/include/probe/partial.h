@@ -1,6 +1,7 @@
 // A record that is one summand of a tensor rather than the tensor or a piece of it: a
 // tensor-parallel rank's partial product before the row-parallel reduction, a sequence shard's
-// contribution to a norm weight's gradient before the tensor-parallel all-reduce. Torch-free:
+// contribution to the gradient of a weight computed on sequence shards (a norm) before the
+// tensor-parallel all-reduce. Torch-free:
 // the probe writes it, the differ reads it (docs/log-format.md, "Partial records").
 #pragma once
 

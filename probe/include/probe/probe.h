@@ -112,7 +112,8 @@ class Probe {
   void watch(const torch::nn::Module& module, const std::string& prefix = "",
              const std::vector<std::pair<std::string, Shard>>& shards = {});
   // `mb_grad_partial`: each per-microbatch gradient this rank sees is that summand of the
-  // microbatch's gradient (a norm weight under sequence parallelism, whose ranks each see a
+  // microbatch's gradient (a weight computed on sequence shards, a norm under sequence
+  // parallelism, whose ranks each see a
   // sequence shard until a tensor-parallel all-reduce sums them); its mb_grad records say so.
   void watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard = {},
                        Partial mb_grad_partial = {});

@@ -104,8 +104,12 @@ void check_microbatch(std::int64_t microbatch) {
 void check_name(const std::string& name, const char* what) {
   if (name.empty()) throw std::invalid_argument(std::string("numprobe: ") + what + "(): empty name");
 }
-void check_partial(const Partial& partial, const std::string& name) {
-  if (!partial.empty()) Partial::of(partial.index, partial.count, "numprobe: '" + name + "' partial");
+// A partial record is a summand of the whole tensor (docs/log-format.md): never a shard too.
+void check_partial(const Partial& partial, const Shard& shard, const std::string& name) {
+  if (partial.empty()) return;
+  Partial::of(partial.index, partial.count, "numprobe: '" + name + "' partial");
+  if (!shard.empty())
+    throw std::invalid_argument("numprobe: '" + name + "': a partial record is a summand of the whole tensor, not a shard");
 }
 
 struct WatchedParameter {
@@ -446,7 +450,7 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
   if (!enabled()) return;
   if (name.empty()) throw std::invalid_argument("numprobe: watch_parameter(): empty name");
   if (!shard.empty()) shard.check_fits(parameter.sizes().vec(), "numprobe: parameter '" + name + "'");
-  check_partial(mb_grad_partial, name);
+  check_partial(mb_grad_partial, shard, name);
   std::lock_guard lock(impl_->mutex);
   auto& parameters = impl_->parameters;
   auto same_name = std::find_if(parameters.begin(), parameters.end(),
@@ -622,7 +626,7 @@ void Probe::backward(std::int64_t microbatch, const at::Tensor& root, const at::
 void Probe::tap(const std::string& name, const at::Tensor& t, const Shard& shard, Partial partial) {
   if (!enabled()) return;
   check_name(name, "tap");
-  check_partial(partial, name);
+  check_partial(partial, shard, name);
   std::optional<std::int64_t> mb;
   {
     std::lock_guard lock(impl_->mutex);
@@ -651,7 +655,7 @@ void Probe::record(Kind kind, const std::string& name, std::optional<std::int64_
                    const at::Tensor& t, const Shard& shard, Partial partial) {
   if (!enabled()) return;
   check_name(name, "record");
-  check_partial(partial, name);
+  check_partial(partial, shard, name);
   if (microbatch) check_microbatch(*microbatch);
   impl_->add(kind, name, microbatch, t, shard, partial);
 }

@@ -57,7 +57,8 @@ struct DiffOptions {
   // difference of the gradient, weights and state it is computed from.
   double update_amplification = 10;
   // The first records after a reduction of partial sums (partial_sum) stay within this factor
-  // of its rounding: element-wise ops and a residual add lie between them.
+  // of its rounding: the rest of the module that holds the reduction lies between them
+  // (docs/diff-logs.md, "Partial sums").
   double reduction_amplification = 10;
   // Headline the first divergence of any kind and exit 1 on any difference, noise included.
   bool strict = false;

@@ -23,7 +23,7 @@ enum class HashSource : std::uint8_t { spec_v1, torch_only, torch_hash_alone };
 
 // A merged record that is a partial sum (docs/log-format.md, "Partial records"): its ranks
 // logged summands of a tensor (a tensor-parallel rank's partial product, a sequence shard's part
-// of a norm weight's gradient) rather than the tensor. The record's figures are the summands'
+// of a gradient) rather than the tensor. The record's figures are the summands'
 // combined (docs/diff-logs.md, "Partial sums"); what the noise rule needs is kept here.
 struct PartialSum {
   std::int64_t count = 0;    // summands of the sum; 0: the record is no partial sum
