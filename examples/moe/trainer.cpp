@@ -189,10 +189,6 @@ class Trainer {
   // differ composes `param`, `grad` and `optim` records back into the whole; per-microbatch
   // gradients of what a rank computes with (a tensor-parallel slice, or a summand under sp).
   void watch_parameters() {
-    if (!zero3_ && groups_.tp_size == 1) {
-      probe_.watch(*model_);
-      return;
-    }
     for (auto& p : params_) {
       if (!zero3_) {
         probe_.watch_parameter(p.name, p.owned, p.shard, p.mb_grad_partial);

@@ -110,8 +110,7 @@ std::string partial_side_text(const char* run, const PartialSum& s) {
 // count of summands, the same summand of one rank's view): nothing to compare it with. Counted
 // in `report`, neither compared nor a divergence; the explainer still reads it (a noise root).
 bool set_aside_partial(const Pair& p, PartialReport& report) {
-  const PartialSum* b = p.base.present && !p.base.m.partial.empty() ? &p.base.m.partial : nullptr;
-  const PartialSum* t = p.test.present && !p.test.m.partial.empty() ? &p.test.m.partial : nullptr;
+  const PartialSum *b = p.base.partial(), *t = p.test.partial();
   if (!b && !t) return false;
   if (b && t && b->count == t->count && b->index == t->index) return false;
   ++report.pairs;

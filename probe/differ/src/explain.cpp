@@ -47,19 +47,15 @@ Explanation summation_order(const Pair& p, double bound) {
 
 std::string mb_text(const Pair& p) { return p.mb ? " mb " + std::to_string(*p.mb) : ""; }
 
-const PartialSum* partial_of(const Side& s) {
-  return s.present && !s.m.partial.empty() ? &s.m.partial : nullptr;
-}
-
 // The most summands either side's partial sum holds (0: neither holds one).
 std::int64_t partial_count(const Pair& p) {
-  const PartialSum *b = partial_of(p.base), *t = partial_of(p.test);
+  const PartialSum *b = p.base.partial(), *t = p.test.partial();
   return std::max(b ? b->count : 0, t ? t->count : 0);
 }
 
 // The noise root of one side's partial sum (partial_sum_root), 0 where the side holds none.
 double partial_root_of(const Side& s) {
-  const PartialSum* sum = partial_of(s);
+  const PartialSum* sum = s.partial();
   if (!sum) return 0;
   const TensorStats& st = s.m.rec.stats;
   const double norm = st.unsupported ? 0 : st.norm;
@@ -290,7 +286,7 @@ void Explainer::index_mb_grads(const std::vector<Pair>& pairs) {
     ++mb.count;
     mb.partial = mb.partial || p.set_aside;
     // A partial sum's summands are summands of the grad too: the side with more of them counts.
-    const PartialSum *b = partial_of(p.base), *t = partial_of(p.test);
+    const PartialSum *b = p.base.partial(), *t = p.test.partial();
     const PartialSum* sum = b && (!t || b->count >= t->count) ? b : t;
     if (sum) {
       mb.summands += std::max<std::int64_t>(sum->count, 1);
@@ -307,7 +303,7 @@ void Explainer::index_mb_grads(const std::vector<Pair>& pairs) {
 // "the sum of 2 partial products of tap wo mb 0 in the test run, added in another order than
 // one rank's product", once per text.
 const std::string* Explainer::partial_words(const Pair& p) {
-  const PartialSum *b = partial_of(p.base), *t = partial_of(p.test);
+  const PartialSum *b = p.base.partial(), *t = p.test.partial();
   const bool gradient = p.kind == Kind::mb_grad || p.kind == Kind::grad;
   const std::string summands = gradient ? " partial gradients of " : " partial products of ";
   const std::string one_rank = gradient ? " one rank's gradient" : " one rank's product";

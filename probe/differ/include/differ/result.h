@@ -120,6 +120,8 @@ struct SeriesKey {
 struct Side {  // one side of a pair as reported
   bool present = false;
   Merged m;
+  // Its partial sum, or null where the side holds none.
+  const PartialSum* partial() const { return present && !m.partial.empty() ? &m.partial : nullptr; }
 };
 
 // Noise or bug (docs/diff-logs.md, "Noise or bug"): the one explanation a divergent pair gets.
