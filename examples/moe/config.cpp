@@ -29,6 +29,10 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--stages", c.stages, "pipeline stages of pp-ddp (pp: every rank is a stage)")->capture_default_str();
   app.add_option("--tp", c.tp, "tensor-parallel degree: attention heads and the shared expert split over --tp ranks")
       ->capture_default_str();
+  app.add_option("--ep", c.ep,
+                 "expert-parallel degree: routed experts split over --ep of a stage's data-parallel ranks, tokens "
+                 "dispatched to them by all-to-all")
+      ->capture_default_str();
   app.add_flag("--sp", c.sp, "sequence parallel: norms and dropout on sequence shards between the tensor-parallel regions (needs --tp > 1)");
   app.add_option("--rng-seed", c.rng_seed, "seed of weights, data and dropout")->capture_default_str();
   app.add_option("--steps", c.steps, "training steps")->capture_default_str();
@@ -47,7 +51,7 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--fault", c.fault,
                  "none, grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>, init=<param>, "
                  "lr=<step>:<factor>, op=<layer>, op-backward=<layer>; under --tp: tp-no-reduce=<layer>; "
-                 "under --sp: sp-norm-unreduced, sp-dropout-seed")->capture_default_str();
+                 "under --sp: sp-norm-unreduced, sp-dropout-seed; under --ep: ep-permute=<layer>, ep-grad-scale=<layer>")->capture_default_str();
   app.add_option("--params-out", c.params_out, "write a fingerprint of the final parameters to DIR/rank<R>.txt");
   app.add_option("--die-after-step", c.die_after_step, "SIGKILL --die-rank in the step after this one, once its collectives are done and before it logs the step (tests)")->capture_default_str();
   app.add_option("--die-rank", c.die_rank, "the rank --die-after-step kills")->capture_default_str();
@@ -57,6 +61,30 @@ void add_options(CLI::App& app, Config& c) {
 void apply_dependent_defaults(const CLI::App& app, Config& c) {
   if (!app.count("--lr") && c.optimizer == "adamw") c.lr = 1e-3;
 }
+
+namespace {
+
+// The stage's data-parallel degree of --setup in `world_size` ranks (1 for single and pp).
+int data_parallel_degree(const Config& c, int world_size) {
+  if (c.setup == "ddp" || c.setup == "zero3") return world_size / c.tp;
+  if (c.setup == "pp-ddp" && c.stages > 0 && world_size % c.stages == 0) return world_size / c.stages / c.tp;
+  return 1;
+}
+
+// Expert-parallel ranks are taken from a stage's data-parallel ranks (as torchtitan and
+// DeepSeek do): --ep divides them and the experts.
+void check_expert_parallel(const Config& c, int world_size) {
+  const auto ep = std::to_string(c.ep);
+  if (c.ep < 1) throw std::invalid_argument("--ep " + ep + ": expected a degree >= 1");
+  if (c.model.n_experts % c.ep != 0)
+    throw std::invalid_argument("--ep " + ep + " does not divide the " + std::to_string(c.model.n_experts) + " experts");
+  const int dp = data_parallel_degree(c, world_size);
+  if (dp % c.ep != 0)
+    throw std::invalid_argument("--ep " + ep + " does not divide the " + std::to_string(dp) + " data-parallel rank(s) of a " +
+                                "stage of --setup " + c.setup + " (expert-parallel ranks are taken from them)");
+}
+
+}  // namespace
 
 int stages_for(const Config& c, int world_size) {
   if (c.tp < 1) throw std::invalid_argument("--tp " + std::to_string(c.tp) + ": expected a degree >= 1");
@@ -68,6 +96,7 @@ int stages_for(const Config& c, int world_size) {
                                 " heads and the " + std::to_string(c.model.shared_hidden_dim) + " shared-expert units");
   if (world_size % c.tp != 0)
     throw std::invalid_argument("--tp " + std::to_string(c.tp) + " does not divide the world size " + std::to_string(world_size));
+  check_expert_parallel(c, world_size);
   if (c.setup == "single") {
     if (world_size != c.tp)
       throw std::invalid_argument(c.tp == 1 ? "--setup single runs as one process"

@@ -20,6 +20,7 @@ struct Config {
   int stages = 2;  // pp-ddp only
   int tp = 1;      // tensor-parallel degree (Megatron-style; tensor_parallel.h)
   bool sp = false; // sequence parallel between the tensor-parallel regions (needs tp > 1)
+  int ep = 1;      // expert-parallel degree: routed experts split over that many data-parallel ranks
   std::uint64_t rng_seed = 42;
   std::int64_t steps = 3;
   std::int64_t microbatches = 8;  // global, per step
@@ -47,7 +48,7 @@ void add_options(CLI::App& app, Config& c);
 void apply_dependent_defaults(const CLI::App& app, Config& c);
 
 // The pipeline stages of --setup in a world of `world_size` ranks (the rest is tensor and data
-// parallel). Checks --tp and --sp.
+// parallel). Checks --tp, --sp and --ep.
 int stages_for(const Config& c, int world_size);
 
 // The rank's device: the CPU, or the GPU of its local rank (torchrun's LOCAL_RANK).

@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 
+#include "expert_parallel.h"
 #include "tensor_parallel.h"
 
 namespace moe {
@@ -24,26 +25,37 @@ void place_for_tensor_parallel(Param& p, const ProcessGroups& groups, bool seque
   if (layout.split != TpLayout::Split::none) {
     auto whole = p.full_shape;
     whole[layout.dim()] *= groups.tp_size;
-    p.tp_shard = probe::Shard::along(whole, layout.dim(), groups.tp_rank * p.full_shape[layout.dim()]);
-    p.shard = p.tp_shard;
+    p.slice = probe::Shard::along(whole, layout.dim(), groups.tp_rank * p.full_shape[layout.dim()]);
+    p.shard = p.slice;
   }
   if (layout.partial_grad) p.mb_grad_partial = probe::Partial{groups.tp_rank, groups.tp_size};
 }
 
-// zero3: this rank keeps rows [rank*n, (rank+1)*n) of every parameter.
-void shard(Param& p, const ProcessGroups& groups) {
-  const auto rows = p.full_shape.at(0), ranks = static_cast<std::int64_t>(groups.dp_size);
+// A routed expert's weights: this rank's experts, rows [ep_rank*n, (ep_rank+1)*n) of dim 0.
+void place_for_expert_parallel(Param& p, const ProcessGroups& groups) {
+  if (groups.ep_size == 1 || !is_expert_parameter(p.name)) return;
+  p.expert = true;
+  auto whole = p.full_shape;
+  whole[0] *= groups.ep_size;
+  p.slice = probe::Shard::along(whole, 0, groups.ep_rank * p.full_shape[0]);
+  p.shard = p.slice;
+}
+
+// zero3: this rank keeps rows [rank*n, (rank+1)*n) of every parameter, over its replicas.
+void shard(Param& p, ProcessGroups& groups) {
+  const Group& replicas = replicas_of(p, groups);
+  const auto rows = p.full_shape.at(0), ranks = static_cast<std::int64_t>(replicas.size());
   if (rows % ranks != 0)
     throw std::invalid_argument("zero3: " + p.name + " has " + std::to_string(rows) +
                                 " rows, not divisible by " + std::to_string(ranks) +
                                 " ranks (choose sizes that are)");
-  const auto n = rows / ranks, begin = groups.dp_rank * n;
+  const auto n = rows / ranks, begin = replicas.rank() * n;
   p.owned = p.compute.detach().narrow(0, begin, n).clone().requires_grad_(true);
   p.shard = probe::Shard::along(p.full_shape, 0, begin);
-  if (!p.tp_shard.empty()) {  // rows of a tensor-parallel slice: offsets add up
-    p.shard.global_shape = p.tp_shard.global_shape;
-    p.shard.offset[0] += p.tp_shard.offset[0];
-    for (std::size_t d = 1; d < p.shard.offset.size(); ++d) p.shard.offset[d] = p.tp_shard.offset[d];
+  if (!p.slice.empty()) {  // rows of a tensor- or expert-parallel slice: offsets add up
+    p.shard.global_shape = p.slice.global_shape;
+    p.shard.offset[0] += p.slice.offset[0];
+    for (std::size_t d = 1; d < p.shard.offset.size(); ++d) p.shard.offset[d] = p.slice.offset[d];
   }
   release(p);
 }
@@ -53,20 +65,22 @@ void shard(Param& p, const ProcessGroups& groups) {
 void reduce_scatter_gradient(Param& p, at::Tensor& grad, ProcessGroups& groups, bool skip) {
   at::Tensor shard_grad;
   if (skip) {
-    // `grad` is the tensor-parallel slice's: rows from the slice's start, not the whole's.
-    const auto rows_begin = p.shard.offset[0] - (p.tp_shard.empty() ? 0 : p.tp_shard.offset[0]);
+    // `grad` is the slice's: rows from the slice's start, not the whole's.
+    const auto rows_begin = p.shard.offset[0] - (p.slice.empty() ? 0 : p.slice.offset[0]);
     shard_grad = grad.narrow(0, rows_begin, p.owned.size(0)).clone();
   } else {
     shard_grad = at::empty_like(p.owned);
     auto full = grad.contiguous();
-    groups.dp.reduce_scatter_sum(shard_grad, full);
+    replicas_of(p, groups).reduce_scatter_sum(shard_grad, full);
   }
   p.owned.mutable_grad() = shard_grad;
 }
 
 }  // namespace
 
-std::vector<Param> hold_parameters(torch::nn::Module& model, const ProcessGroups& groups, bool zero3, bool sequence_parallel) {
+Group& replicas_of(const Param& p, ProcessGroups& groups) { return p.expert ? groups.edp : groups.dp; }
+
+std::vector<Param> hold_parameters(torch::nn::Module& model, ProcessGroups& groups, bool zero3, bool sequence_parallel) {
   std::vector<Param> params;
   for (auto& item : model.named_parameters()) {
     Param p;
@@ -74,6 +88,7 @@ std::vector<Param> hold_parameters(torch::nn::Module& model, const ProcessGroups
     p.compute = item.value();
     p.full_shape = p.compute.sizes().vec();
     place_for_tensor_parallel(p, groups, sequence_parallel);
+    place_for_expert_parallel(p, groups);
     if (zero3) shard(p, groups);
     else p.owned = p.compute;
     params.push_back(std::move(p));
@@ -86,7 +101,7 @@ void gather_parameters(std::vector<Param>& params, ProcessGroups& groups) {
   for (auto& p : params) {
     auto full = at::empty(p.full_shape, p.owned.options().requires_grad(false));
     auto mine = p.owned.detach();
-    groups.dp.all_gather(full, mine);
+    replicas_of(p, groups).all_gather(full, mine);
     p.compute.set_data(full);
   }
 }
@@ -103,7 +118,7 @@ void reduce_gradients(std::vector<Param>& params, ProcessGroups& groups, bool ze
     if (!p.mb_grad_partial.empty() && !(norms_unreduced && p.name.ends_with("norm.weight"))) groups.tp.all_reduce_sum(grad);
     const bool skip = p.name == unreduced;
     if (zero3) reduce_scatter_gradient(p, grad, groups, skip);
-    else if (!skip) groups.dp.all_reduce_sum(grad);
+    else if (!skip) replicas_of(p, groups).all_reduce_sum(grad);
   }
 }
 

@@ -1,7 +1,8 @@
 // Data parallelism over the ranks of one pipeline stage (ProcessGroups::dp): ddp keeps whole
 // parameters and all-reduces their gradients; zero3 keeps rows [rank*n, (rank+1)*n) of every
 // parameter (dim 0), all-gathers them before the forward, frees them after the backward and
-// reduce-scatters the gradients into the shards.
+// reduce-scatters the gradients into the shards. Under expert parallelism a routed expert's
+// weights are replicated over the ranks holding the same experts (ProcessGroups::edp) only.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,18 +26,23 @@ struct Param {
   std::string name;
   at::Tensor compute;  // the module's parameter: what the forward reads and the backward fills
   at::Tensor owned;    // what this rank keeps and updates: `compute` itself, or its zero3 shard
-  probe::Shard shard;  // where `owned` sits in the whole parameter (tp, zero3); empty when whole
-  probe::Shard tp_shard;  // where `compute` sits in it (a tensor-parallel slice); empty when whole
+  probe::Shard shard;  // where `owned` sits in the whole parameter (tp, ep, zero3); empty when whole
+  probe::Shard slice;  // where `compute` sits in it (a tensor- or expert-parallel slice); empty when whole
+  bool expert = false;  // a routed expert's, split over the expert-parallel ranks (ep > 1)
   std::vector<std::int64_t> full_shape;  // `compute`'s shape
   // Not empty: its gradient on this rank is this summand of the tp ranks' (sp, computed on
   // sequence shards): all-reduced over them, and each per-microbatch gradient is this summand.
   probe::Partial mb_grad_partial;
 };
 
-// The model's parameters in named_parameters() order, tensor-parallel ones as the slices
-// parallelize_tensors left (tp_shard); under zero3 each sharded along dim 0 of what the rank
-// computes with, and that tensor released until gather_parameters.
-std::vector<Param> hold_parameters(torch::nn::Module& model, const ProcessGroups& groups, bool zero3, bool sequence_parallel);
+// The model's parameters in named_parameters() order, tensor- and expert-parallel ones as the
+// slices parallelize_tensors and parallelize_experts left (slice); under zero3 each sharded
+// along dim 0 of what the rank computes with over the ranks that replicate it, and that tensor
+// released until gather_parameters.
+std::vector<Param> hold_parameters(torch::nn::Module& model, ProcessGroups& groups, bool zero3, bool sequence_parallel);
+
+// The data-parallel ranks that hold `p` alike: edp for a routed expert's, dp for the rest.
+Group& replicas_of(const Param& p, ProcessGroups& groups);
 
 // zero3: every parameter whole again (all-gathered from the shards) for the forward and backward.
 void gather_parameters(std::vector<Param>& params, ProcessGroups& groups);
@@ -44,8 +50,9 @@ void gather_parameters(std::vector<Param>& params, ProcessGroups& groups);
 void release_parameters(std::vector<Param>& params);
 
 // sp: gradients computed from sequence shards all-reduced over the tp ranks first (but norm
-// weights' when `norms_unreduced`, the sp-norm-unreduced fault). Then ddp: all-reduce; zero3:
-// reduce-scatter into the shard's gradient; pp: each stage owns its parameters, nothing to do.
+// weights' when `norms_unreduced`, the sp-norm-unreduced fault). Then over replicas_of: ddp:
+// all-reduce; zero3: reduce-scatter into the shard's gradient; pp: each stage owns its
+// parameters, nothing to do.
 // `unreduced` names a parameter whose gradient stays local (the skip-reduce fault; "" for none).
 void reduce_gradients(std::vector<Param>& params, ProcessGroups& groups, bool zero3, const std::string& unreduced,
                       bool norms_unreduced = false);

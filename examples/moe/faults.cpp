@@ -3,11 +3,13 @@
 #include <ATen/core/Tensor.h>
 
 #include <algorithm>
+#include <utility>
 #include <csignal>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
 
+#include "expert_parallel.h"
 #include "model.h"
 #include "tensor_parallel.h"
 
@@ -29,10 +31,25 @@ bool parse_lr(const std::string& v, Fault& f) {
   }
 }
 
-// "op=<layer>", "op-backward=<layer>" or "tp-no-reduce=<layer>": a non-negative integer, whole.
+// The faults that name a layer, by their prefix.
+constexpr std::pair<const char*, Fault::Kind> kLayerFaults[] = {
+    {"op=", Fault::Kind::op},
+    {"op-backward=", Fault::Kind::op_backward},
+    {"tp-no-reduce=", Fault::Kind::tp_no_reduce},
+    {"ep-permute=", Fault::Kind::ep_permute},
+    {"ep-grad-scale=", Fault::Kind::ep_grad_scale},
+};
+
+bool names_layer(const std::string& text) {
+  return std::any_of(std::begin(kLayerFaults), std::end(kLayerFaults),
+                     [&](const auto& f) { return text.starts_with(f.first); });
+}
+
+// "<fault>=<layer>" (kLayerFaults): a non-negative integer, whole.
 void parse_layer_fault(const std::string& text, Fault& f) {
   const std::string prefix = text.substr(0, text.find('=') + 1);
-  f.kind = prefix == "op=" ? Fault::Kind::op : prefix == "op-backward=" ? Fault::Kind::op_backward : Fault::Kind::tp_no_reduce;
+  for (const auto& [name, kind] : kLayerFaults)
+    if (prefix == name) f.kind = kind;
   const std::string v = text.substr(prefix.size());
   std::size_t used = 0;
   try {
@@ -70,6 +87,8 @@ std::string why_no_effect(const Fault& fault, const Config& c, const ProcessGrou
     why = "with --tp 1 attention's output is no sum of partial products";
   if ((fault.kind == Kind::sp_norm_unreduced || fault.kind == Kind::sp_dropout_seed) && !c.sp)
     why = "without --sp no rank holds a sequence shard";
+  if ((fault.kind == Kind::ep_permute || fault.kind == Kind::ep_grad_scale) && groups.ep_size == 1)
+    why = "with --ep 1 no token is dispatched to another rank's experts";
   return why;
 }
 
@@ -94,7 +113,7 @@ Fault Fault::parse(const std::string& text) {
     f.param = value("init=");
   } else if (text.starts_with("lr=") && parse_lr(value("lr="), f)) {
     f.kind = Kind::lr;
-  } else if (text.starts_with("op=") || text.starts_with("op-backward=") || text.starts_with("tp-no-reduce=")) {
+  } else if (names_layer(text)) {
     parse_layer_fault(text, f);
   } else if (text == "sp-norm-unreduced") {
     f.kind = Kind::sp_norm_unreduced;
@@ -104,7 +123,8 @@ Fault Fault::parse(const std::string& text) {
     throw std::invalid_argument("--fault '" + text +
                                 "': expected none, grads-none, rng-per-rank, nan=<step>:<param>, "
                                 "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, op=<layer>, "
-                                "op-backward=<layer>, tp-no-reduce=<layer>, sp-norm-unreduced or sp-dropout-seed");
+                                "op-backward=<layer>, tp-no-reduce=<layer>, sp-norm-unreduced, sp-dropout-seed, "
+                                "ep-permute=<layer> or ep-grad-scale=<layer>");
   }
   return f;
 }
@@ -144,6 +164,17 @@ void apply_op_fault(const Fault& fault, ModelArgs& model) {
 void apply_tensor_parallel_fault(const Fault& fault, TensorParallel& tp) {
   if (fault.kind == Fault::Kind::tp_no_reduce) tp.unreduced_attention_layer = fault.layer;
   if (fault.kind == Fault::Kind::sp_dropout_seed) tp.dropout_of_first_shard = true;
+}
+
+void apply_expert_parallel_fault(const Fault& fault, ExpertParallel& ep) {
+  if (fault.kind == Fault::Kind::ep_permute) ep.permuted_layer = fault.layer;
+}
+
+void scale_expert_gradients_if_due(const Fault& fault, std::vector<Param>& params, const ProcessGroups& groups) {
+  if (fault.kind != Fault::Kind::ep_grad_scale || groups.ep_size == 1) return;
+  const std::string prefix = "layers." + std::to_string(fault.layer) + ".moe.experts.";
+  for (auto& p : params)
+    if (p.name.starts_with(prefix) && p.owned.grad().defined()) p.owned.mutable_grad().div_(groups.ep_size);
 }
 
 void apply_init_fault(const Fault& fault, torch::nn::Module& model, std::uint64_t seed) {

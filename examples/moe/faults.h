@@ -22,10 +22,12 @@ struct Fault {
   enum class Kind {
     none, grads_none, rng_per_rank, nan, skip_reduce, init, lr, op, op_backward,
     // Under tensor / sequence parallelism only (accepted, and without effect, elsewhere).
-    tp_no_reduce, sp_norm_unreduced, sp_dropout_seed
+    tp_no_reduce, sp_norm_unreduced, sp_dropout_seed,
+    // Under expert parallelism only.
+    ep_permute, ep_grad_scale
   } kind = Kind::none;
   std::int64_t step = -1;
-  std::int64_t layer = -1;  // op, op_backward, tp_no_reduce
+  std::int64_t layer = -1;  // op, op_backward, tp_no_reduce, ep_permute, ep_grad_scale
   std::string param;
   double factor = 1;  // lr
 
@@ -50,6 +52,15 @@ void apply_op_fault(const Fault& fault, ModelArgs& model);
 // partial product); sp-dropout-seed: every rank's dropout mask cut at the first shard's positions.
 class TensorParallel;
 void apply_tensor_parallel_fault(const Fault& fault, TensorParallel& tp);
+
+// ep-permute=<layer>: that layer's combine adds each expert's returned rows to its tokens in
+// reverse order.
+class ExpertParallel;
+void apply_expert_parallel_fault(const Fault& fault, ExpertParallel& ep);
+
+// ep-grad-scale=<layer>: after the reduction, that layer's routed experts' gradients divided by
+// the expert-parallel degree (as if averaged over the ranks that dispatched to them).
+void scale_expert_gradients_if_due(const Fault& fault, std::vector<Param>& params, const ProcessGroups& groups);
 
 // init=<param>: that parameter (if this stage holds it) drawn from another seed (seed + 1).
 void apply_init_fault(const Fault& fault, torch::nn::Module& model, std::uint64_t seed);

@@ -13,7 +13,9 @@
 //   pp      S=N, D=1          activations and their gradients sent between stages
 //   pp-ddp  S=--stages, D=N/S
 // --tp T splits every stage's attention heads and shared expert over T ranks (D = N/(S*T));
-// --sp also runs norms and dropout on sequence shards (tensor_parallel.h).
+// --sp also runs norms and dropout on sequence shards (tensor_parallel.h). --ep E splits the
+// routed experts over E of a stage's data-parallel ranks, tokens dispatched by all-to-all
+// (expert_parallel.h).
 // What makes the setups agree bitwise per microbatch: the same initial weights (from the seed
 // and each parameter's name), the same tokens per global microbatch, dropout masks drawn from
 // a generator per (step, microbatch, layer), the loss of every microbatch divided by the global
@@ -25,8 +27,8 @@
 // the parameters at each step's start and the optimizer state after each update.
 //
 // The files, one concern each: config (flags), faults, data (the microbatches), parallel (process
-// groups), data_parallel (ddp, zero3), tensor_parallel (tp, sp), pipeline (the GPipe schedule),
-// trainer (the step loop and the probe's step calls), model.
+// groups), data_parallel (ddp, zero3), tensor_parallel (tp, sp), expert_parallel (ep), pipeline
+// (the GPipe schedule), trainer (the step loop and the probe's step calls), model.
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
@@ -59,6 +61,7 @@ probe::ProbeOptions probe_options(const Config& c, const CLI::App& app, const mo
   std::ostringstream setup;
   setup << c.setup << " x" << groups.world_size << " (" << groups.stages << " stages x " << groups.dp_size << " dp";
   if (groups.tp_size > 1) setup << " x " << groups.tp_size << " tp" << (c.sp ? " sp" : "");
+  if (groups.ep_size > 1) setup << ", " << groups.ep_size << " ep";
   setup << ", " << groups.backend_name << "), " << c.optimizer << " lr " << c.lr << ", seed " << c.rng_seed
         << ", fault " << c.fault;
   defaults.setup = setup.str();
@@ -93,7 +96,8 @@ void run(Config& c, const CLI::App& app) {
   std::optional<c10::DeviceGuard> on_device;
   if (c.device != "cpu") on_device.emplace(moe::device_of(c));
   const int world_size = std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1;
-  moe::ProcessGroups groups = moe::init_process_groups(moe::stages_for(c, world_size), c.tp, c.device, c.backend_at_one_rank);
+  moe::ProcessGroups groups =
+      moe::init_process_groups(moe::stages_for(c, world_size), c.tp, c.ep, c.device, c.backend_at_one_rank);
   // Before the probe makes its run directory: a bad --fault leaves nothing behind.
   const moe::Fault fault = moe::Fault::parse(c.fault);
   moe::check_fault(fault, c, groups);

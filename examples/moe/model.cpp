@@ -182,7 +182,7 @@ GroupedExpertsImpl::GroupedExpertsImpl(std::int64_t dim, std::int64_t hidden, st
   w3 = register_parameter("w3", at::empty({n_experts, hidden, dim}));
 }
 
-MoEImpl::MoEImpl(const ModelArgs& a) : args(a) {
+MoEImpl::MoEImpl(const ModelArgs& a, std::int64_t layer_) : args(a), layer(layer_) {
   router = register_module("router", Router(a.dim, a.n_experts));
   experts = register_module("experts", GroupedExperts(a.dim, a.moe_hidden_dim, a.n_experts));
   shared_experts = register_module("shared_experts", FeedForward(a.dim, a.shared_hidden_dim));
@@ -200,29 +200,78 @@ at::Tensor MoEImpl::forward(const at::Tensor& x) {
   return (shared + routed).view(shape);
 }
 
-at::Tensor MoEImpl::routed_experts(const at::Tensor& tokens) {
+std::pair<at::Tensor, at::Tensor> MoEImpl::route(const at::Tensor& tokens) {
   // DeepSeek-V3 routing: sigmoid affinities, top-k experts, weights renormalised over the k.
-  at::Tensor top_experts, weights;
-  {
-    probe::Scope scope("router");
-    auto affinity = at::sigmoid(router->gate(tokens));  // N E
-    auto [top_scores, top] = at::topk(affinity, args.top_k, -1);
-    top_experts = top;
-    weights = top_scores / top_scores.sum(-1, /*keepdim=*/true);
-  }
+  probe::Scope scope("router");
+  auto affinity = at::sigmoid(router->gate(tokens));  // N E
+  auto [top_scores, top_experts] = at::topk(affinity, args.top_k, -1);
+  return {top_experts, top_scores / top_scores.sum(-1, /*keepdim=*/true)};
+}
 
+at::Tensor MoEImpl::routed_experts(const at::Tensor& tokens) {
+  auto [top_experts, weights] = route(tokens);
   auto routed = at::zeros_like(tokens);
   probe::Scope scope("experts");
+  if (ep) return routed_expert_parallel(tokens, top_experts, weights, routed);
   for (std::int64_t e = 0; e < args.n_experts; ++e) {
     auto hits = at::nonzero(top_experts == e);  // [n, 2]: (token, slot)
     if (hits.size(0) == 0) continue;
     auto token_ids = hits.select(1, 0);
     auto xe = tokens.index_select(0, token_ids);
     auto w = weights.index({token_ids, hits.select(1, 1)}).unsqueeze(-1);
-    auto h = at::silu(at::matmul(xe, experts->w1[e].t())) * at::matmul(xe, experts->w3[e].t());
-    routed = routed.index_add(0, token_ids, at::matmul(h, experts->w2[e].t()) * w);
+    routed = routed.index_add(0, token_ids, expert(e, xe) * w);
   }
   return routed;
+}
+
+at::Tensor MoEImpl::expert(std::int64_t e, const at::Tensor& x) {
+  auto h = at::silu(at::matmul(x, experts->w1[e].t())) * at::matmul(x, experts->w3[e].t());
+  return at::matmul(h, experts->w2[e].t());
+}
+
+// The tokens of each expert leave in expert order and come back in it: the combine adds them as
+// the loop above does, in the same order, so the routed output is the same bits in every layout.
+at::Tensor MoEImpl::routed_expert_parallel(const at::Tensor& tokens, const at::Tensor& top_experts,
+                                           const at::Tensor& weights, at::Tensor routed) {
+  std::vector<at::Tensor> token_ids(args.n_experts), slots(args.n_experts), rows;
+  std::vector<std::int64_t> counts(args.n_experts, 0);
+  for (std::int64_t e = 0; e < args.n_experts; ++e) {
+    auto hits = at::nonzero(top_experts == e);
+    counts[e] = hits.size(0);
+    if (counts[e] == 0) continue;
+    token_ids[e] = hits.select(1, 0);
+    slots[e] = hits.select(1, 1);
+    rows.push_back(tokens.index_select(0, token_ids[e]));
+  }
+  const auto received = ep->dispatch(rows.empty() ? tokens.narrow(0, 0, 0) : at::cat(rows), counts);
+  const auto back = ep->combine(local_experts(received), received);
+  std::int64_t offset = 0;
+  for (std::int64_t e = 0; e < args.n_experts; ++e) {
+    if (counts[e] == 0) continue;
+    auto w = weights.index({token_ids[e], slots[e]}).unsqueeze(-1);
+    // The ep-permute fault: expert e's returned rows added to its tokens in reverse order.
+    auto to = layer == ep->permuted_layer ? token_ids[e].flip(0) : token_ids[e];
+    routed = routed.index_add(0, to, back.narrow(0, offset, counts[e]) * w);
+    offset += counts[e];
+  }
+  return routed;
+}
+
+// One matmul per (source, expert), each on a copy of its rows, as each source would compute
+// alone: a token row's product in a batch of other rows differs in the last bits where the
+// batch has one or two rows (docs/examples.md), so one matmul over every source's rows would not
+// be the single run's.
+at::Tensor MoEImpl::local_experts(const ExpertParallel::Received& received) {
+  std::vector<at::Tensor> outputs;
+  std::int64_t offset = 0;
+  for (const auto& per_expert : received.counts) {
+    for (std::int64_t e = 0; e < static_cast<std::int64_t>(per_expert.size()); ++e) {
+      if (per_expert[e] == 0) continue;
+      outputs.push_back(expert(e, received.rows.narrow(0, offset, per_expert[e]).clone()));
+      offset += per_expert[e];
+    }
+  }
+  return outputs.empty() ? received.rows.narrow(0, 0, 0) : at::cat(outputs);
 }
 
 // w1, w3 hold this rank's hidden units, w2 their columns: its output is this rank's summand.
@@ -237,7 +286,7 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, std::int64_t laye
   attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps));
   attention = register_module("attention", Attention(a, layer));
   ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps));
-  moe = register_module("moe", MoE(a));
+  moe = register_module("moe", MoE(a, layer));
 }
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, std::optional<at::Generator> dropout_generator) {
@@ -326,6 +375,15 @@ void init_parameter(const std::string& name, at::Tensor& p, std::uint64_t seed) 
 
 void init_weights(Transformer& model, std::uint64_t seed) {
   for (auto& item : model->named_parameters()) init_parameter(item.key(), item.value(), seed);
+}
+
+void parallelize_experts(Transformer& model, std::shared_ptr<const ExpertParallel> ep) {
+  at::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    if (!is_expert_parameter(item.key())) continue;
+    item.value().set_data(item.value().narrow(0, ep->first_expert(), ep->experts_per_rank()).clone());
+  }
+  for (auto& item : model->layers->items()) item.second->as<TransformerBlockImpl>()->moe->ep = ep;
 }
 
 void parallelize_tensors(Transformer& model, std::shared_ptr<const TensorParallel> tp) {

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "model_args.h"
+#include "expert_parallel.h"
 #include "tensor_parallel.h"
 
 namespace moe {
@@ -87,16 +88,28 @@ struct GroupedExpertsImpl : torch::nn::Module {
 TORCH_MODULE(GroupedExperts);
 
 struct MoEImpl : torch::nn::Module {
-  explicit MoEImpl(const ModelArgs& args);
+  MoEImpl(const ModelArgs& args, std::int64_t layer);
   at::Tensor forward(const at::Tensor& x);
   ModelArgs args;
+  std::int64_t layer;
   Router router{nullptr};
   GroupedExperts experts{nullptr};
   FeedForward shared_experts{nullptr};
   std::shared_ptr<const TensorParallel> tp;  // null: the whole shared expert
+  std::shared_ptr<const ExpertParallel> ep;  // null: every routed expert on this rank
 
  private:
+  // Each token's top-k experts and their weights [N, k].
+  std::pair<at::Tensor, at::Tensor> route(const at::Tensor& tokens);
   at::Tensor routed_experts(const at::Tensor& tokens);
+  // Expert `e` of those this rank holds on its tokens x [n, dim].
+  at::Tensor expert(std::int64_t e, const at::Tensor& x);
+  // The routed experts split over the ep ranks: tokens dispatched, computed, combined back and
+  // added into `routed` (zeros).
+  at::Tensor routed_expert_parallel(const at::Tensor& tokens, const at::Tensor& top_experts, const at::Tensor& weights,
+                                    at::Tensor routed);
+  // This rank's experts on what a dispatch brought, each source's tokens of each expert apart.
+  at::Tensor local_experts(const ExpertParallel::Received& received);
   // The shared expert split over the tp ranks: x [B, T', dim] in, [B * T', dim] out.
   at::Tensor shared_tensor_parallel(const at::Tensor& x);
 };
@@ -143,6 +156,10 @@ TORCH_MODULE(Transformer);
 // rank's slices of them, every module told. After init_weights, so that the slices are those
 // of the whole model's values.
 void parallelize_tensors(Transformer& model, std::shared_ptr<const TensorParallel> tp);
+
+// Expert parallelism over `ep` (expert_parallel.h): every layer's routed experts replaced by
+// this rank's experts, every MoE told. After init_weights, like parallelize_tensors.
+void parallelize_experts(Transformer& model, std::shared_ptr<const ExpertParallel> ep);
 
 // Initialises every parameter from (seed, its name): the same values whichever layers this
 // Transformer holds and however it is later sharded.

@@ -44,6 +44,15 @@ void Group::reduce_scatter_sum(at::Tensor& out, at::Tensor& in) {
   backend_->pg->_reduce_scatter_base(out, in)->wait();
 }
 
+void Group::all_to_all(at::Tensor& out, at::Tensor& in, std::vector<std::int64_t> out_rows,
+                       std::vector<std::int64_t> in_rows) {
+  if (!backend_) {
+    out.copy_(in);
+    return;
+  }
+  backend_->pg->alltoall_base(out, in, out_rows, in_rows)->wait();
+}
+
 void Group::send(at::Tensor& t, int dst, int tag) {
   std::vector<at::Tensor> tensors{t};
   backend_->pg->send(tensors, dst, tag)->wait();
@@ -98,7 +107,7 @@ Group make_group(const c10::intrusive_ptr<c10d::Store>& root, const std::string&
 
 }  // namespace
 
-ProcessGroups init_process_groups(int stages, int tp, const std::string& device, bool backend_at_one_rank) {
+ProcessGroups init_process_groups(int stages, int tp, int ep, const std::string& device, bool backend_at_one_rank) {
   ProcessGroups g;
   g.world_size = env_int("WORLD_SIZE", 1);
   g.rank = env_int("RANK", 0);
@@ -114,6 +123,11 @@ ProcessGroups init_process_groups(int stages, int tp, const std::string& device,
   g.tp_rank = g.rank % tp;
   g.dp_rank = g.rank / tp % g.dp_size;
   g.stage = g.rank / tp / g.dp_size;
+  if (ep < 1 || g.dp_size % ep != 0)
+    throw std::invalid_argument("--ep " + std::to_string(ep) + " does not divide the " + std::to_string(g.dp_size) +
+                                " data-parallel rank(s) of a stage");
+  g.ep_size = ep;
+  g.ep_rank = g.dp_rank % ep;
   if (g.world_size == 1 && !backend_at_one_rank) return g;
 
   const std::string host = env_str("MASTER_ADDR", "127.0.0.1");
@@ -143,6 +157,14 @@ ProcessGroups init_process_groups(int stages, int tp, const std::string& device,
   g.pp = make_group(root, "pp" + std::to_string(g.dp_rank) + at_tp, g.stage, g.stages, device, backend_at_one_rank);
   g.tp = make_group(root, "tp" + std::to_string(g.stage) + "_" + std::to_string(g.dp_rank), g.tp_rank, g.tp_size,
                     device, backend_at_one_rank);
+  if (ep == 1) {
+    g.edp = g.dp;  // every rank holds every expert: no groups beyond those of an existing setup
+    return g;
+  }
+  const std::string at_stage = std::to_string(g.stage) + "_";
+  g.ep = make_group(root, "ep" + at_stage + std::to_string(g.dp_rank / ep) + at_tp, g.ep_rank, ep, device, backend_at_one_rank);
+  g.edp = make_group(root, "edp" + at_stage + std::to_string(g.ep_rank) + at_tp, g.dp_rank / ep, g.dp_size / ep, device,
+                     backend_at_one_rank);
   return g;
 }
 

@@ -40,6 +40,13 @@ std::shared_ptr<TensorParallel> tensor_parallel(const Config& c, ProcessGroups& 
   return layout;
 }
 
+// The expert-parallel layout of this rank's group, its faults applied.
+std::shared_ptr<ExpertParallel> expert_parallel(const Config& c, ProcessGroups& groups, const Fault& fault) {
+  auto layout = std::make_shared<ExpertParallel>(groups.ep, c.model.n_experts);
+  apply_expert_parallel_fault(fault, *layout);
+  return layout;
+}
+
 // This rank's pipeline stage of the model, initialised the same on every rank and in every setup.
 Transformer build_stage(const Config& c, ProcessGroups& groups, const Fault& fault, at::Device device) {
   if (c.microbatches % groups.dp_size != 0)
@@ -52,6 +59,7 @@ Transformer build_stage(const Config& c, ProcessGroups& groups, const Fault& fau
   init_weights(model, c.rng_seed);
   apply_init_fault(fault, *model, c.rng_seed);
   if (groups.tp_size > 1) parallelize_tensors(model, tensor_parallel(c, groups, fault));
+  if (groups.ep_size > 1) parallelize_experts(model, expert_parallel(c, groups, fault));
   // Module constructors drew from the default generator, differently per stage; reset it so
   // its fingerprint (the probe's `rng cpu` record) is the same on every rank and setup.
   at::manual_seed(c.rng_seed);
@@ -131,6 +139,7 @@ class Trainer {
     pipeline_.run(step, losses);
     inject_nan_if_due(fault_, step, params_, groups_);
     reduce_gradients(params_, groups_, zero3_, fault_.unreduced_param(), fault_.kind == Fault::Kind::sp_norm_unreduced);
+    scale_expert_gradients_if_due(fault_, params_, groups_);
     if (zero3_) release_parameters(params_);
     const double loss = step_loss(losses);
     die_if_due(config_, step, groups_);  // its peers log this step, it does not
@@ -185,23 +194,35 @@ class Trainer {
     if (factor) set_lr(1);
   }
 
-  // What each rank holds as the shard it is (tensor-parallel slices, zero3 rows), so that the
-  // differ composes `param`, `grad` and `optim` records back into the whole; per-microbatch
-  // gradients of what a rank computes with (a tensor-parallel slice, or a summand under sp).
+  // What each rank holds as the shard it is (tensor- and expert-parallel slices, zero3 rows), so
+  // that the differ composes `param`, `grad` and `optim` records back into the whole;
+  // per-microbatch gradients of what a rank computes with (a slice, or a summand under sp),
+  // a routed expert's covering every microbatch of its dispatch under ep.
   void watch_parameters() {
     for (auto& p : params_) {
+      const auto covers = microbatches_covered(p);
       if (!zero3_) {
-        probe_.watch_parameter(p.name, p.owned, p.shard, p.mb_grad_partial);
+        probe_.watch_parameter(p.name, p.owned, p.shard, p.mb_grad_partial, covers);
         continue;
       }
       probe_.watch_parameter(p.name, p.owned, p.shard);
       // The gathered parameter is what the backward reaches: one contribution per microbatch
-      // to the whole parameter (or its tensor-parallel slice), comparable with every other setup.
+      // to the whole parameter (or its slice), comparable with every other setup.
       if (probe_.enabled() && probe_.options().kinds.contains(probe::Kind::mb_grad))
-        p.compute.register_hook([this, name = p.name, shard = p.tp_shard, partial = p.mb_grad_partial](const at::Tensor& grad) {
-          probe_.record(probe::Kind::mb_grad, name, pipeline_.backward_microbatch(), grad, shard, partial);
+        p.compute.register_hook([this, name = p.name, shard = p.slice, partial = p.mb_grad_partial,
+                                 covers](const at::Tensor& grad) {
+          const auto mb = pipeline_.backward_microbatch();
+          probe_.record(probe::Kind::mb_grad, name, mb, grad, shard, partial, covers ? covers(mb) : std::vector<std::int64_t>{});
         });
     }
+  }
+
+  // A routed expert's gradient under ep covers the microbatches of one dispatch; unset otherwise.
+  probe::MicrobatchCover microbatches_covered(const Param& p) const {
+    if (!p.expert) return {};
+    return [&groups = groups_, per_rank = config_.microbatches / groups_.dp_size](std::int64_t mb) {
+      return covered_microbatches(groups, per_rank, mb);
+    };
   }
 
   void write_parameters() {

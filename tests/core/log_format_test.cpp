@@ -42,6 +42,7 @@ void expect_same_record(const Record& a, const Record& b, const std::string& wha
   EXPECT_EQ(a.kind, b.kind) << what;
   EXPECT_EQ(a.name, b.name) << what;
   EXPECT_EQ(a.microbatch, b.microbatch) << what;
+  EXPECT_EQ(a.covers, b.covers) << what;
   EXPECT_EQ(a.state, b.state) << what;
   EXPECT_EQ(a.value, b.value) << what;
   EXPECT_EQ(a.phase, b.phase) << what;
@@ -161,13 +162,14 @@ TEST(LogFormat, HeaderRoundTripsAndRejectsOtherVersions) {
   EXPECT_EQ(lf::parse_header("#numprobe format=3 hash_spec=1 rank=0 world_size=1").format_version, 3);
   EXPECT_EQ(lf::parse_header("#numprobe format=4 hash_spec=1 rank=0 world_size=1").format_version, 4);
   EXPECT_EQ(lf::parse_header("#numprobe format=5 hash_spec=1 rank=0 world_size=1").format_version, 5);
-  for (const char* other : {"#numprobe format=6 hash_spec=1 rank=0 world_size=1",
+  EXPECT_EQ(lf::parse_header("#numprobe format=6 hash_spec=1 rank=0 world_size=1").format_version, 6);
+  for (const char* other : {"#numprobe format=7 hash_spec=1 rank=0 world_size=1",
                             "#numprobe format=0 hash_spec=1 rank=0 world_size=1"}) {
     try {
       lf::parse_header(other);
       ADD_FAILURE() << "accepted " << other;
     } catch (const lf::ParseError& e) {
-      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 5)"),
+      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 6)"),
                 std::string::npos)
           << e.what();
     }
@@ -221,6 +223,8 @@ TEST(LogFormat, ParsingIntoAUsedRecordGivesAFreshParse) {
       "step=6 kind=grad name=q.weight unsupported=quantized%20dtype dtype=qint8 shape=[3]",
       "step=6 kind=tap name=layers.0.attention.wo mb=1 hash=0000000000000003 norm=2 min=-1 max=1 "
       "mean=0 nan=0 inf=0 dtype=float32 shape=[2,8] partial=1/2",
+      "step=6 kind=mb_grad name=layers.0.moe.experts.w1 mb=1 hash=0000000000000004 norm=2 min=-1 max=1 "
+      "mean=0 nan=0 inf=0 dtype=float32 shape=[2,8,4] shard=[8,8,4]@[2,0,0] partial=0/2 covers=[1,3,5,7]",
       "step=7 kind=grad name=w none",
       "step=8 kind=scalar name=loss value=0.25",
   };
@@ -239,6 +243,7 @@ TEST(LogFormat, SwappingRecordsExchangesEveryField) {
   Record a = tensor_record();
   a.stats.torch_hash = 42;
   a.stats.partial = {1, 2};
+  a.covers = {5, 7};
   Record b;
   b.step = 9;
   b.kind = Kind::op;
@@ -290,8 +295,11 @@ TEST(LogFormat, WriterOrderReadsWhatAnyOrderReads) {
   summand.stats.nnz.reset();
   summand.stats.partial = {1, 2};
   summand.stats.torch_hash = 7;
+  Record covering = sharded;  // shard, partial, covers, torch_hash
+  covering.stats.partial = {0, 2};
+  covering.covers = {5, 7, 9};
   std::vector<std::string> lines;
-  for (const Record* r : {&sharded, &whole, &scalar, &summand}) {
+  for (const Record* r : {&sharded, &whole, &scalar, &summand, &covering}) {
     lines.push_back(lf::format_record(*r));
     Record read;
     EXPECT_TRUE(lf::parse_in_writer_order(lines.back(), read)) << lines.back();
@@ -347,6 +355,13 @@ TEST(LogFormat, WriterOrderReadsWhatAnyOrderReads) {
            "step=1 kind=tap name=w mb=0" + tail + " shape=[4] partial=0/2/3",
            "step=1 kind=tap name=w mb=0" + tail + " shape=[4] partial=1",
            "step=1 kind=tap name=w mb=0" + tail + " shape=[4] torch_hash=0123456789abcdef partial=0/2",
+           "step=1 kind=mb_grad name=w mb=0" + tail + " shape=[4] covers=[0]",
+           "step=1 kind=mb_grad name=w mb=0" + tail + " shape=[4] covers=[0,0]",
+           "step=1 kind=mb_grad name=w mb=0" + tail + " shape=[4] covers=[0,2,1]",
+           "step=1 kind=mb_grad name=w mb=1" + tail + " shape=[4] covers=[0,1]",
+           "step=1 kind=mb_grad name=w" + tail + " shape=[4] covers=[0,1]",
+           "step=1 kind=mb_grad name=w mb=0" + tail + " shape=[4] covers=[0,1] partial=0/2",  // out of order
+           "step=1 kind=mb_grad name=w mb=0" + tail + " shape=[4] covers=[0,1,]",
            "step=1234567890123456789 kind=grad name=w" + tail + " shape=[4]",
            "step=1 kind=grad name=w mb=-1" + tail + " shape=[4]",
            "step=1 kind=grad name=w" + tail.substr(0, tail.size() - 7) + " shape=[4]",  // empty dtype
@@ -491,7 +506,7 @@ TEST(LogFormat, Version4WritesOpRecordsAndVersion2And3HeadersStayReadable) {
 // Version 5: a record that is summand `index` of `count` of a tensor (a tensor-parallel rank's
 // partial product) says so; other records are written as before.
 TEST(LogFormat, Version5PartialRecordRoundTripsAndBadOnesSayWhatIsWrong) {
-  EXPECT_EQ(lf::kVersion, 5);
+  EXPECT_GE(lf::kVersion, 5);
   Record r = tensor_record();
   r.kind = Kind::tap;
   r.name = "layers.0.attention.wo";
@@ -521,4 +536,54 @@ TEST(LogFormat, Version5PartialRecordRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(message_of(head + " partial=a/2"), "field 'partial' is not an integer: 'a'");
   EXPECT_THROW(probe::Partial::of(2, 2), std::invalid_argument);
   EXPECT_EQ(probe::Partial::of(1, 2), (probe::Partial{1, 2}));
+}
+
+// Version 6: a record from one backward over several microbatches' tokens (an expert's gradient
+// under expert parallelism) lists them after `partial`; other records are written as before.
+TEST(LogFormat, Version6CoversRoundTripsAndBadOnesSayWhatIsWrong) {
+  EXPECT_EQ(lf::kVersion, 6);
+  Record r = tensor_record();
+  r.name = "layers.0.moe.experts.w1";
+  r.microbatch = 1;
+  r.stats.shape = {2, 16};
+  r.stats.shard = probe::Shard{{8, 16}, {2, 0}};
+  r.stats.partial = {1, 2};
+  r.stats.torch_hash = 9;
+  r.covers = {1, 3, 5, 7};
+  const std::string line = lf::format_record(r);
+  EXPECT_NE(line.find(" shard=[8,16]@[2,0] partial=1/2 covers=[1,3,5,7] torch_hash="), std::string::npos) << line;
+  expect_same_record(lf::parse_record(line), r, line);
+  EXPECT_EQ(lf::format_record(lf::parse_record(line)), line);
+  Record fast;
+  ASSERT_TRUE(lf::parse_in_writer_order(line, fast)) << line;
+  expect_same_record(fast, r, line);
+  // A none record keeps it too.
+  Record gone;
+  gone.step = 2;
+  gone.kind = Kind::mb_grad;
+  gone.name = "w";
+  gone.microbatch = 0;
+  gone.covers = {0, 2};
+  gone.state = Record::State::none;
+  expect_same_record(lf::parse_record(lf::format_record(gone)), gone, lf::format_record(gone));
+  // Without covers: no field.
+  r.covers.clear();
+  EXPECT_EQ(lf::format_record(r).find("covers="), std::string::npos);
+  EXPECT_TRUE(lf::parse_record(lf::format_record(r)).covers.empty());
+
+  auto message_of = [](const std::string& l) {
+    return parse_error_of([](const std::string& x) { lf::parse_record(x); }, l);
+  };
+  const std::string head = "step=1 kind=mb_grad name=w mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 "
+                           "inf=0 dtype=float32 shape=[2]";
+  EXPECT_EQ(message_of(head + " covers=[0]"), "field 'covers' needs at least 2 microbatches: '[0]'");
+  EXPECT_EQ(message_of(head + " covers=[]"), "field 'covers' needs at least 2 microbatches: '[]'");
+  EXPECT_EQ(message_of(head + " covers=[0,2,2]"), "field 'covers' is not ascending without duplicates: '[0,2,2]'");
+  EXPECT_EQ(message_of(head + " covers=[0,4,2]"), "field 'covers' is not ascending without duplicates: '[0,4,2]'");
+  EXPECT_EQ(message_of(head + " covers=[1,2]"), "field 'covers' does not start at the record's mb=0: '[1,2]'");
+  EXPECT_EQ(message_of(head + " covers=0,2"), "field 'covers' is not a [d0,d1,...] list: '0,2'");
+  EXPECT_EQ(message_of(head + " covers=[0,x]"), "field 'covers' is not an integer: 'x'");
+  EXPECT_EQ(message_of("step=1 kind=grad name=w hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
+                       "dtype=float32 shape=[2] covers=[0,2]"),
+            "field 'covers' belongs to records with an mb: '[0,2]'");
 }

@@ -110,9 +110,9 @@ TEST(BadInput, DifferentHashSpecVersionsAreAClearError) {
 
 TEST(BadInput, OtherFormatVersionIsAClearError) {
   auto dir = fresh_dir("format");
-  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=6 hash_spec=1 rank=0 world_size=1\n");
+  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=7 hash_spec=1 rank=0 world_size=1\n");
   write_run(dir / "b", {{scalar(0, "loss", 1)}});
-  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 6 is not supported"),
+  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 7 is not supported"),
             std::string::npos);
 }
 
@@ -224,7 +224,7 @@ TEST(BadInput, FormatOneLogsWithoutEndMarkersStillCompare) {
 }
 
 TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
-  auto dir = fresh_dir("format1234");
+  auto dir = fresh_dir("format12345");
   std::vector<std::vector<Record>> ranks(2);
   for (int s = 0; s < 3; ++s)
     for (std::size_t r = 0; r < 2; ++r) {
@@ -234,9 +234,9 @@ TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
   for (int r = 0; r < 2; ++r) {
     const auto& records = ranks[static_cast<std::size_t>(r)];
     write_file(dir / "v1" / ("rank" + std::to_string(r)) / "diff.log", format1_log(records, r, 2));
-    // Versions 2 (step ends, no nnz or stop line), 3 (no op records) and 4 (no partial records)
-    // hold these records alike.
-    for (int version : {2, 3, 4}) {
+    // Versions 2 (step ends, no nnz or stop line), 3 (no op records), 4 (no partial records) and
+    // 5 (no covers) hold these records alike.
+    for (int version : {2, 3, 4, 5}) {
       std::string text = header(r, 2, 1, version);
       for (int s = 0; s < 3; ++s) {
         for (const auto& rec : records)
@@ -246,10 +246,10 @@ TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
       write_file(dir / ("v" + std::to_string(version)) / ("rank" + std::to_string(r)) / "diff.log", text);
     }
   }
-  write_run(dir / "v5", ranks);
-  ASSERT_EQ(read_all(dir / "v5" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=5 ");
-  for (auto [a, b] : {std::pair{"v1", "v5"}, std::pair{"v5", "v1"}, std::pair{"v2", "v5"}, std::pair{"v3", "v5"},
-                      std::pair{"v4", "v5"}}) {
+  write_run(dir / "v6", ranks);
+  ASSERT_EQ(read_all(dir / "v6" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=6 ");
+  for (auto [a, b] : {std::pair{"v1", "v6"}, std::pair{"v6", "v1"}, std::pair{"v2", "v6"}, std::pair{"v3", "v6"},
+                      std::pair{"v4", "v6"}, std::pair{"v5", "v6"}}) {
     auto res = diff(dir / a, dir / b);
     EXPECT_EQ(res.exit_code(), 0) << a << " vs " << b;
     EXPECT_EQ(res.paired_steps, 3);
@@ -334,5 +334,22 @@ TEST(BadInput, LogThatFilledItsDiskIsTruncatedAtTheStepThatFailedWithTheReason) 
     EXPECT_NE(message.find(fs.expected_reason()), std::string::npos) << what << ": " << message;
     EXPECT_NE(message.find("steps before " + std::to_string(failed) + " are used"), std::string::npos)
         << what << ": " << message;
+  }
+}
+
+TEST(BadInput, ABadCoversFieldIsAnErrorNamingTheLine) {
+  auto dir = fresh_dir("bad_covers");
+  write_run(dir / "b", {{tensor(0, Kind::mb_grad, "experts.w1", 1, 1.0, 0)}});
+  Record r = tensor(0, Kind::mb_grad, "experts.w1", 1, 1.0, 0);
+  r.covers = {0, 2};
+  const std::string good = lf::format_record(r);
+  for (auto [covers, message] : {std::pair{"[0,0]", "field 'covers' is not ascending without duplicates: '[0,0]'"},
+                                 std::pair{"[2,4]", "field 'covers' does not start at the record's mb=0: '[2,4]'"},
+                                 std::pair{"[0]", "field 'covers' needs at least 2 microbatches: '[0]'"}}) {
+    std::string line = good;
+    line.replace(line.find("covers=[0,2]") + 7, 5, covers);
+    const auto path = dir / "a" / "rank0" / "diff.log";
+    write_file(path, header(0, 1, 1, lf::kVersion) + line + "\n" + lf::format_step_end(0, 1) + "\n");
+    EXPECT_EQ(error_of([&] { diff(dir / "a", dir / "b"); }), path.string() + ":2: " + message) << line;
   }
 }

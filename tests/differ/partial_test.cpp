@@ -182,6 +182,47 @@ TEST(PartialMerge, SummandsOfOtherCountsOrMissingAreRunErrorsUnlessARankLogIsMis
   EXPECT_NE(c.at(Kind::tap, "wo").rec.stats.unsupported->find("missing_rank"), std::string::npos);
 }
 
+TEST(PartialMerge, SummandsThatAreShardsAreComposedBeforeTheyAreSummed) {
+  // An expert weight under expert and sequence parallelism: ranks 0-1 hold rows 0-1 and 2-3 of
+  // summand 0, ranks 2-3 those of summand 1. The same as each summand logged whole.
+  auto dir = fresh_dir("partial_shards");
+  auto piece = [](std::uint64_t hash, double norm, std::int64_t row0, std::int64_t index) {
+    Record r = sharded(tensor(0, Kind::mb_grad, "experts.w1", hash, norm, 0), row0, 2);
+    r.stats.mean = 0.25 * static_cast<double>(index + 1);
+    return summand(r, index, 2);
+  };
+  write_run(dir / "a",
+            {{piece(10, 3.0, 0, 0)}, {piece(20, 4.0, 2, 0)}, {piece(30, 1.0, 0, 1)}, {piece(40, 2.0, 2, 1)}});
+  const FirstStep a = first_step(dir / "a");
+  EXPECT_EQ(a.issues.errors, 0);
+  const Merged& m = a.at(Kind::mb_grad, "experts.w1");
+  ASSERT_FALSE(m.rec.stats.unsupported) << *m.rec.stats.unsupported;
+  EXPECT_EQ(m.partial.count, 2);
+  EXPECT_EQ(m.rec.stats.shape, (std::vector<std::int64_t>{4, 2}));
+  EXPECT_DOUBLE_EQ(m.partial.summand_norms, 5.0 + std::sqrt(5.0));  // sqrt(3^2 + 4^2), sqrt(1^2 + 2^2)
+  EXPECT_DOUBLE_EQ(m.rec.stats.norm, std::sqrt(30.0));              // sqrt(25 + 5)
+  EXPECT_DOUBLE_EQ(m.rec.stats.mean, 0.75);
+
+  auto whole = [](std::uint64_t hash, double norm, std::int64_t index) {
+    Record r = tensor(0, Kind::mb_grad, "experts.w1", hash, norm, 0);
+    r.stats.mean = 0.25 * static_cast<double>(index + 1);
+    return summand(r, index, 2);
+  };
+  write_run(dir / "b", {{whole(30, 5.0, 0)}, {whole(70, std::sqrt(5.0), 1)}});
+  EXPECT_EQ(first_step(dir / "b").at(Kind::mb_grad, "experts.w1").rec.stats.hash, m.rec.stats.hash);
+  EXPECT_EQ(diff(dir / "a", dir / "b").exit_code(), 0);
+
+  // A summand's rows 2-3 never logged: a gap in that summand, not summed.
+  write_run(dir / "c",
+            {{piece(10, 3.0, 0, 0)}, {piece(20, 4.0, 2, 0)}, {piece(30, 1.0, 0, 1)}, {scalar(0, "loss", 1)}});
+  const FirstStep c = first_step(dir / "c");
+  ASSERT_EQ(c.issues.count_by_type.count("partial_sum"), 1u);
+  EXPECT_NE(c.issues.detail.at(0).message.find("summand 1: shards cover 4 of 8 elements (gap); not summed"),
+            std::string::npos)
+      << c.issues.detail.at(0).message;
+  EXPECT_TRUE(c.at(Kind::mb_grad, "experts.w1").rec.stats.unsupported);
+}
+
 TEST(PartialSum, PartialProductsOfOneRunAreSetAsideAndExplainTheNextTapAsNoise) {
   auto r = single_vs_tp("partial_noise", 1e-7, 1e-7);
   // The partial products: set aside, neither only_test nor counted nor the first divergence.

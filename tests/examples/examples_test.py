@@ -4,7 +4,8 @@
     examples_test.py CASE        (CASE: pairs, fault-grads-none, fault-rng-per-rank, fault-nan,
                                   fault-skip-reduce, fault-init, fault-lr, noise-or-bug, fault-op,
                                   fault-op-backward, weights-zero3-pp-ddp, killed-rank, probe-off,
-                                  html-report, tensor-parallel, fault-tensor-parallel)
+                                  html-report, tensor-parallel, fault-tensor-parallel,
+                                  expert-parallel, fault-expert-parallel)
 
 Environment (set by ctest): MOE_TRAIN, DIFF_LOGS, TORCHRUN, WORK (a scratch directory).
 Each case prints what it ran and why it failed; the exit status is the verdict.
@@ -577,6 +578,93 @@ def case_fault_tensor_parallel():
         out = train("ftp_single_" + fault.split("=")[0], "single", 1, "--fault", fault)
         diff(base, out, expect=0)
     print("OK faults of tp and sp are accepted, and change nothing, without tp or sp", flush=True)
+
+
+def record_fields(run, rank, step, kind, name, mb=None):
+    """The fields of a record in rank's log, or None."""
+    prefix = f"step={step} kind={kind} name={name} " + ("" if mb is None else f"mb={mb} ")
+    with open(os.path.join(run, f"rank{rank}", "diff.log")) as f:
+        for line in f:
+            if line.startswith(prefix):
+                return dict(x.split("=", 1) for x in line.split() if "=" in x)
+    return None
+
+
+def case_expert_parallel():
+    """Expert parallelism against layouts without it: no unexplained divergence (exit 0 or 4),
+    the expert gradients' per-dispatch records set aside as covering several microbatches,
+    expert weights recorded as their shards, two expert-parallel layouts with the same dispatches
+    compared record for record, and --ep 1 changing nothing."""
+    ddp = train("ep_ddp2", "ddp", 2)
+    same = train("ep_ddp2_ep1", "ddp", 2, "--ep", "1")
+    for rank in (0, 1):
+        log = os.path.join(f"rank{rank}", "diff.log")
+        if open(os.path.join(ddp, log), "rb").read() != open(os.path.join(same, log), "rb").read():
+            fail("--ep 1 changed the ddp run's log")
+    print("OK --ep 1 leaves the log byte for byte as it is", flush=True)
+    single = train("ep_single", "single", 1)
+    pairs = [
+        ("ep_ddp4_ep4", ("ddp", 4, "--ep", "4"), "[8,32,64]@[2,0,0]", ["0", "2", "4", "6"]),
+        ("ep_zero3_4_ep2", ("zero3", 4, "--ep", "2"), "[8,32,64]@[0,0,0]", ["0", "2"]),
+        ("ep_ppddp8_tp2_sp_ep2", ("pp-ddp", 8, "--stages", "2", "--tp", "2", "--sp", "--ep", "2"),
+         "[8,32,64]@[0,0,0]", ["0", "4"]),
+    ]
+    runs = {}
+    for name, (setup, ranks, *flags), shard, covers in pairs:
+        test = runs[name] = train(name, setup, ranks, *flags)
+        r = diff(single, test)
+        if r["result"] not in ("equal", "noise") or r["first_unexplained_divergence"] is not None:
+            fail(f"{name}: the clean comparison names a bug: {r['first_unexplained_divergence']}")
+        if r["covered_records"]["pairs"] == 0:
+            fail(f"{name}: no expert gradient set aside as covering several microbatches: {r['covered_records']}")
+        # ddp 4 --ep 4: rank 1 holds experts 2 and 3; zero3 4 --ep 2: rank 0 the rows of experts
+        # 0 and 1 (its half of experts 0-3); pp-ddp: rank 0 experts 0-3.
+        rank = 1 if name == "ep_ddp4_ep4" else 0
+        param = record_fields(test, rank, 0, "param", "layers.0.moe.experts.w1")
+        if param is None or param.get("shard") != shard:
+            fail(f"{name}: rank {rank}'s param layers.0.moe.experts.w1 has shard={param and param.get('shard')}, "
+                 f"expected {shard}")
+        mb_grad = record_fields(test, rank, 0, "mb_grad", "layers.0.moe.experts.w1", mb=0)
+        if mb_grad is None or mb_grad.get("covers") != "[" + ",".join(covers) + "]":
+            fail(f"{name}: rank {rank}'s mb_grad layers.0.moe.experts.w1 mb 0 covers "
+                 f"{mb_grad and mb_grad.get('covers')}, expected [{','.join(covers)}]")
+        print(f"OK single vs {name}: {r['result']}, noise by rule {r['noise']['by_rule']}, "
+              f"{r['covered_records']['pairs']} covered records set aside", flush=True)
+    # The same dispatches in two layouts: the covered records compose and compare, bitwise.
+    ddp_ep2 = train("ep_ddp4_ep2", "ddp", 4, "--ep", "2")
+    r = diff(ddp_ep2, runs["ep_zero3_4_ep2"], "--steps", "0")
+    if r["covered_records"]["pairs"] != 0 or r["summary"]["mb_grad"]["equal"] == 0 or any(
+            n for cls, n in r["summary"]["mb_grad"].items() if cls != "equal"):
+        fail(f"ddp 4 --ep 2 vs zero3 4 --ep 2: mb_grads not all compared and equal: {r['summary']['mb_grad']}, "
+             f"{r['covered_records']}")
+    print("OK ddp 4 --ep 2 vs zero3 4 --ep 2: every covered mb_grad compared, bitwise equal", flush=True)
+
+
+def case_fault_expert_parallel():
+    """The bugs of expert parallelism, each the headline against the single run, on more than one
+    layer; a fault of a layout the run does not have changes nothing."""
+    base = train("fep_single", "single", 1)
+    ep4 = ("ddp", 4, "--ep", "4")
+    cases = [
+        ("ep_permute_1", ep4, "ep-permute=1", (0, "tap", "unexplained", "layers.1")),
+        ("ep_permute_3", ("zero3", 4, "--ep", "2"), "ep-permute=3", (0, "tap", "unexplained", "layers.3")),
+        ("ep_grad_scale_0", ep4, "ep-grad-scale=0", (0, "grad", "constant_factor", None)),
+        ("ep_grad_scale_3", ("zero3", 4, "--ep", "2"), "ep-grad-scale=3", (0, "grad", "constant_factor", None)),
+    ]
+    for name, layout, fault, (step, kind, rule, record) in cases:
+        r = diff(base, train("fep_" + name, *layout, "--fault", fault), expect=1)
+        u = headline(r, step, kind, rule, record)
+        if fault.startswith("ep-grad-scale"):
+            layer = fault.split("=")[1]
+            if not u["name"].startswith(f"layers.{layer}.moe.experts."):
+                fail(f"{fault} headlines {u['name']}, not an expert weight of layer {layer}")
+            factor = "0.25" if layout == ep4 else "0.5"
+            if factor not in u["cause"]["message"]:
+                fail(f"{fault}: the cause does not name the factor {factor}: {u['cause']['message']}")
+    for fault in ("ep-permute=1", "ep-grad-scale=0"):
+        out = train("fep_single_" + fault.split("=")[0], "single", 1, "--fault", fault)
+        diff(base, out, expect=0)
+    print("OK faults of ep are accepted, and change nothing, without ep", flush=True)
 
 
 if __name__ == "__main__":

@@ -573,6 +573,39 @@ TEST(Probe, ShardedParameterRecordsCarryTheirShard) {
   EXPECT_TRUE(seen);
 }
 
+// An expert's gradient under expert parallelism: one backward covers several microbatches, and
+// each mb_grad record says which, the first as its microbatch; a shard may be a summand too.
+TEST(Probe, MbGradRecordsCarryTheMicrobatchesTheyCover) {
+  auto dir = fresh_dir("covers");
+  auto w = torch::ones({2, 3}).set_requires_grad(true);
+  probe::Probe p(options_in(dir));
+  p.watch_parameter("experts.w1", w, probe::Shard::along({4, 3}, 0, 2), probe::Partial{1, 2},
+                    [](std::int64_t mb) { return std::vector<std::int64_t>{mb % 2, mb % 2 + 2}; });
+  p.begin_step(0);
+  p.backward(3, (w * 2).sum());
+  p.end_step();
+  bool seen = false;
+  for (const auto& r : read_records(p.log_path()))
+    if (r.kind == probe::Kind::mb_grad) {
+      EXPECT_EQ(r.microbatch, 1);
+      EXPECT_EQ(r.covers, (std::vector<std::int64_t>{1, 3}));
+      EXPECT_EQ(r.stats.shard, probe::Shard::along({4, 3}, 0, 2));
+      EXPECT_EQ(r.stats.partial, (probe::Partial{1, 2}));
+      seen = true;
+    }
+  EXPECT_TRUE(seen);
+}
+
+TEST(Probe, RecordRefusesCoversWithoutItsOwnMicrobatch) {
+  auto dir = fresh_dir("covers_bad");
+  probe::Probe p(options_in(dir));
+  const auto t = torch::ones({2});
+  EXPECT_THROW(p.record(probe::Kind::mb_grad, "e", 1, t, {}, {}, {0, 2}), std::invalid_argument);
+  EXPECT_THROW(p.record(probe::Kind::mb_grad, "e", 1, t, {}, {}, {1}), std::invalid_argument);
+  EXPECT_THROW(p.record(probe::Kind::mb_grad, "e", 1, t, {}, {}, {3, 1}), std::invalid_argument);
+  EXPECT_NO_THROW(p.record(probe::Kind::mb_grad, "e", 3, t, {}, {}, {1, 3}));
+}
+
 // The hashes a probe wrote, recomputed by Python's xxhash package from the tensors' bytes.
 TEST(Probe, LoggedHashesMatchPythonXxhashReference) {
   const std::string python = NUMPROBE_PYTHON;

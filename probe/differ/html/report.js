@@ -198,6 +198,19 @@
               " without a like counterpart in the other run (a tensor-parallel rank's summand): set aside, not compared" +
               (partial.examples.length ? ' (' + examples + ')' : '')}));
     }
+    // Records covering other microbatches than the other run's (expert parallelism): set aside.
+    var covered = R.covered_records;
+    if (covered && covered.pairs) {
+      var coveredKinds = Object.keys(covered.by_kind).map(function (k) { return covered.by_kind[k] + ' ' + k; });
+      var coveredShown = covered.examples.slice(0, 2);
+      var coveredExamples = coveredShown.join('; ') + (covered.pairs > coveredShown.length ? '; ...' : '');
+      h.appendChild(el('p', {class: 'note', id: 'covered-records', 'data-pairs': String(covered.pairs),
+        text: 'covered microbatches: ' + coveredKinds.join(', ') +
+              (covered.pairs === 1 ? ' record covers' : ' records cover') +
+              " other microbatches than the other run's (an expert's gradient from one expert-parallel dispatch" +
+              ' over several microbatches): set aside, not compared' +
+              (covered.examples.length ? ' (' + coveredExamples + ')' : '')}));
+    }
   }
   function drawIssues() {
     var runs = [['base', R.base], ['test', R.test]].filter(function (bt) {

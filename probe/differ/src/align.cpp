@@ -11,6 +11,8 @@
 
 #include "differ/detail/causes.h"
 #include "differ/detail/classify.h"
+#include "differ/detail/constant_factor.h"
+#include "differ/detail/covers.h"
 #include "probe/log_format.h"
 
 namespace probe::differ {
@@ -97,6 +99,7 @@ void start_pair(std::int64_t step, Merged& m, Pair& p) {
   std::swap(p.key, m.key);
   p.why = {};
   p.set_aside = false;
+  p.covered = false;
 }
 
 // "test: 2 summands", "base: summand 0 of 2": a partial side in words.
@@ -319,6 +322,7 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
   std::vector<Pair>& pairs = pairs_;
   const Pair* first = nullptr;
   pair_series_.resize(pairs.size(), SIZE_MAX);
+  covered_.index(pairs);
   for (std::size_t k = 0; k < pairs.size(); ++k) {
     Pair& p = pairs[k];
     if (!p.base.present)
@@ -327,7 +331,13 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
       p.pair_class = PairClass::only_base;
     else
       classify(p, options_.cmp);
-    if (set_aside_op(p, result_.ops) || set_aside_partial(p, result_.partial)) {
+    // Records the other run holds nothing like: an op of one run only, records that cover
+    // other microbatches than the other run's (checked before their summands: a record of
+    // other microbatches compares with nothing, whatever it sums), a partial sum against
+    // another record.
+    const bool op = set_aside_op(p, result_.ops);
+    p.covered = !op && set_aside_covered(p, covered_, result_.covered);
+    if (op || p.covered || set_aside_partial(p, result_.partial)) {
       p.set_aside = true;
       continue;
     }
@@ -342,7 +352,8 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
   const bool first_step_of_both = result_.base.first_step == step && result_.test.first_step == step;
   explainer_.explain_step(step, first_step_of_both, pairs);
   // After the explanations, so that a report drawing every pair (--html's heat map) shows each
-  // one's verdict; op records of one run only and partial sums were set aside, not compared.
+  // one's verdict; op records of one run only, partial sums and records covering other
+  // microbatches were set aside, not compared.
   if (options_.on_pair)
     for (std::size_t k = 0; k < pairs.size(); ++k)
       if (!pairs[k].set_aside) options_.on_pair(pairs[k], pair_series_[k]);
@@ -392,6 +403,7 @@ Cause Aligner::headline_cause(std::int64_t step, bool first_step, const std::vec
   else if (rule == "rng") c = rng_cause(s);
   else if (rule == "unreduced_gradient") c = unreduced_gradient_cause(s);
   else if (rule == "wrong_reduction") c = grad_reduction_cause(s, options_);
+  else if (rule == "constant_factor") c = constant_factor_cause(step, p);
   else if (rule == "init") c = init_cause(step, first_step, pairs, p);
   else if (rule == "optimizer" && p.why.roots == 0) c = optimizer_cause(step, previous_step_, pairs, p);
   if (c && c->rule == rule) return *c;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "differ/detail/classify.h"
+#include "differ/detail/constant_factor.h"
 #include "differ/detail/explain.h"
 #include "differ/detail/names.h"
 #include "probe/log_format.h"
@@ -27,8 +28,8 @@ bool has_mb_grad(const std::string& name, const std::vector<Pair>& pairs) {
                      [&](const Pair& p) { return p.kind == Kind::mb_grad && p.name == name; });
 }
 
-// Every mb_grad of the parameter is bitwise equal or, a partial sum against another record,
-// set aside (and there is at least one).
+// Every mb_grad of the parameter is bitwise equal or set aside (a partial sum against another
+// record, a record covering other microbatches than the other run's), and there is at least one.
 bool mb_grads_equal(const std::string& name, const std::vector<Pair>& pairs) {
   std::int64_t mbs = 0;
   for (const auto& p : pairs) {
@@ -39,10 +40,17 @@ bool mb_grads_equal(const std::string& name, const std::vector<Pair>& pairs) {
   return mbs > 0;
 }
 
-// An mb_grad of the parameter is a partial sum set aside (sequence parallelism).
+// An mb_grad of the parameter is set aside: a partial sum (sequence parallelism), or a record
+// covering other microbatches than the other run's (expert parallelism).
 bool mb_grads_set_aside(const std::string& name, const std::vector<Pair>& pairs) {
   return std::any_of(pairs.begin(), pairs.end(),
                      [&](const Pair& p) { return p.kind == Kind::mb_grad && p.name == name && p.set_aside; });
+}
+
+// An mb_grad of the parameter covers other microbatches than the other run's.
+bool mb_grads_covered(const std::string& name, const std::vector<Pair>& pairs) {
+  return std::any_of(pairs.begin(), pairs.end(),
+                     [&](const Pair& p) { return p.kind == Kind::mb_grad && p.name == name && p.covered; });
 }
 
 // The summation-order bound of grad g from its mb_grads in the step (explain.h).
@@ -159,6 +167,13 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
   if (first.kind != Kind::grad || !is_divergence(first.pair_class) || !(base_disagrees || test_disagrees) ||
       !mb_grads_equal(first.name, s.pairs))
     return std::nullopt;
+  if (mb_grads_covered(first.name, s.pairs))
+    return Cause{"unreduced_gradient",
+                 "grad " + first.name + " differs between replicas of the " + (test_disagrees ? "test" : "base") +
+                     " run (ranks " + format_ranks(test_disagrees ? first.test.m.ranks : first.base.m.ranks) +
+                     ") while its mb_grads cover several microbatches each (an expert's gradient from one "
+                     "expert-parallel dispatch) and every compared one is bitwise equal: the gradient was not "
+                     "all-reduced over the data-parallel replicas of its expert-parallel group"};
   if (mb_grads_set_aside(first.name, s.pairs))
     return Cause{"unreduced_gradient",
                  "grad " + first.name + " differs between replicas of the " + (test_disagrees ? "test" : "base") +
@@ -185,8 +200,8 @@ std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOpti
   if (!std::isfinite(g.base.m.rec.stats.norm) || !std::isfinite(g.test.m.rec.stats.norm) ||
       elements_moved(g))
     return std::nullopt;
-  // Its mb_grads are partial sums set aside: not compared, nothing to tell the two apart by
-  // (the explanation judges it, explain.h).
+  // Its mb_grads are set aside (partial sums, records covering other microbatches): not
+  // compared, nothing to tell the two apart by (the explanation judges it, explain.h).
   if (mb_grads_set_aside(g.name, s.pairs)) return std::nullopt;
   const double bound = sum_order_bound(g, s.pairs, o);
   const std::string rel = lf::format_double(g.rel_diff);
@@ -220,16 +235,18 @@ std::vector<Cause> step_causes(const DivergentStep& s, const DiffOptions& o) {
   std::vector<Cause> causes;
   for (auto rule : {none_gradient_cause, data_cause, rng_cause})
     if (auto c = rule(s)) causes.push_back(std::move(*c));
-  if (auto c = unreduced_gradient_cause(s))
+  if (auto c = unreduced_gradient_cause(s)) {
     causes.push_back(std::move(*c));
-  else if (auto g = grad_reduction_cause(s, o))
-    causes.push_back(std::move(*g));
+    return causes;
+  }
+  if (auto c = constant_factor_cause(s.step, s.first)) causes.push_back(std::move(*c));
+  if (auto g = grad_reduction_cause(s, o)) causes.push_back(std::move(*g));
   return causes;
 }
 
 std::optional<Cause> nonfinite_cause(std::int64_t step, const std::vector<Pair>& pairs) {
   for (const auto& p : pairs) {
-    if (p.set_aside) continue;  // not compared (a partial sum against another record)
+    if (p.set_aside) continue;  // not compared (a partial sum, a record of other microbatches)
     const std::int64_t nb = p.base.present ? nonfinite(p.base.m) : 0;
     const std::int64_t nt = p.test.present ? nonfinite(p.test.m) : 0;
     if (!p.base.present || !p.test.present || (nb == 0) == (nt == 0)) continue;

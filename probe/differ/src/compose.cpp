@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "differ/detail/covers.h"
 #include "differ/detail/merge.h"
 #include "differ/detail/names.h"
 #include "differ/detail/record_text.h"
@@ -233,6 +234,13 @@ std::string summand_text(const Partial& p) {
   return std::to_string(p.index) + "/" + std::to_string(p.count);
 }
 
+// "[4,2]"
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 // The ranks of the group's parts that are summands (`summands`) or not.
 std::vector<int> ranks_of(const Group& g, bool summands) {
   std::vector<int> ranks;
@@ -243,9 +251,9 @@ std::vector<int> ranks_of(const Group& g, bool summands) {
   return ranks;
 }
 
-// Into `out`: an unsupported record of the group's key saying why its summands are not summed.
-void unsupported_sum(const Group& g, const MergeContext& ctx, const TensorStats& like, std::string why,
-                     Record& out) {
+// Into `out`: an unsupported record of the group's key saying why its parts are not merged.
+void unsupported_record(const Group& g, const MergeContext& ctx, const TensorStats& like, std::string why,
+                        Record& out) {
   log_format::reset_record(out);
   out.step = ctx.step;
   out.kind = g.kind;
@@ -263,30 +271,92 @@ void partial_issue(const Group& g, const MergeContext& ctx, const std::string& w
 }
 
 // Why the summands (ctx.reps, every one a summand, sorted by index) cannot be summed, or empty.
-// `gap`: the error is summands missing.
-std::string summands_error(const Group& g, const MergeContext& ctx, bool& gap) {
+struct SumError {
+  std::string text;     // empty: they can
+  bool gap = false;     // summands, or shards of a summand, missing
+  bool tiling = false;  // a summand's shards do not tile it (a shard_tiling issue)
+};
+
+// The summands' counts agree.
+SumError count_error(const MergeContext& ctx) {
   const TensorStats& first = ctx.reps[0]->rec->stats;
-  for (const Part* r : ctx.reps) {
-    const TensorStats& s = r->rec->stats;
-    if (s.partial.count != first.partial.count)
-      return "summands disagree on their count (rank " + std::to_string(ctx.reps[0]->rank) + " has partial=" +
-             summand_text(first.partial) + ", rank " + std::to_string(r->rank) + " partial=" +
-             summand_text(s.partial) + ")";
-    if (!s.shard.empty())
-      return "summand " + summand_text(s.partial) + " of rank " + std::to_string(r->rank) +
-             " is a shard: summands of a tensor are whole, not composed of shards";
-    if (s.dtype != first.dtype || s.shape != first.shape)
-      return "summands disagree on dtype or shape (rank " + std::to_string(ctx.reps[0]->rank) + " has " +
-             record_brief(*ctx.reps[0]->rec) + ", rank " + std::to_string(r->rank) + " " + record_brief(*r->rec) + ")";
+  for (const Part* r : ctx.reps)
+    if (r->rec->stats.partial.count != first.partial.count)
+      return {"summands disagree on their count (rank " + std::to_string(ctx.reps[0]->rank) + " has partial=" +
+                  summand_text(first.partial) + ", rank " + std::to_string(r->rank) + " partial=" +
+                  summand_text(r->rec->stats.partial) + ")"};
+  return {};
+}
+
+// Summand `index` whole, out of its buckets ctx.reps[begin, end): the one logged whole, or its
+// shards composed (an expert shard under sequence parallelism is a shard of its rank's summand).
+// A whole copy next to shards must equal their composition (a replica mismatch otherwise).
+SumError whole_summand(Merged& m, const Group& g, MergeContext& ctx, std::size_t begin, std::size_t end,
+                       TensorStats& composed) {
+  const Part* whole = nullptr;
+  ctx.shards.clear();
+  for (std::size_t i = begin; i < end; ++i) {
+    const TensorStats& s = ctx.reps[i]->rec->stats;
+    if (s.shard.empty()) whole = ctx.reps[i];
+    else ctx.shards.push_back(&s);
   }
-  // Same count, whole, one bucket per index: complete when every index 0..count-1 is there.
-  const auto count = static_cast<std::size_t>(first.partial.count);
-  if (ctx.reps.size() == count) return {};
-  gap = true;
+  if (ctx.shards.empty()) {
+    ctx.summands.push_back(&whole->rec->stats);
+    return {};
+  }
+  const std::int64_t index = ctx.reps[begin]->rec->stats.partial.index;
+  composed = TensorStats{};
+  const ComposeError c = compose_shards_into(ctx.shards, composed);
+  if (!c.error.empty()) {
+    if (whole) {  // the whole copy stands for the summand
+      ctx.summands.push_back(&whole->rec->stats);
+      return {};
+    }
+    return {"summand " + std::to_string(index) + ": " + c.error, c.gap, !c.gap};
+  }
+  if (whole && (whole->rec->stats.hash != composed.hash || whole->rec->stats.shape != composed.shape))
+    mismatch(m, g.kind, ctx,
+             "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": rank " +
+                 std::to_string(whole->rank) + " has summand " + std::to_string(index) + " whole " +
+                 record_brief(*whole->rec) + ", its composed shards differ");
+  ctx.summands.push_back(whole ? &whole->rec->stats : &composed);
+  return {};
+}
+
+// Every summand whole, in index order, into ctx.summands; then their dtypes and shapes agree and
+// every index 0..count-1 is there.
+SumError whole_summands(Merged& m, const Group& g, MergeContext& ctx) {
+  ctx.summands.clear();
+  std::size_t indices = 0;
+  for (std::size_t i = 0; i < ctx.reps.size(); ++i)
+    indices += i == 0 || ctx.reps[i]->rec->stats.partial.index != ctx.reps[i - 1]->rec->stats.partial.index;
+  // Sized once: ctx.summands points into it.
+  if (ctx.composed_summands.size() < indices) ctx.composed_summands.resize(indices);
+  for (std::size_t begin = 0, k = 0; begin < ctx.reps.size(); ++k) {
+    std::size_t end = begin + 1;
+    while (end < ctx.reps.size() &&
+           ctx.reps[end]->rec->stats.partial.index == ctx.reps[begin]->rec->stats.partial.index)
+      ++end;
+    SumError e = whole_summand(m, g, ctx, begin, end, ctx.composed_summands[k]);
+    if (!e.text.empty()) return e;
+    begin = end;
+  }
+  const TensorStats& first = *ctx.summands[0];
+  for (std::size_t k = 1; k < ctx.summands.size(); ++k) {
+    const TensorStats& s = *ctx.summands[k];
+    if (s.dtype != first.dtype || s.shape != first.shape)
+      return {"summands disagree on dtype or shape (summand 0: " + first.dtype + shape_text(first.shape) +
+              ", summand " + std::to_string(k) + ": " + s.dtype + shape_text(s.shape) + ")"};
+  }
+  const auto count = static_cast<std::size_t>(ctx.reps[0]->rec->stats.partial.count);
+  if (indices == count) return {};
   std::string present;
-  for (const Part* r : ctx.reps) present += (present.empty() ? "" : ", ") + std::to_string(r->rec->stats.partial.index);
-  return "summands " + present + " of " + std::to_string(count) + " present (ranks " +
-         format_ranks(ranks_of(g, true)) + "): summands missing";
+  for (std::size_t i = 0; i < ctx.reps.size(); ++i)
+    if (i == 0 || ctx.reps[i]->rec->stats.partial.index != ctx.reps[i - 1]->rec->stats.partial.index)
+      present += (present.empty() ? "" : ", ") + std::to_string(ctx.reps[i]->rec->stats.partial.index);
+  return {"summands " + present + " of " + std::to_string(count) + " present (ranks " +
+              format_ranks(ranks_of(g, true)) + "): summands missing",
+          true};
 }
 
 // splitmix64's finalizer: every bit of the input moves about half of the output's.
@@ -298,22 +368,22 @@ std::uint64_t mix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The partial sum's figures from its summands (ctx.reps, sorted by index, complete), into `out`
-// (default figures). The hash is a fingerprint of the summands' hashes in index order: two runs
-// whose summands are bitwise equal get the same one (and, but for a 2^-64 chance, no others);
-// the norm is that of the sum were the summands uncorrelated, sqrt(sum of squared norms); mean
-// adds exactly (every summand has the sum's shape); min and max add to bounds of the sum's;
-// NaN/Inf counts add.
-void combine_summands_into(const MergeContext& ctx, TensorStats& out, double& summand_norms) {
-  const TensorStats& first = ctx.reps[0]->rec->stats;
+// The partial sum's figures from its whole summands (ctx.summands, in index order, complete) of
+// `count`, into `out` (default figures). The hash is a fingerprint of the summands' hashes in index
+// order: two runs whose summands are bitwise equal get the same one (and, but for a 2^-64 chance,
+// no others); the norm is that of the sum were the summands uncorrelated, sqrt(sum of squared
+// norms); mean adds exactly (every summand has the sum's shape); min and max add to bounds of the
+// sum's; NaN/Inf counts add.
+void combine_summands_into(const MergeContext& ctx, std::int64_t count, TensorStats& out, double& summand_norms) {
+  const TensorStats& first = *ctx.summands[0];
   out.dtype = first.dtype;
   out.shape = first.shape;
-  out.hash = mix64(static_cast<std::uint64_t>(first.partial.count));
+  out.hash = mix64(static_cast<std::uint64_t>(count));
   out.min = out.max = out.mean = 0;
   double sum_sq = 0;
   summand_norms = 0;
-  for (const Part* r : ctx.reps) {
-    const TensorStats& s = r->rec->stats;
+  for (const TensorStats* summand : ctx.summands) {
+    const TensorStats& s = *summand;
     if (s.unsupported) {
       out.unsupported = "a summand is unsupported: " + *s.unsupported;
       return;
@@ -331,8 +401,9 @@ void combine_summands_into(const MergeContext& ctx, TensorStats& out, double& su
 }
 
 // A group whose parts are summands of a partial sum (docs/log-format.md, "Partial records"), into
-// `m`; false when no part is one. Summands of one index are replicas (checked before); a key
-// mixing summands and whole records, or summands of other counts, is a partial_sum issue.
+// `m`; false when no part is one. Summands of one index are replicas (checked before), or shards of
+// that summand (composed first); a key mixing summands and whole records, or summands of other
+// counts, is a partial_sum issue.
 bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
   std::size_t summands = 0;
   for (const Part* r : ctx.reps) summands += is_summand(*r->rec);
@@ -343,16 +414,16 @@ bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
     const std::string why = "summands of a partial sum (ranks " + format_ranks(ranks_of(g, true)) +
                             ") next to records that are not (ranks " + format_ranks(ranks_of(g, false)) + ")";
     partial_issue(g, ctx, why + "; not merged");
-    unsupported_sum(g, ctx, like, why, m.rec);
+    unsupported_record(g, ctx, like, why, m.rec);
     return true;
   }
-  std::sort(ctx.reps.begin(), ctx.reps.end(), [](const Part* a, const Part* b) {
+  std::stable_sort(ctx.reps.begin(), ctx.reps.end(), [](const Part* a, const Part* b) {
     return a->rec->stats.partial.index < b->rec->stats.partial.index;
   });
-  bool gap = false;
-  const std::string error = summands_error(g, ctx, gap);
-  const bool count_agrees = error.empty() || gap;  // a gap is the one error with one count
-  if (count_agrees) m.partial = {like.partial.count, -1, 0};
+  SumError error = count_error(ctx);
+  if (error.text.empty()) error = whole_summands(m, g, ctx);
+  // Summands missing is the one error with a sum of one count: still a partial sum, set aside.
+  if (error.text.empty() || error.gap) m.partial = {like.partial.count, -1, 0};
   if (ctx.partial_view && ctx.reps.size() == 1) {
     // One rank's view of the run: its summand is compared as logged (with another run's view of
     // the same summand), not summed with summands it does not hold.
@@ -363,13 +434,18 @@ bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
     m.rec.stats.partial = {};
     return true;
   }
-  if (!error.empty()) {
-    // Summands missing where a rank's log is missing are that missing_rank error, not one per
-    // record.
-    const bool missing = gap && ctx.missing_ranks;
-    if (!missing) partial_issue(g, ctx, error + "; not summed");
-    unsupported_sum(g, ctx, like,
-                    missing ? "summands missing: a rank's log is missing (missing_rank)" : error, m.rec);
+  if (!error.text.empty()) {
+    // Summands or shards missing where a rank's log is missing are that missing_rank error, not
+    // one per record.
+    const bool missing = error.gap && ctx.missing_ranks;
+    if (!missing && error.tiling && ctx.compared)
+      ctx.issues->add({Issue::Severity::error, "shard_tiling", *ctx.label, ctx.step,
+                       "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": " +
+                           error.text + " (ranks " + format_ranks(m.ranks) + "); not composed"});
+    else if (!missing)
+      partial_issue(g, ctx, error.text + "; not summed");
+    unsupported_record(g, ctx, like,
+                       missing ? "summands missing: a rank's log is missing (missing_rank)" : error.text, m.rec);
     return true;
   }
   log_format::reset_record(m.rec);
@@ -377,10 +453,43 @@ bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
   m.rec.kind = g.kind;
   m.rec.microbatch = g.mb;
   m.rec.state = Record::State::tensor;
-  combine_summands_into(ctx, m.rec.stats, m.partial.summand_norms);
+  combine_summands_into(ctx, like.partial.count, m.rec.stats, m.partial.summand_norms);
   if (m.replicas_disagree)
     for (const Part* r : ctx.reps) m.value_ranks.push_back(r->rank);
   return true;
+}
+
+// Every part of a key covers the same microbatches (docs/log-format.md, "Covered microbatches"):
+// the shards of one expert-parallel dispatch, its replicas and summands alike. Keeps them in
+// ctx.covers; false, with a covers_mismatch issue naming the ranks and an unsupported record in
+// `m`, where parts disagree.
+bool covers_agree(Merged& m, const Group& g, MergeContext& ctx) {
+  ctx.covers = g.parts[0].rec->covers;
+  if (std::all_of(g.parts.begin(), g.parts.end(), [&](const Part& p) { return p.rec->covers == ctx.covers; }))
+    return true;
+  std::vector<std::pair<const std::vector<std::int64_t>*, std::vector<int>>> ranks_by_covers;
+  for (const auto& p : g.parts) {
+    auto it = std::find_if(ranks_by_covers.begin(), ranks_by_covers.end(),
+                           [&](const auto& rc) { return *rc.first == p.rec->covers; });
+    if (it == ranks_by_covers.end()) it = ranks_by_covers.insert(it, {&p.rec->covers, {}});
+    it->second.push_back(p.rank);
+  }
+  std::string what;
+  for (auto& [covers, ranks] : ranks_by_covers) {
+    std::sort(ranks.begin(), ranks.end());
+    what += (what.empty() ? "" : ", ") + std::string("ranks ") + format_ranks(ranks) + " cover " +
+            covered_text(*covers, g.mb);
+  }
+  if (ctx.compared)
+    ctx.issues->add({Issue::Severity::error, "covers_mismatch", *ctx.label, ctx.step,
+                     "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": " + what +
+                         "; not merged"});
+  const Record& first = *g.parts[0].rec;
+  TensorStats like;
+  if (first.state == Record::State::tensor) like = first.stats;
+  unsupported_record(g, ctx, like, "its ranks cover different microbatches: " + what, m.rec);
+  ctx.covers.clear();
+  return false;
 }
 
 }  // namespace
@@ -398,9 +507,15 @@ void merge_group(Group& g, MergeContext& ctx, Merged& m) {
   m.replicas_disagree = false;
   m.value_ranks.clear();
   m.partial = {};
+  if (!covers_agree(m, g, ctx)) {
+    m.rec.name = g.name;
+    m.key = g.key;
+    return;
+  }
   check_replicas(m, g, ctx);
   if (merge_summands(g, ctx, m)) {
     m.rec.name = g.name;
+    m.rec.covers = ctx.covers;
     m.key = g.key;
     return;
   }
@@ -423,6 +538,7 @@ void merge_group(Group& g, MergeContext& ctx, Merged& m) {
     swap(m.rec, *whole->rec);
   }
   m.rec.name = g.name;
+  m.rec.covers = ctx.covers;  // composing starts from a fresh record
   m.key = g.key;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "differ/detail/classify.h"
+#include "differ/detail/constant_factor.h"
 #include "differ/detail/names.h"
 #include "probe/log_format.h"
 
@@ -199,11 +200,12 @@ Explanation Explainer::explain_param(const Pair& p, std::int64_t step, bool firs
 
 Explanation Explainer::explain_grad(const Pair& p) {
   const auto it = mb_grads_.find(p.name);
-  if (it != mb_grads_.end() && it->second.partial) {
-    // Its mb_grads are partial sums set aside (a weight computed on sequence shards): not
-    // compared, so the grad is judged by the summation-order bound of every summand (its own
-    // partial sums are those summands, not roots to amplify) and, where what the step computed
-    // it from diverges, also by that noise.
+  if (it != mb_grads_.end() && it->second.set_aside) {
+    // Its mb_grads are set aside: partial sums (a weight computed on sequence shards), or records
+    // of other microbatches than the other run's (an expert's gradient under expert
+    // parallelism). Not compared, so the grad is judged by the summation-order bound of every
+    // summand (its own partial sums are those summands, not roots to amplify) and, where what the
+    // step computed it from diverges, also by that noise.
     const MbGrads& mb = it->second;
     const double bound = summation_order_bound(p, mb.summands, mb.norms, options_);
     // Not counted in summation_order_grads_: that counts grads whose mb_grads compared equal.
@@ -250,6 +252,7 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
   if (p.kind == Kind::rng) return bug("rng");
   if (p.kind == Kind::input) return bug("data");
   if (elements_moved(p)) return bug("elements_moved");
+  if (constant_factor(p)) return bug("constant_factor");
   switch (p.kind) {
     case Kind::param: return explain_param(p, step, first_step);
     case Kind::grad: return explain_grad(p);
@@ -274,6 +277,21 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
   }
 }
 
+// An mb_grad pair set aside for its covered microbatches: each side's pieces (its microbatches
+// times its summands) and their norms, counted per run.
+void Explainer::add_covered_pieces(const Pair& p, MbGrads& mb) {
+  for (int run = 0; run < 2; ++run) {
+    const Side& s = run == 0 ? p.base : p.test;
+    if (!s.present || s.m.rec.state != Record::State::tensor) continue;
+    const PartialSum* sum = s.partial();
+    const bool summands = sum && sum->index < 0;
+    const auto microbatches = std::max<std::int64_t>(1, static_cast<std::int64_t>(s.m.rec.covers.size()));
+    mb.covered_pieces[run] += microbatches * (summands ? sum->count : 1);
+    const double norms = summands ? sum->summand_norms : s.m.rec.stats.norm;
+    if (std::isfinite(norms)) mb.covered_norms[run] += norms;
+  }
+}
+
 void Explainer::index_mb_grads(const std::vector<Pair>& pairs) {
   mb_grads_.clear();
   const bool grad_differs = std::any_of(pairs.begin(), pairs.end(), [](const Pair& p) {
@@ -284,7 +302,11 @@ void Explainer::index_mb_grads(const std::vector<Pair>& pairs) {
     if (p.kind != Kind::mb_grad) continue;
     MbGrads& mb = mb_grads_[p.name];
     ++mb.count;
-    mb.partial = mb.partial || p.set_aside;
+    mb.set_aside = mb.set_aside || p.set_aside;
+    if (p.covered) {
+      add_covered_pieces(p, mb);
+      continue;
+    }
     // A partial sum's summands are summands of the grad too: the side with more of them counts.
     const PartialSum *b = p.base.partial(), *t = p.test.partial();
     const PartialSum* sum = b && (!t || b->count >= t->count) ? b : t;
@@ -297,6 +319,13 @@ void Explainer::index_mb_grads(const std::vector<Pair>& pairs) {
     const Side& s = p.base.present ? p.base : p.test;
     if (s.m.rec.state == Record::State::tensor && std::isfinite(s.m.rec.stats.norm))
       mb.norms += s.m.rec.stats.norm;
+  }
+  // Records covering other microbatches in either run: each run sums the same microbatches'
+  // contributions, grouped its own way. The finer run counts (the most pieces, and the largest sum
+  // of norms: a record's norm is at most the sum of its pieces').
+  for (auto& [name, mb] : mb_grads_) {
+    mb.summands += std::max(mb.covered_pieces[0], mb.covered_pieces[1]);
+    mb.norms += std::max(mb.covered_norms[0], mb.covered_norms[1]);
   }
 }
 

@@ -206,6 +206,12 @@ nlohmann::json partial_json(const PartialReport& partial) {
   return {{"pairs", partial.pairs}, {"by_kind", kinds}, {"examples", partial.examples}};
 }
 
+nlohmann::json covered_json(const CoveredReport& covered) {
+  auto kinds = nlohmann::json::object();
+  for (const auto& [kind, n] : covered.by_kind) kinds[std::string(kind_name(kind))] = n;
+  return {{"pairs", covered.pairs}, {"by_kind", kinds}, {"examples", covered.examples}};
+}
+
 nlohmann::json kinds_json(const std::vector<Kind>& kinds) {
   auto list = nlohmann::json::array();
   for (Kind k : kinds) list.push_back(kind_name(k));
@@ -244,6 +250,8 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   j["op_trace"] = ops_json(r.ops);
   // Pairs with a partial sum on one side and none of the same count on the other: set aside.
   j["partial_records"] = partial_json(r.partial);
+  // Pairs whose sides cover other microbatches (expert parallelism against another grouping).
+  j["covered_records"] = covered_json(r.covered);
   j["names_only_base"] = r.names_only_base;
   j["names_only_test"] = r.names_only_test;
   j["kinds_only_base"] = kinds_json(r.kinds_only_base);

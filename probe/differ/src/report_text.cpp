@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <type_traits>
@@ -356,23 +357,42 @@ void print_noise(const Result& r, std::ostream& out, const Paint& paint) {
   out << "\n\n";
 }
 
-// Partial sums set aside: how many, of which kinds, a few of them.
-void print_partial(const PartialReport& partial, std::ostream& out, const Paint& paint) {
-  if (partial.pairs == 0) return;
+// "3 mb_grad": a set-aside report's counts by kind, "and" before the last.
+std::string kinds_text(const std::map<Kind, std::int64_t>& by_kind) {
   std::string kinds;
   std::size_t i = 0;
-  for (const auto& [kind, n] : partial.by_kind) {
-    kinds += (i == 0 ? "" : i + 1 == partial.by_kind.size() ? " and " : ", ") + std::to_string(n) + " " +
+  for (const auto& [kind, n] : by_kind) {
+    kinds += (i == 0 ? "" : i + 1 == by_kind.size() ? " and " : ", ") + std::to_string(n) + " " +
              std::string(kind_name(kind));
     ++i;
   }
-  out << paint(kBold, "PARTIAL RECORDS") << "  " << kinds
+  return kinds;
+}
+
+// Partial sums set aside: how many, of which kinds, a few of them.
+void print_partial(const PartialReport& partial, std::ostream& out, const Paint& paint) {
+  if (partial.pairs == 0) return;
+  out << paint(kBold, "PARTIAL RECORDS") << "  " << kinds_text(partial.by_kind)
       << (partial.pairs == 1 ? " record is a partial sum" : " records are partial sums")
       << " without a like counterpart in the other run (a tensor-parallel rank's summand): set aside, "
          "not compared\n";
   for (const auto& e : partial.examples) out << "  " << e << "\n";
   if (partial.pairs > static_cast<std::int64_t>(partial.examples.size()))
     out << "  ... and " << partial.pairs - static_cast<std::int64_t>(partial.examples.size()) << " more\n";
+  out << "\n";
+}
+
+// Records covering other microbatches than the other run's, set aside: how many, of which kinds,
+// a few of them.
+void print_covered(const CoveredReport& covered, std::ostream& out, const Paint& paint) {
+  if (covered.pairs == 0) return;
+  out << paint(kBold, "COVERED MICROBATCHES") << "  " << kinds_text(covered.by_kind)
+      << (covered.pairs == 1 ? " record covers" : " records cover")
+      << " other microbatches than the other run's (an expert's gradient from one expert-parallel dispatch over "
+         "several microbatches): set aside, not compared\n";
+  for (const auto& e : covered.examples) out << "  " << e << "\n";
+  if (covered.pairs > static_cast<std::int64_t>(covered.examples.size()))
+    out << "  ... and " << covered.pairs - static_cast<std::int64_t>(covered.examples.size()) << " more\n";
   out << "\n";
 }
 
@@ -559,6 +579,7 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   print_noise(r, out, paint);
   print_one_sided_kinds(r, out, paint);
   print_partial(r.partial, out, paint);
+  print_covered(r.covered, out, paint);
   print_issues(r, out, paint);
   print_summary(r, out, paint);
   print_one_sided_names(r, out, paint);

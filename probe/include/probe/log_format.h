@@ -1,8 +1,8 @@
-// Log format v4 (docs/log-format.md): a header line, then one record per line of
+// Log format v6 (docs/log-format.md): a header line, then one record per line of
 // space-separated key=value fields, each step closed by a step-end line, and a last line saying
 // why when the probe stopped recording. Versions 1 (no step-end lines), 2 (no nnz= field, no
-// stop line) and 3 (no op records) stay readable. Torch-free; the probe writes it, the differ
-// reads it.
+// stop line), 3 (no op records), 4 (no partial= field) and 5 (no covers= field) stay readable.
+// Torch-free; the probe writes it, the differ reads it.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 
 namespace probe::log_format {
 
-inline constexpr int kVersion = 5;        // written (4: op records; 5: partial records)
+inline constexpr int kVersion = 6;        // written (4: op records; 5: partial records; 6: covers)
 inline constexpr int kOldestVersion = 1;  // oldest still read
 inline constexpr std::string_view kHeaderTag = "#numprobe";
 inline constexpr std::string_view kStepEndTag = "#end";

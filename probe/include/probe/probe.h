@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -85,6 +86,10 @@ struct ProbeOptions {
   static ProbeOptions from_env() { return from_env(ProbeOptions()); }
 };
 
+// The global microbatches one backward's gradient covers, given the backward's microbatch
+// (Probe::watch_parameter).
+using MicrobatchCover = std::function<std::vector<std::int64_t>(std::int64_t microbatch)>;
+
 class Probe {
  public:
   // Opens the log (when enabled). When it cannot: with on_error = throw, throws
@@ -115,8 +120,13 @@ class Probe {
   // microbatch's gradient (a weight computed on sequence shards, a norm under sequence
   // parallelism, whose ranks each see a
   // sequence shard until a tensor-parallel all-reduce sums them); its mb_grad records say so.
+  // `mb_grad_covers`: the global microbatches one backward's gradient covers, given the
+  // microbatch the backward runs (ascending, at least two, its own among them; expert
+  // parallelism: an expert's backward sees the tokens of every rank of its group); each
+  // mb_grad record then carries them as `covers` and the first as its microbatch. Unset: the
+  // backward's own microbatch alone.
   void watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard = {},
-                       Partial mb_grad_partial = {});
+                       Partial mb_grad_partial = {}, MicrobatchCover mb_grad_covers = {});
 
   // Records, at every end_step(), the optimizer's state of each watched parameter it holds
   // (kind `optim`): its state tensors as `<param>.<state>` (Adam/AdamW exp_avg, exp_avg_sq,
@@ -188,9 +198,11 @@ class Probe {
   void scalar(const std::string& name, double value);
   void scalar(const std::string& name, const at::Tensor& value);
 
-  // Any tensor under an explicit kind (for trainers with their own hooks).
+  // Any tensor under an explicit kind (for trainers with their own hooks). `covers`: empty, or
+  // the global microbatches the record covers (see watch_parameter), `microbatch` among them.
   void record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
-              const at::Tensor& t, const Shard& shard = {}, Partial partial = {});
+              const at::Tensor& t, const Shard& shard = {}, Partial partial = {},
+              std::vector<std::int64_t> covers = {});
 
   struct Impl;
 

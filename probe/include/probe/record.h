@@ -52,6 +52,10 @@ struct Record {
   Kind kind = Kind::scalar;
   std::string name;
   std::optional<std::int64_t> microbatch;  // global microbatch id, where it applies
+  // Empty, or the global microbatches the record covers, ascending, `microbatch` the first:
+  // a gradient from one backward over several microbatches' tokens (an expert's, under expert
+  // parallelism). docs/log-format.md, "Covered microbatches".
+  std::vector<std::int64_t> covers;
 
   enum class State : std::uint8_t {
     tensor,       // `stats` holds the tensor's figures (stats.unsupported may be set)
@@ -73,6 +77,7 @@ struct Record {
     swap(a.kind, b.kind);
     a.name.swap(b.name);
     swap(a.microbatch, b.microbatch);
+    a.covers.swap(b.covers);
     swap(a.state, b.state);
     swap(a.stats, b.stats);
     swap(a.value, b.value);

@@ -466,7 +466,15 @@ void append_op_fields(std::string& out, const Record& record) {
   out += ']';
 }
 
-void append_tensor_fields(std::string& out, const TensorStats& s) {
+// " covers=[a,b,...]" where the record covers several microbatches (format 6).
+void append_covers(std::string& out, const std::vector<std::int64_t>& covers) {
+  if (covers.empty()) return;
+  out += " covers=";
+  append_dims(out, covers);
+}
+
+// The figures, then (after `partial`) the covered microbatches, then torch_hash.
+void append_tensor_fields(std::string& out, const TensorStats& s, const std::vector<std::int64_t>& covers) {
   if (s.unsupported) {
     out += " unsupported=";
     append_escaped(out, *s.unsupported);
@@ -506,6 +514,7 @@ void append_tensor_fields(std::string& out, const TensorStats& s) {
     out += '/';
     append_int(out, s.partial.count);
   }
+  append_covers(out, covers);
   if (s.torch_hash) {
     out += " torch_hash=";
     append_hash(out, *s.torch_hash);
@@ -536,15 +545,17 @@ void append_record(std::string& out, const Record& record) {
   switch (record.state) {
     case Record::State::none:
       out += " none";
+      append_covers(out, record.covers);
       return;
     case Record::State::scalar:
       out += " value=";
       append_double(out, record.value);
+      append_covers(out, record.covers);
       return;
     case Record::State::tensor:
       break;
   }
-  append_tensor_fields(out, record.stats);
+  append_tensor_fields(out, record.stats, record.covers);
 }
 
 Record parse_record(std::string_view line) {
@@ -557,7 +568,7 @@ namespace {
 
 enum class RecordField {
   step, kind, name, mb, phase, in, value, hash, norm, min, max, mean, nan, inf, dtype, shape,
-  nnz, shard, partial, unsupported, torch_hash, unknown
+  nnz, shard, partial, covers, unsupported, torch_hash, unknown
 };
 
 // By length first: a field name costs one or two short comparisons, not a chain of twenty
@@ -575,6 +586,7 @@ RecordField record_field(std::string_view k) {
     case 5:
       return k == "phase" ? F::phase : k == "value" ? F::value : k == "dtype" ? F::dtype
            : k == "shape" ? F::shape : k == "shard" ? F::shard : F::unknown;
+    case 6: return k == "covers" ? F::covers : F::unknown;
     case 7: return k == "partial" ? F::partial : F::unknown;
     case 10: return k == "torch_hash" ? F::torch_hash : F::unknown;
     case 11: return k == "unsupported" ? F::unsupported : F::unknown;
@@ -630,6 +642,16 @@ bool read_stats_field(RecordField field, std::string_view k, std::string_view v,
   }
 }
 
+// "[a,b,...]": the microbatches a record covers, at least two, ascending without duplicates (its
+// own microbatch first: check_record).
+void read_covers(std::string_view v, std::vector<std::int64_t>& covers) {
+  parse_dims_into(v, "covers", covers);
+  if (covers.size() < 2) fail("field 'covers' needs at least 2 microbatches: '" + std::string(v) + "'");
+  for (std::size_t i = 1; i < covers.size(); ++i)
+    if (covers[i] <= covers[i - 1])
+      fail("field 'covers' is not ascending without duplicates: '" + std::string(v) + "'");
+}
+
 // One field of a record line, in any order, into `r`.
 void read_field(const Field& f, Record& r, FieldsSeen& seen) {
   if (f.bare) {
@@ -671,6 +693,7 @@ void read_field(const Field& f, Record& r, FieldsSeen& seen) {
       r.value = parse_double(v);
       seen.value = true;
       return;
+    case F::covers: read_covers(v, r.covers); return;
     default: fail("unknown field '" + std::string(k) + "'");
   }
 }
@@ -683,6 +706,13 @@ void check_record(Record& r, const FieldsSeen& seen) {
   if (!seen.name) fail("record lacks name=");
   if (r.step < 0) fail("negative step");
   if (r.microbatch && *r.microbatch < 0) fail("negative mb");
+  if (!r.covers.empty() && r.covers.front() != r.microbatch.value_or(-1)) {
+    std::string covers;
+    append_dims(covers, r.covers);
+    fail(r.microbatch ? "field 'covers' does not start at the record's mb=" + std::to_string(*r.microbatch) + ": '" +
+                            covers + "'"
+                      : "field 'covers' belongs to records with an mb: '" + covers + "'");
+  }
   if ((r.phase || seen.inputs) != (r.kind == Kind::op)) fail("phase= and in= belong to op records, and only to them");
   if (r.kind == Kind::op && !(r.phase && seen.inputs)) fail("op record lacks phase= or in=");
   const int states = int(seen.none) + int(seen.value) + int(seen.hash || seen.dtype);
@@ -707,6 +737,7 @@ void reset_record(Record& r) {
   r.kind = Kind::scalar;
   r.name.clear();
   r.microbatch.reset();
+  r.covers.clear();
   r.state = Record::State::tensor;
   r.value = 0;
   r.phase.reset();

@@ -120,8 +120,19 @@ class Cursor {
   const char* end_;
 };
 
-// hash norm min max mean nan inf dtype shape [nnz] [shard] [partial] [torch_hash], after the name.
-bool read_tensor_fields(Cursor& c, TensorStats& s) {
+// What the general parser accepts as covers= of a record of microbatch `mb`: at least two
+// microbatches, ascending without duplicates, `mb` first.
+bool valid_covers(const std::vector<std::int64_t>& covers, const std::optional<std::int64_t>& mb) {
+  if (covers.size() < 2 || !mb || covers.front() != *mb) return false;
+  for (std::size_t i = 1; i < covers.size(); ++i)
+    if (covers[i] <= covers[i - 1]) return false;
+  return true;
+}
+
+// hash norm min max mean nan inf dtype shape [nnz] [shard] [partial] [covers] [torch_hash],
+// after the name.
+bool read_tensor_fields(Cursor& c, Record& r) {
+  TensorStats& s = r.stats;
   std::string_view dtype;
   if (!(c.skip(" hash=") && c.hash(s.hash) && c.skip(" norm=") && c.real(s.norm) &&
         c.skip(" min=") && c.real(s.min) && c.skip(" max=") && c.real(s.max) &&
@@ -145,6 +156,8 @@ bool read_tensor_fields(Cursor& c, TensorStats& s) {
       return false;
     s.partial = Partial{index, count};
   }
+  if (c.skip(" covers=") && !(c.dims_then_end_of_value(r.covers) && valid_covers(r.covers, r.microbatch)))
+    return false;
   if (c.skip(" torch_hash=")) {
     std::uint64_t h = 0;
     if (!c.hash(h)) return false;
@@ -172,7 +185,7 @@ bool parse_in_writer_order(std::string_view line, Record& r) {
     return c.real(r.value) && c.at_end();
   }
   r.state = Record::State::tensor;
-  return read_tensor_fields(c, r.stats);
+  return read_tensor_fields(c, r);
 }
 
 }  // namespace probe::log_format

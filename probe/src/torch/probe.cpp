@@ -8,6 +8,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -104,12 +105,21 @@ void check_microbatch(std::int64_t microbatch) {
 void check_name(const std::string& name, const char* what) {
   if (name.empty()) throw std::invalid_argument(std::string("numprobe: ") + what + "(): empty name");
 }
-// A partial record is a summand of the whole tensor (docs/log-format.md): never a shard too.
-void check_partial(const Partial& partial, const Shard& shard, const std::string& name) {
-  if (partial.empty()) return;
-  Partial::of(partial.index, partial.count, "numprobe: '" + name + "' partial");
-  if (!shard.empty())
-    throw std::invalid_argument("numprobe: '" + name + "': a partial record is a summand of the whole tensor, not a shard");
+void check_partial(const Partial& partial, const std::string& name) {
+  if (!partial.empty()) Partial::of(partial.index, partial.count, "numprobe: '" + name + "' partial");
+}
+// Covered microbatches (docs/log-format.md): none, or at least two ascending ids >= 0 that
+// include the record's own.
+void check_covers(const std::vector<std::int64_t>& covers, std::optional<std::int64_t> microbatch,
+                  const std::string& name) {
+  if (covers.empty()) return;
+  bool ascending = covers.front() >= 0;
+  for (std::size_t i = 1; i < covers.size(); ++i) ascending = ascending && covers[i - 1] < covers[i];
+  const bool has_own = microbatch && std::find(covers.begin(), covers.end(), *microbatch) != covers.end();
+  if (covers.size() < 2 || !ascending || !has_own)
+    throw std::invalid_argument("numprobe: '" + name +
+                                "': covered microbatches must be two or more ascending ids >= 0 that include the "
+                                "record's microbatch");
 }
 
 struct WatchedParameter {
@@ -117,6 +127,7 @@ struct WatchedParameter {
   at::Tensor parameter;
   Shard shard;
   Partial mb_grad_partial;  // its per-microbatch gradient is this summand of a partial sum
+  MicrobatchCover mb_grad_covers;  // what one backward's gradient covers (unset: its microbatch)
   std::optional<unsigned> hook;
 };
 
@@ -257,14 +268,16 @@ struct Probe::Impl {
     }
   }
 
+  // `covers` (checked): the record's microbatch is the first it covers.
   void add(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
-           const at::Tensor& t, const Shard& shard, Partial partial = {}) {
+           const at::Tensor& t, const Shard& shard, Partial partial = {}, std::vector<std::int64_t> covers = {}) {
     if (!wants(kind)) return;
     PendingRecord r;
     r.partial = partial;
     r.record.kind = kind;
     r.record.name = name;
-    r.record.microbatch = microbatch;
+    r.record.microbatch = covers.empty() ? microbatch : covers.front();
+    r.record.covers = std::move(covers);
     if (!t.defined()) {
       r.record.state = Record::State::none;
     } else {
@@ -446,11 +459,11 @@ void Probe::watch(const torch::nn::Module& module, const std::string& prefix,
 }
 
 void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard,
-                            Partial mb_grad_partial) {
+                            Partial mb_grad_partial, MicrobatchCover mb_grad_covers) {
   if (!enabled()) return;
   if (name.empty()) throw std::invalid_argument("numprobe: watch_parameter(): empty name");
   if (!shard.empty()) shard.check_fits(parameter.sizes().vec(), "numprobe: parameter '" + name + "'");
-  check_partial(mb_grad_partial, shard, name);
+  check_partial(mb_grad_partial, name);
   std::lock_guard lock(impl_->mutex);
   auto& parameters = impl_->parameters;
   auto same_name = std::find_if(parameters.begin(), parameters.end(),
@@ -465,9 +478,11 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
     same_name->parameter = parameter;
     same_name->shard = std::move(shard);
     same_name->mb_grad_partial = mb_grad_partial;
+    same_name->mb_grad_covers = std::move(mb_grad_covers);
     same_name->hook.reset();
   } else {
-    parameters.push_back(WatchedParameter{name, parameter, std::move(shard), mb_grad_partial, std::nullopt});
+    parameters.push_back(
+        WatchedParameter{name, parameter, std::move(shard), mb_grad_partial, std::move(mb_grad_covers), std::nullopt});
     same_name = std::prev(parameters.end());
   }
   // A parameter frozen now gets no mb_grad hook (its .grad() is still recorded at end_step).
@@ -482,15 +497,19 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
     Shard shard;
     Partial partial;
     std::string name;
+    std::vector<std::int64_t> covers;
     {
       std::lock_guard lock(impl->mutex);
       if (!impl->wants(Kind::mb_grad)) return;  // a step not recorded: copy nothing
       mb = impl->backward_microbatch ? impl->backward_microbatch : impl->forward_microbatch;
-      name = impl->parameters[index].name;
-      shard = impl->parameters[index].shard;
-      partial = impl->parameters[index].mb_grad_partial;
+      const auto& watched = impl->parameters[index];
+      name = watched.name;
+      shard = watched.shard;
+      partial = watched.mb_grad_partial;
+      if (watched.mb_grad_covers && mb) covers = watched.mb_grad_covers(*mb);
     }
-    impl->add(Kind::mb_grad, name, mb, grad, shard, partial);
+    check_covers(covers, mb, name);
+    impl->add(Kind::mb_grad, name, mb, grad, shard, partial, std::move(covers));
   });
 }
 
@@ -626,7 +645,7 @@ void Probe::backward(std::int64_t microbatch, const at::Tensor& root, const at::
 void Probe::tap(const std::string& name, const at::Tensor& t, const Shard& shard, Partial partial) {
   if (!enabled()) return;
   check_name(name, "tap");
-  check_partial(partial, shard, name);
+  check_partial(partial, name);
   std::optional<std::int64_t> mb;
   {
     std::lock_guard lock(impl_->mutex);
@@ -652,12 +671,13 @@ void Probe::scalar(const std::string& name, const at::Tensor& value) {
 }
 
 void Probe::record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
-                   const at::Tensor& t, const Shard& shard, Partial partial) {
+                   const at::Tensor& t, const Shard& shard, Partial partial, std::vector<std::int64_t> covers) {
   if (!enabled()) return;
   check_name(name, "record");
-  check_partial(partial, shard, name);
+  check_partial(partial, name);
   if (microbatch) check_microbatch(*microbatch);
-  impl_->add(kind, name, microbatch, t, shard, partial);
+  check_covers(covers, microbatch, name);
+  impl_->add(kind, name, microbatch, t, shard, partial, std::move(covers));
 }
 
 void tap(const std::string& name, const at::Tensor& t, const Shard& shard, Partial partial) {

@@ -147,9 +147,11 @@ struct Pair {
   std::string key;        // internal: the series/alignment key
   std::int64_t order = 0; // internal: its place within its phase and microbatch (pair_up)
   Explanation why;        // set on divergent pairs
-  // Not compared, never a divergence: an op record of one run only, or a partial sum against
-  // a record that is not the same partial sum (PartialReport).
+  // Not compared, never a divergence: an op record of one run only, a partial sum against
+  // a record that is not the same partial sum (PartialReport), or records covering other
+  // microbatches than the other run's (CoveredReport: `covered` says so).
   bool set_aside = false;
+  bool covered = false;
 };
 
 // One figure a cause rests on: a count or step (number), or a name (text).
@@ -162,9 +164,9 @@ Phase phase_of(const Pair& p);
 
 struct Cause {
   std::string rule;  // rng, data, summation_order, wrong_reduction, none_gradient,
-                     // unreduced_gradient, nonfinite, step_range, kind_not_recorded,
-                     // names_differ, missing_record, init, optimizer, op_root_cause,
-                     // op_inherited
+                     // unreduced_gradient, constant_factor, nonfinite, step_range,
+                     // kind_not_recorded, names_differ, missing_record, init, optimizer,
+                     // op_root_cause, op_inherited
   std::string message;
   std::vector<Evidence> evidence = {};  // what the rule saw (printed under it, and in --json)
 };
@@ -200,6 +202,19 @@ struct PartialReport {
   std::int64_t pairs = 0;
   std::map<Kind, std::int64_t> by_kind;
   // "step 0 mb 1 tap layers.0.attention.wo (test: 2 summands)", the first kListed.
+  std::vector<std::string> examples;
+  static constexpr std::size_t kListed = 10;
+};
+
+// Pairs where a side covers several microbatches (an expert's gradient from one expert-parallel
+// dispatch) and the other does not cover the same ones, with records of one run alone whose
+// microbatch the other run covers within such a record: set aside, neither compared nor
+// counted nor a divergence (docs/diff-logs.md, "Covered microbatches").
+struct CoveredReport {
+  std::int64_t pairs = 0;
+  std::map<Kind, std::int64_t> by_kind;
+  // "step 0 mb_grad layers.0.moe.experts.w1 mb 0: test covers microbatches 0,2,4,6 (one
+  // expert-parallel dispatch), base microbatch 0 alone", the first kListed.
   std::vector<std::string> examples;
   static constexpr std::size_t kListed = 10;
 };
@@ -247,6 +262,7 @@ struct Result {
   bool kinds_left_out = false;
   OpReport ops;
   PartialReport partial;  // partial sums set aside
+  CoveredReport covered;  // records covering other microbatches than the other run's, set aside
   IssueLog base_issues, test_issues;
   std::int64_t records_compared = 0;
   std::optional<std::int64_t> truncated_at;  // comparison stopped here (a killed rank)

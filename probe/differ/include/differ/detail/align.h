@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "differ/detail/covers.h"
 #include "differ/detail/op_align.h"
 #include "differ/options.h"
 #include "differ/result.h"
@@ -69,6 +70,7 @@ class Aligner {
   // The step compared before this one: [optimizer] reads its gradients.
   std::optional<StepDigest> previous_step_;
   OpAnalysis op_analysis_;  // op records: root cause, set-aside ops, trace hint
+  CoveredMicrobatches covered_;  // the step's records covering several microbatches, per run
   Explainer explainer_;
 };
 

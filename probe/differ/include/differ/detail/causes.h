@@ -30,6 +30,7 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s);
 // [summation_order] / [wrong_reduction]: a differing grad, judged by its mb_grads and the size
 // of its norm's difference.
 std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOptions& o);
+// [constant_factor]: constant_factor.h.
 // Every step rule, in report order.
 std::vector<Cause> step_causes(const DivergentStep& s, const DiffOptions& o);
 

@@ -69,10 +69,17 @@ class Explainer {
     std::int64_t count = 0;     // mb_grad pairs
     std::int64_t summands = 0;  // the grad's summands: each pair's partial sum counts its count
     double norms = 0;           // the summands' norms
-    bool partial = false;       // a pair is a partial sum set aside (sequence parallelism)
+    // A pair is set aside: a partial sum (sequence parallelism), or records covering other
+    // microbatches than the other run's (expert parallelism).
+    bool set_aside = false;
+    // Pairs set aside for their covered microbatches, per run (0 base, 1 test): the pieces that
+    // run's records sum (a record's microbatches times its summands) and their norms.
+    std::int64_t covered_pieces[2] = {0, 0};
+    double covered_norms[2] = {0, 0};
     Upstream diverging;
   };
   void index_mb_grads(const std::vector<Pair>& pairs);
+  static void add_covered_pieces(const Pair& p, MbGrads& mb);
   Explanation explain(const Pair& p, std::int64_t step, bool first_step);
   Explanation explain_param(const Pair& p, std::int64_t step, bool first_step) const;
   Explanation explain_grad(const Pair& p);

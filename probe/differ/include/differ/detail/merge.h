@@ -104,9 +104,14 @@ struct MergeContext {
   bool compared = true;       // issues of steps that are not compared are not reported
   const std::string* label = nullptr;
   IssueLog* issues = nullptr;
-  // Scratch, kept across groups: the replica buckets' representatives and the shards.
+  // Scratch, kept across groups: the replica buckets' representatives and the shards; the
+  // microbatches the group's records cover; a partial sum's whole summands, in index order, and
+  // those composed of shards.
   std::vector<const Part*> reps;
   std::vector<const TensorStats*> shards;
+  std::vector<std::int64_t> covers;
+  std::vector<const TensorStats*> summands;
+  std::vector<TensorStats> composed_summands;
 };
 
 // The group's logical record, into `m` (every field set; its buffers reused): replicas
