@@ -84,6 +84,21 @@ void check_expert_parallel(const Config& c, int world_size) {
                                 "stage of --setup " + c.setup + " (expert-parallel ranks are taken from them)");
 }
 
+// The pipeline stages of --setup (checked) in `world_size` ranks.
+int stages_of_setup(const Config& c, int world_size) {
+  if (c.setup == "single") {
+    if (world_size != c.tp)
+      throw std::invalid_argument(c.tp == 1 ? "--setup single runs as one process"
+                                            : "--setup single runs one replica of one stage: " + std::to_string(c.tp) +
+                                                  " processes with --tp " + std::to_string(c.tp));
+    return 1;
+  }
+  if (c.setup == "ddp" || c.setup == "zero3") return 1;
+  if (c.setup == "pp") return world_size / c.tp;
+  if (c.setup == "pp-ddp") return c.stages;
+  throw std::invalid_argument("--setup '" + c.setup + "': expected single, ddp, zero3, pp or pp-ddp");
+}
+
 }  // namespace
 
 int stages_for(const Config& c, int world_size) {
@@ -96,18 +111,9 @@ int stages_for(const Config& c, int world_size) {
                                 " heads and the " + std::to_string(c.model.shared_hidden_dim) + " shared-expert units");
   if (world_size % c.tp != 0)
     throw std::invalid_argument("--tp " + std::to_string(c.tp) + " does not divide the world size " + std::to_string(world_size));
+  const int stages = stages_of_setup(c, world_size);
   check_expert_parallel(c, world_size);
-  if (c.setup == "single") {
-    if (world_size != c.tp)
-      throw std::invalid_argument(c.tp == 1 ? "--setup single runs as one process"
-                                            : "--setup single runs one replica of one stage: " + std::to_string(c.tp) +
-                                                  " processes with --tp " + std::to_string(c.tp));
-    return 1;
-  }
-  if (c.setup == "ddp" || c.setup == "zero3") return 1;
-  if (c.setup == "pp") return world_size / c.tp;
-  if (c.setup == "pp-ddp") return c.stages;
-  throw std::invalid_argument("--setup '" + c.setup + "': expected single, ddp, zero3, pp or pp-ddp");
+  return stages;
 }
 
 c10::Device device_of(const Config& c) {

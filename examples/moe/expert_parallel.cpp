@@ -59,12 +59,6 @@ ExpertParallel::ExpertParallel(Group& group, std::int64_t n_experts) : group_(&g
                                 std::to_string(n_experts) + " experts");
 }
 
-probe::Shard ExpertParallel::shard_of(const std::vector<std::int64_t>& local_shape) const {
-  auto whole = local_shape;
-  whole[0] = n_experts_;
-  return probe::Shard::along(whole, 0, first_expert());
-}
-
 ExpertParallel::Received ExpertParallel::dispatch(const at::Tensor& rows, const std::vector<std::int64_t>& counts) const {
   // Every rank's count per expert: what each destination receives from each source (on the
   // rows' device: NCCL gathers device tensors).

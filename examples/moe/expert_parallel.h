@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "parallel.h"
-#include "probe/shard.h"
 
 namespace moe {
 
@@ -35,8 +34,6 @@ class ExpertParallel {
   int size() const { return group_->size(); }
   std::int64_t experts_per_rank() const { return n_experts_ / size(); }
   std::int64_t first_expert() const { return rank() * experts_per_rank(); }
-  // Where this rank's experts [experts_per_rank, ...] sit in the whole [n_experts, ...].
-  probe::Shard shard_of(const std::vector<std::int64_t>& local_shape) const;
 
   // What a dispatch brought to this rank: every source rank's rows for its experts, source by
   // source, each source's grouped by expert; counts[source][local expert] rows each.
@@ -53,8 +50,8 @@ class ExpertParallel {
   // rank's rows in the order it dispatched them.
   at::Tensor combine(const at::Tensor& outputs, const Received& received) const;
 
-  // Faults (faults.h): the layer whose combine adds each expert's returned rows to its tokens in
-  // reverse order; the layer whose expert gradients are divided by the expert-parallel degree.
+  // The ep-permute fault (faults.h): the layer whose combine adds each expert's returned rows to
+  // its tokens in reverse order.
   std::int64_t permuted_layer = -1;
 
  private:

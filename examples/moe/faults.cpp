@@ -3,11 +3,11 @@
 #include <ATen/core/Tensor.h>
 
 #include <algorithm>
-#include <utility>
 #include <csignal>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include "expert_parallel.h"
 #include "model.h"

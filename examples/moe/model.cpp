@@ -210,9 +210,12 @@ std::pair<at::Tensor, at::Tensor> MoEImpl::route(const at::Tensor& tokens) {
 
 at::Tensor MoEImpl::routed_experts(const at::Tensor& tokens) {
   auto [top_experts, weights] = route(tokens);
+  if (ep) {
+    probe::Scope scope("experts");
+    return routed_expert_parallel(tokens, top_experts, weights);
+  }
   auto routed = at::zeros_like(tokens);
   probe::Scope scope("experts");
-  if (ep) return routed_expert_parallel(tokens, top_experts, weights, routed);
   for (std::int64_t e = 0; e < args.n_experts; ++e) {
     auto hits = at::nonzero(top_experts == e);  // [n, 2]: (token, slot)
     if (hits.size(0) == 0) continue;
@@ -232,7 +235,7 @@ at::Tensor MoEImpl::expert(std::int64_t e, const at::Tensor& x) {
 // The tokens of each expert leave in expert order and come back in it: the combine adds them as
 // the loop above does, in the same order, so the routed output is the same bits in every layout.
 at::Tensor MoEImpl::routed_expert_parallel(const at::Tensor& tokens, const at::Tensor& top_experts,
-                                           const at::Tensor& weights, at::Tensor routed) {
+                                           const at::Tensor& weights) {
   std::vector<at::Tensor> token_ids(args.n_experts), slots(args.n_experts), rows;
   std::vector<std::int64_t> counts(args.n_experts, 0);
   for (std::int64_t e = 0; e < args.n_experts; ++e) {
@@ -245,6 +248,7 @@ at::Tensor MoEImpl::routed_expert_parallel(const at::Tensor& tokens, const at::T
   }
   const auto received = ep->dispatch(rows.empty() ? tokens.narrow(0, 0, 0) : at::cat(rows), counts);
   const auto back = ep->combine(local_experts(received), received);
+  auto routed = at::zeros_like(tokens);
   std::int64_t offset = 0;
   for (std::int64_t e = 0; e < args.n_experts; ++e) {
     if (counts[e] == 0) continue;
@@ -257,10 +261,11 @@ at::Tensor MoEImpl::routed_expert_parallel(const at::Tensor& tokens, const at::T
   return routed;
 }
 
-// One matmul per (source, expert), each on a copy of its rows, as each source would compute
-// alone: a token row's product in a batch of other rows differs in the last bits where the
-// batch has one or two rows (docs/examples.md), so one matmul over every source's rows would not
-// be the single run's.
+// One matmul per (source, expert), as each source would compute alone: a token row's product in
+// a batch of other rows differs in the last bits where the batch has one or two rows
+// (docs/examples.md), so one matmul over every source's rows would not be the single run's.
+// Each on a copy of its rows: an allocation of its own, as the single run's index_select gives,
+// not a view at an offset (a kernel may take another path for another alignment; not measured).
 at::Tensor MoEImpl::local_experts(const ExpertParallel::Received& received) {
   std::vector<at::Tensor> outputs;
   std::int64_t offset = 0;

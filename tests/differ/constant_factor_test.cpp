@@ -127,6 +127,15 @@ TEST(ConstantFactor, UnrelatedTensorsAndFactorsNearOneAreNone) {
   Record nan = scaled(b, 0.5);
   nan.stats.nan = 1;
   EXPECT_FALSE(factor_of(b, nan));
+  // One element (a loss), or all elements equal: every figure is the value, so any two such
+  // tensors are "in one ratio"; nothing tells a factor from another value.
+  Record one = tensor(0, Kind::output, "loss", 1, 2.0);
+  one.stats.shape = {};
+  one.stats.min = one.stats.max = one.stats.mean = 2.0;
+  EXPECT_FALSE(factor_of(one, scaled(one, 1.5)));
+  Record flat = b;
+  flat.stats.min = flat.stats.max = flat.stats.mean = 0.7071067811865476;
+  EXPECT_FALSE(factor_of(flat, scaled(flat, 0.5)));
 }
 
 TEST(ConstantFactor, TheFactorReadsAsKOrOneOverK) {

@@ -140,7 +140,8 @@ def case_fault_grads_none():
 
 
 def case_html_report():
-    """The demo's two comparisons (scripts/demo.sh) and a skipped all-reduce as --html reports,
+    """The demo's two comparisons (scripts/demo.sh), a skipped all-reduce, an unreduced norm gradient
+    under sequence parallelism and a scaled expert gradient as --html reports,
     rendered in Chromium: at 1280x800 the RESULT line, the "First unexplained divergence" panel
     and its cause's rule lie on the first screen, as the browser lays the page out."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "differ"))
@@ -161,13 +162,16 @@ def case_html_report():
     # Tensor and sequence parallelism against one rank: partial sums set aside, and a bug.
     f = train("html_single", "single", 1, *seed, steps=3)
     g = train("html_ddp4_tp2_sp_norm", "ddp", 4, "--tp", "2", "--sp", *seed, "--fault", "sp-norm-unreduced", steps=3)
+    # Expert parallelism against one rank: covered microbatches set aside, and a bug.
+    h = train("html_ddp4_ep4_grad_scale", "ddp", 4, "--ep", "4", *seed, "--fault", "ep-grad-scale=0", steps=3)
     browser = html_check.Browser(chromium)
     try:
         for name, base, run, expect, fd_name, rule in [
                 ("demo1", a, b, 0, None, None),
                 ("demo2", a, c, 1, "tok_embeddings.weight", "none_gradient"),
                 ("skip_reduce", d, e, 1, param, "unreduced_gradient"),
-                ("sp_norm", f, g, 1, "layers.0.attention_norm.weight", "unreduced_gradient")]:
+                ("sp_norm", f, g, 1, "layers.0.attention_norm.weight", "unreduced_gradient"),
+                ("ep_grad_scale", f, h, 1, "layers.0.moe.experts.w1", "constant_factor")]:
             html = os.path.join(WORK, name + ".html")
             r = diff(base, run, "--html", html, expect=expect)
             dom, log = browser.dump_dom(html)
@@ -183,6 +187,10 @@ def case_html_report():
             if html_check.attr(dom, "partial-records", "data-pairs") != (str(partial) if partial else None):
                 problems.append(f"the page's partial-records line says {html_check.attr(dom, 'partial-records', 'data-pairs')}"
                                 f", the --json counts {partial}")
+            covered = r["covered_records"]["pairs"]
+            if html_check.attr(dom, "covered-records", "data-pairs") != (str(covered) if covered else None):
+                problems.append(f"the page's covered-records line says {html_check.attr(dom, 'covered-records', 'data-pairs')}"
+                                f", the --json counts {covered}")
             if fd_name is None and html_check.attr(dom, "no-divergence", "class") is None:
                 problems.append("the equal runs' page does not say there is no divergence")
             if fd_name is not None and html_check.attr(dom, "fd-headline", "data-name") != fd_name:
@@ -630,6 +638,20 @@ def case_expert_parallel():
                  f"{mb_grad and mb_grad.get('covers')}, expected [{','.join(covers)}]")
         print(f"OK single vs {name}: {r['result']}, noise by rule {r['noise']['by_rule']}, "
               f"{r['covered_records']['pairs']} covered records set aside", flush=True)
+    # Against the same data-parallel layout without --ep: step 0's per-microbatch records bitwise
+    # equal (the forward, the activations' gradients, every mb_grad but the experts' set aside),
+    # the grads too but the experts', which sum their tokens grouped by dispatch.
+    r = diff(train("ep_ddp4", "ddp", 4), runs["ep_ddp4_ep4"], "--steps", "0")
+    s = r["summary"]
+    for kind in MICROBATCH_KINDS:
+        if s[kind]["equal"] == 0 or any(n for cls, n in s[kind].items() if cls != "equal"):
+            fail(f"ddp 4 vs ddp 4 --ep 4: {kind} records are not all bitwise equal: {s[kind]}")
+    experts = 3 * 4  # w1, w2, w3 of 4 layers
+    if (r["result"] != "noise" or s["grad"]["different"] > experts or
+            r["noise"]["by_rule"].get("summation_order") != s["grad"]["different"]):
+        fail(f"ddp 4 vs ddp 4 --ep 4: {r['result']}, grads {s['grad']}, noise by rule {r['noise']['by_rule']}")
+    print(f"OK ddp 4 vs ddp 4 --ep 4: step 0 bitwise equal but {s['grad']['different']} expert grads "
+          "(summation order)", flush=True)
     # The same dispatches in two layouts: the covered records compose and compare, bitwise.
     ddp_ep2 = train("ep_ddp4_ep2", "ddp", 4, "--ep", "2")
     r = diff(ddp_ep2, runs["ep_zero3_4_ep2"], "--steps", "0")

@@ -92,6 +92,9 @@ std::optional<double> constant_factor(const Pair& p) {
   if (b.unsupported || t.unsupported || b.dtype != t.dtype || b.shape != t.shape || !real_floating(b.dtype) ||
       !finite_figures(b) || !finite_figures(t) || !(b.norm > 0) || !(t.norm > 0))
     return std::nullopt;
+  // One element, or all alike (a loss, a filled tensor): min, max and mean are that value, so any
+  // two such tensors are in one ratio and the figures cannot tell a factor from another value.
+  if (b.min == b.max || t.min == t.max) return std::nullopt;
   // The norm does not see a sign: the ratio of norms itself must be away from one (a tensor with
   // symmetric extremes and a mean near zero, a clipped one, looks like its own negation).
   const double ratio = t.norm / b.norm;

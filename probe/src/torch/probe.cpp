@@ -497,7 +497,7 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
     Shard shard;
     Partial partial;
     std::string name;
-    std::vector<std::int64_t> covers;
+    MicrobatchCover cover;
     {
       std::lock_guard lock(impl->mutex);
       if (!impl->wants(Kind::mb_grad)) return;  // a step not recorded: copy nothing
@@ -506,8 +506,10 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
       name = watched.name;
       shard = watched.shard;
       partial = watched.mb_grad_partial;
-      if (watched.mb_grad_covers && mb) covers = watched.mb_grad_covers(*mb);
+      cover = watched.mb_grad_covers;
     }
+    // The trainer's function, called without the probe's lock: it may ask the probe things.
+    std::vector<std::int64_t> covers = cover && mb ? cover(*mb) : std::vector<std::int64_t>{};
     check_covers(covers, mb, name);
     impl->add(Kind::mb_grad, name, mb, grad, shard, partial, std::move(covers));
   });

@@ -17,7 +17,8 @@ namespace probe::differ {
 // dtype, at least 1e-9. A factor rounds each element once (a power of two not at all); where the
 // scaled tensor was also summed in another order (an expert's gradient, its tokens grouped by
 // another dispatch, divided by the degree once more) each element moves by that order's
-// rounding too: a float32 simulation of such a gradient moves its extremes by up to 8 roundings.
+// rounding too: the example's ep-grad-scale gradients have their extremes up to 2.8 roundings
+// from f times the other run's (docs/diff-logs.md).
 // The figures are fp64 reductions over the elements, whose own rounding stays below 1e-9. For
 // bfloat16, float16 and float8 1e-6: one rounding (2^-8 and coarser) is as large as what noise
 // moves, so there only factors that scale every element exactly (powers of two) are found.
