@@ -447,6 +447,11 @@
       main.appendChild(el('h3', {text: 'Op trace'}));
       main.appendChild(el('p', {text: 'The runs diverge where no op was recorded; to find the op, re-run both with'}));
       main.appendChild(el('pre', {id: 'op-trace-hint', text: "PROBE_TRACE='" + ops.trace_hint + "'"}));
+      var split = (R.partial_records && R.partial_records.pairs) || (R.covered_records && R.covered_records.pairs);
+      if (split)
+        main.appendChild(el('p', {class: 'note', id: 'op-trace-split', text: 'A run splits modules over ranks: op ' +
+          'traces of a tensor- or expert-parallel layout are not aligned with another layout\'s yet; trace it ' +
+          'against a run of the same layout.'}));
     }
     [['only_base', 'base'], ['only_test', 'test']].forEach(function (side) {
       var n = ops[side[0] + '_count'];

@@ -315,11 +315,17 @@ void print_first_divergence(const Result& r, std::ostream& out, const Paint& pai
   out << "\n";
 }
 
-// The re-run setting that would record the ops where the headline's divergence arises.
-void print_trace_hint(const OpReport& ops, std::ostream& out, const Paint& paint) {
-  if (!ops.trace_hint) return;
+// The re-run setting that would record the ops where the headline's divergence arises. Where a
+// run splits modules over ranks (partial sums, covered microbatches), op traces of the two
+// layouts do not line up yet (docs/diff-logs.md, Op traces): said, so that no one trusts them.
+void print_trace_hint(const Result& r, std::ostream& out, const Paint& paint) {
+  if (!r.ops.trace_hint) return;
   out << paint(kBold, "OP TRACE") << "  the runs diverge where no op was recorded; to find the op, re-run both with\n"
-      << "  PROBE_TRACE='" << *ops.trace_hint << "'\n\n";
+      << "  PROBE_TRACE='" << *r.ops.trace_hint << "'\n";
+  if (r.partial.pairs > 0 || r.covered.pairs > 0)
+    out << "  (a run splits modules over ranks: op traces of a tensor- or expert-parallel layout are not aligned\n"
+        << "  with another layout's yet; trace it against a run of the same layout)\n";
+  out << "\n";
 }
 
 // The ops of one run only, set aside.
@@ -575,7 +581,7 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   print_result(r, out, paint);
   out << "\n";
   print_first_divergence(r, out, paint);
-  print_trace_hint(r.ops, out, paint);
+  print_trace_hint(r, out, paint);
   print_noise(r, out, paint);
   print_one_sided_kinds(r, out, paint);
   print_partial(r.partial, out, paint);
