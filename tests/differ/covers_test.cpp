@@ -25,26 +25,6 @@ Record covering(Record r, std::vector<std::int64_t> covers) {
   return r;
 }
 
-// The merged records of a run's first step, and the run's issues.
-struct FirstStep {
-  std::vector<Merged> records;
-  IssueLog issues;
-  const Merged& at(Kind kind, const std::string& name) const {
-    for (const auto& m : records)
-      if (m.rec.kind == kind && m.rec.name == name) return m;
-    throw std::runtime_error("no record " + name);
-  }
-};
-
-FirstStep first_step(const std::filesystem::path& dir) {
-  Run run(dir, {false, true, {}, "test"});
-  FirstStep s;
-  std::int64_t step = 0;
-  EXPECT_TRUE(run.next_step(step, s.records));
-  s.issues = run.issues();
-  return s;
-}
-
 // A record hash made of small numbers.
 std::uint64_t id(std::int64_t n) { return static_cast<std::uint64_t>(n); }
 

@@ -3,17 +3,20 @@
 // ones from test_util.h.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "differ/diff.h"
 #include "differ/report.h"
+#include "differ/run.h"
 #include "probe/log_io.h"
 #include "test_util.h"
 
@@ -81,6 +84,26 @@ inline std::string text_of(const probe::differ::Result& r, const probe::differ::
   std::ostringstream out;
   probe::differ::print_text(r, out, opt);
   return out.str();
+}
+
+// The merged records of a run's first step (one Run reading `dir`), and the run's issues.
+struct FirstStep {
+  std::vector<probe::differ::Merged> records;
+  probe::differ::IssueLog issues;
+  const probe::differ::Merged& at(Kind kind, const std::string& name) const {
+    for (const auto& m : records)
+      if (m.rec.kind == kind && m.rec.name == name) return m;
+    throw std::runtime_error("no record " + name);
+  }
+};
+
+inline FirstStep first_step(const std::filesystem::path& dir) {
+  probe::differ::Run run(dir, {false, true, {}, "test"});
+  FirstStep s;
+  std::int64_t step = 0;
+  EXPECT_TRUE(run.next_step(step, s.records));
+  s.issues = run.issues();
+  return s;
 }
 
 }  // namespace differ_test

@@ -24,26 +24,6 @@ Record summand(Record r, std::int64_t index, std::int64_t count) {
   return r;
 }
 
-// The merged records of a run's first step, and the run's issues.
-struct FirstStep {
-  std::vector<Merged> records;
-  IssueLog issues;
-  const Merged& at(Kind kind, const std::string& name) const {
-    for (const auto& m : records)
-      if (m.rec.kind == kind && m.rec.name == name) return m;
-    throw std::runtime_error("no record " + name);
-  }
-};
-
-FirstStep first_step(const std::filesystem::path& dir) {
-  Run run(dir, {false, true, {}, "test"});
-  FirstStep s;
-  std::int64_t step = 0;
-  EXPECT_TRUE(run.next_step(step, s.records));
-  s.issues = run.issues();
-  return s;
-}
-
 // A tensor-parallel attention block of microbatch `mb` on one rank of `tp` (tp = 1: one rank
 // holds it all): the query projection (replicated), the output projection's partial product
 // of each rank before the row-parallel all-reduce (tp > 1 only), the block's output after it,
