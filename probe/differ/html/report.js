@@ -185,32 +185,23 @@
                                ' run recorded no ' + R[kl[0]].join(', ') + ' (PROBE_KINDS?)' +
                                (R.kinds_left_out ? ': left out of the comparison (--kinds all compares them)' : '')}));
     });
-    // Partial sums (a tensor-parallel rank's summand) against records that are not: set aside.
-    var partial = R.partial_records;
-    if (partial && partial.pairs) {
-      var kinds = Object.keys(partial.by_kind).map(function (k) { return partial.by_kind[k] + ' ' + k; });
+    // Pairs set aside, one line each: partial sums (a tensor-parallel rank's summand) against records
+    // that are not, records covering other microbatches than the other run's (expert parallelism).
+    function setAsideLine(report, id, label, one, many, why) {
+      if (!report || !report.pairs) return;
+      var kinds = Object.keys(report.by_kind).map(function (k) { return report.by_kind[k] + ' ' + k; });
       // Two examples: the line sits above the first screen's panel, which it must not push down.
-      var shown = partial.examples.slice(0, 2);
-      var examples = shown.join('; ') + (partial.pairs > shown.length ? '; ...' : '');
-      h.appendChild(el('p', {class: 'note', id: 'partial-records', 'data-pairs': String(partial.pairs),
-        text: 'partial records: ' + kinds.join(', ') +
-              (partial.pairs === 1 ? ' record is a partial sum' : ' records are partial sums') +
-              " without a like counterpart in the other run (a tensor-parallel rank's summand): set aside, not compared" +
-              (partial.examples.length ? ' (' + examples + ')' : '')}));
+      var shown = report.examples.slice(0, 2);
+      var examples = shown.join('; ') + (report.pairs > shown.length ? '; ...' : '');
+      h.appendChild(el('p', {class: 'note', id: id, 'data-pairs': String(report.pairs),
+        text: label + ': ' + kinds.join(', ') + (report.pairs === 1 ? one : many) + why + ': set aside, not compared' +
+              (report.examples.length ? ' (' + examples + ')' : '')}));
     }
-    // Records covering other microbatches than the other run's (expert parallelism): set aside.
-    var covered = R.covered_records;
-    if (covered && covered.pairs) {
-      var coveredKinds = Object.keys(covered.by_kind).map(function (k) { return covered.by_kind[k] + ' ' + k; });
-      var coveredShown = covered.examples.slice(0, 2);
-      var coveredExamples = coveredShown.join('; ') + (covered.pairs > coveredShown.length ? '; ...' : '');
-      h.appendChild(el('p', {class: 'note', id: 'covered-records', 'data-pairs': String(covered.pairs),
-        text: 'covered microbatches: ' + coveredKinds.join(', ') +
-              (covered.pairs === 1 ? ' record covers' : ' records cover') +
-              " other microbatches than the other run's (an expert's gradient from one expert-parallel dispatch" +
-              ' over several microbatches): set aside, not compared' +
-              (covered.examples.length ? ' (' + coveredExamples + ')' : '')}));
-    }
+    setAsideLine(R.partial_records, 'partial-records', 'partial records', ' record is a partial sum',
+                 ' records are partial sums', " without a like counterpart in the other run (a tensor-parallel rank's summand)");
+    setAsideLine(R.covered_records, 'covered-records', 'covered microbatches', ' record covers', ' records cover',
+                 " other microbatches than the other run's (an expert's gradient from one expert-parallel dispatch" +
+                 ' over several microbatches)');
   }
   function drawIssues() {
     var runs = [['base', R.base], ['test', R.test]].filter(function (bt) {

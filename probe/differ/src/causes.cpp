@@ -167,27 +167,28 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
   if (first.kind != Kind::grad || !is_divergence(first.pair_class) || !(base_disagrees || test_disagrees) ||
       !mb_grads_equal(first.name, s.pairs))
     return std::nullopt;
+  // "<which> replicas of the <run> run (ranks ...)": the run whose replicas disagree.
+  const auto replicas = [&](const char* which) {
+    return std::string(which) + "replicas of the " + (test_disagrees ? "test" : "base") + " run (ranks " +
+           format_ranks(test_disagrees ? first.test.m.ranks : first.base.m.ranks) + ")";
+  };
+  std::string message = "grad " + first.name + " differs between ";
   if (mb_grads_covered(first.name, s.pairs))
-    return Cause{"unreduced_gradient",
-                 "grad " + first.name + " differs between replicas of the " + (test_disagrees ? "test" : "base") +
-                     " run (ranks " + format_ranks(test_disagrees ? first.test.m.ranks : first.base.m.ranks) +
-                     ") while its mb_grads cover several microbatches each (an expert's gradient from one "
-                     "expert-parallel dispatch) and every compared one is bitwise equal: the gradient was not "
-                     "all-reduced over the data-parallel replicas of its expert-parallel group"};
-  if (mb_grads_set_aside(first.name, s.pairs))
-    return Cause{"unreduced_gradient",
-                 "grad " + first.name + " differs between replicas of the " + (test_disagrees ? "test" : "base") +
-                     " run (ranks " + format_ranks(test_disagrees ? first.test.m.ranks : first.base.m.ranks) +
-                     ") while its mb_grads are partial sums (each rank's sequence shard) and every "
-                     "compared one is bitwise equal: the gradient was not all-reduced over the "
-                     "tensor-parallel group (each rank keeps its own shard's part), or not over the "
-                     "data-parallel one"};
-  return Cause{"unreduced_gradient",
-               "grad " + first.name + " differs between data-parallel replicas of the " +
-                   (test_disagrees ? "test" : "base") + " run (ranks " +
-                   format_ranks(test_disagrees ? first.test.m.ranks : first.base.m.ranks) +
-                   ") while every mb_grad is bitwise equal: the gradient was not reduced across "
-                   "data-parallel ranks (a skipped all-reduce, or one over the wrong group)"};
+    message += replicas("") +
+               " while its mb_grads cover several microbatches each (an expert's gradient from one "
+               "expert-parallel dispatch) and every compared one is bitwise equal: the gradient was not "
+               "all-reduced over the data-parallel replicas of its expert-parallel group";
+  else if (mb_grads_set_aside(first.name, s.pairs))
+    message += replicas("") +
+               " while its mb_grads are partial sums (each rank's sequence shard) and every "
+               "compared one is bitwise equal: the gradient was not all-reduced over the "
+               "tensor-parallel group (each rank keeps its own shard's part), or not over the "
+               "data-parallel one";
+  else
+    message += replicas("data-parallel ") +
+               " while every mb_grad is bitwise equal: the gradient was not reduced across "
+               "data-parallel ranks (a skipped all-reduce, or one over the wrong group)";
+  return Cause{"unreduced_gradient", message};
 }
 
 // The first divergence is a grad that differs (and no unreduced_gradient). Its mb_grads tell a

@@ -200,16 +200,10 @@ nlohmann::json ops_json(const OpReport& ops) {
           {"trace_hint", ops.trace_hint ? nlohmann::json(*ops.trace_hint) : nlohmann::json(nullptr)}};
 }
 
-nlohmann::json partial_json(const PartialReport& partial) {
+nlohmann::json set_aside_json(const SetAsideReport& report) {
   auto kinds = nlohmann::json::object();
-  for (const auto& [kind, n] : partial.by_kind) kinds[std::string(kind_name(kind))] = n;
-  return {{"pairs", partial.pairs}, {"by_kind", kinds}, {"examples", partial.examples}};
-}
-
-nlohmann::json covered_json(const CoveredReport& covered) {
-  auto kinds = nlohmann::json::object();
-  for (const auto& [kind, n] : covered.by_kind) kinds[std::string(kind_name(kind))] = n;
-  return {{"pairs", covered.pairs}, {"by_kind", kinds}, {"examples", covered.examples}};
+  for (const auto& [kind, n] : report.by_kind) kinds[std::string(kind_name(kind))] = n;
+  return {{"pairs", report.pairs}, {"by_kind", kinds}, {"examples", report.examples}};
 }
 
 nlohmann::json kinds_json(const std::vector<Kind>& kinds) {
@@ -249,9 +243,9 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   for (const auto& p : r.top) top.push_back(pair_json(p));
   j["op_trace"] = ops_json(r.ops);
   // Pairs with a partial sum on one side and none of the same count on the other: set aside.
-  j["partial_records"] = partial_json(r.partial);
+  j["partial_records"] = set_aside_json(r.partial);
   // Pairs whose sides cover other microbatches (expert parallelism against another grouping).
-  j["covered_records"] = covered_json(r.covered);
+  j["covered_records"] = set_aside_json(r.covered);
   j["names_only_base"] = r.names_only_base;
   j["names_only_test"] = r.names_only_test;
   j["kinds_only_base"] = kinds_json(r.kinds_only_base);

@@ -375,30 +375,15 @@ std::string kinds_text(const std::map<Kind, std::int64_t>& by_kind) {
   return kinds;
 }
 
-// Partial sums set aside: how many, of which kinds, a few of them.
-void print_partial(const PartialReport& partial, std::ostream& out, const Paint& paint) {
-  if (partial.pairs == 0) return;
-  out << paint(kBold, "PARTIAL RECORDS") << "  " << kinds_text(partial.by_kind)
-      << (partial.pairs == 1 ? " record is a partial sum" : " records are partial sums")
-      << " without a like counterpart in the other run (a tensor-parallel rank's summand): set aside, "
-         "not compared\n";
-  for (const auto& e : partial.examples) out << "  " << e << "\n";
-  if (partial.pairs > static_cast<std::int64_t>(partial.examples.size()))
-    out << "  ... and " << partial.pairs - static_cast<std::int64_t>(partial.examples.size()) << " more\n";
-  out << "\n";
-}
-
-// Records covering other microbatches than the other run's, set aside: how many, of which kinds,
-// a few of them.
-void print_covered(const CoveredReport& covered, std::ostream& out, const Paint& paint) {
-  if (covered.pairs == 0) return;
-  out << paint(kBold, "COVERED MICROBATCHES") << "  " << kinds_text(covered.by_kind)
-      << (covered.pairs == 1 ? " record covers" : " records cover")
-      << " other microbatches than the other run's (an expert's gradient from one expert-parallel dispatch over "
-         "several microbatches): set aside, not compared\n";
-  for (const auto& e : covered.examples) out << "  " << e << "\n";
-  if (covered.pairs > static_cast<std::int64_t>(covered.examples.size()))
-    out << "  ... and " << covered.pairs - static_cast<std::int64_t>(covered.examples.size()) << " more\n";
+// Pairs set aside: how many, of which kinds ("<n> <kind> <one|many> <why>"), a few of them.
+void print_set_aside(const SetAsideReport& report, const char* title, const char* one, const char* many,
+                     const char* why, std::ostream& out, const Paint& paint) {
+  if (report.pairs == 0) return;
+  out << paint(kBold, title) << "  " << kinds_text(report.by_kind) << (report.pairs == 1 ? one : many) << why
+      << ": set aside, not compared\n";
+  for (const auto& e : report.examples) out << "  " << e << "\n";
+  if (report.pairs > static_cast<std::int64_t>(report.examples.size()))
+    out << "  ... and " << report.pairs - static_cast<std::int64_t>(report.examples.size()) << " more\n";
   out << "\n";
 }
 
@@ -584,8 +569,12 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   print_trace_hint(r, out, paint);
   print_noise(r, out, paint);
   print_one_sided_kinds(r, out, paint);
-  print_partial(r.partial, out, paint);
-  print_covered(r.covered, out, paint);
+  print_set_aside(r.partial, "PARTIAL RECORDS", " record is a partial sum", " records are partial sums",
+                  " without a like counterpart in the other run (a tensor-parallel rank's summand)", out, paint);
+  print_set_aside(r.covered, "COVERED MICROBATCHES", " record covers", " records cover",
+                  " other microbatches than the other run's (an expert's gradient from one expert-parallel dispatch "
+                  "over several microbatches)",
+                  out, paint);
   print_issues(r, out, paint);
   print_summary(r, out, paint);
   print_one_sided_names(r, out, paint);

@@ -196,28 +196,25 @@ struct OpReport {
   std::optional<std::string> trace_hint;
 };
 
-// Pairs where a side is a partial sum and the other is not one of the same count: set aside,
-// neither compared nor counted nor a divergence (docs/diff-logs.md, "Partial sums").
-struct PartialReport {
+// Pairs set aside, neither compared nor counted nor a divergence: how many, of which kinds, the
+// first kListed in words.
+struct SetAsideReport {
   std::int64_t pairs = 0;
   std::map<Kind, std::int64_t> by_kind;
-  // "step 0 mb 1 tap layers.0.attention.wo (test: 2 summands)", the first kListed.
   std::vector<std::string> examples;
   static constexpr std::size_t kListed = 10;
 };
 
+// Pairs where a side is a partial sum and the other is not one of the same count
+// (docs/diff-logs.md, "Partial sums"): "step 0 mb 1 tap layers.0.attention.wo (test: 2 summands)".
+using PartialReport = SetAsideReport;
+
 // Pairs where a side covers several microbatches (an expert's gradient from one expert-parallel
 // dispatch) and the other does not cover the same ones, with records of one run alone whose
-// microbatch the other run covers within such a record: set aside, neither compared nor
-// counted nor a divergence (docs/diff-logs.md, "Covered microbatches").
-struct CoveredReport {
-  std::int64_t pairs = 0;
-  std::map<Kind, std::int64_t> by_kind;
-  // "step 0 mb_grad layers.0.moe.experts.w1 mb 0: test covers microbatches 0,2,4,6 (one
-  // expert-parallel dispatch), base microbatch 0 alone", the first kListed.
-  std::vector<std::string> examples;
-  static constexpr std::size_t kListed = 10;
-};
+// microbatch the other run covers within such a record (docs/diff-logs.md, "Covered
+// microbatches"): "step 0 mb_grad layers.0.moe.experts.w1 mb 0: test covers microbatches 0,2,4,6
+// (one expert-parallel dispatch), base microbatch 0 alone".
+using CoveredReport = SetAsideReport;
 
 // What the noise explanations cover: how many divergent pairs, how large, by kind and rule.
 struct NoiseSummary {
