@@ -346,12 +346,14 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, std::int64_t first, std::in
 at::Tensor TransformerImpl::forward(const at::Tensor& x, const DropoutRng& rng) {
   at::Tensor h = x;
   const bool sp = tp && tp->sequence_parallel();  // h is this rank's sequence shard
+  // Under tp every module's ops run on a piece (heads, a sequence shard) or alike on every rank.
+  const probe::Split split = tp ? tp->split() : probe::Split{};
   if (has_embedding()) {
-    probe::Scope scope("tok_embeddings");
+    probe::Scope scope("tok_embeddings", split);
     h = tok_embeddings(sp ? tp->sequence_shard(x) : x);
   }
   for (auto i = first_layer; i < last_layer; ++i) {
-    probe::Scope scope("layers." + std::to_string(i));
+    probe::Scope scope("layers." + std::to_string(i), split);
     auto block = layers[std::to_string(i)]->as<TransformerBlockImpl>();
     h = block->forward(h, rng.for_layer(i));
     // A no-op without an active probe.
@@ -359,10 +361,10 @@ at::Tensor TransformerImpl::forward(const at::Tensor& x, const DropoutRng& rng) 
   }
   if (!has_output()) return h;
   {
-    probe::Scope scope("norm");
+    probe::Scope scope("norm", split);
     h = norm(h);
   }
-  probe::Scope scope("output");
+  probe::Scope scope("output", split);
   return output(sp ? tp->gather_for_replicated(h) : h);
 }
 

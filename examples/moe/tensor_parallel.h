@@ -19,6 +19,7 @@
 
 #include "parallel.h"
 #include "probe/partial.h"
+#include "probe/scope.h"
 #include "probe/shard.h"
 
 namespace moe {
@@ -41,6 +42,8 @@ class TensorParallel {
   int size() const { return group_->size(); }
   bool sequence_parallel() const { return sp_; }
   probe::Partial partial() const { return probe::Partial{rank(), size()}; }
+  // For the probe's op trace: the model's scopes run split over the tp ranks.
+  probe::Split split() const { return probe::Split{rank(), size()}; }
 
   // Into a tensor-parallel region, before its column-parallel ops. sp: all-gather along the
   // sequence (backward: reduce-scatter of the partial gradients); otherwise the identity

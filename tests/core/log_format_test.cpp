@@ -47,6 +47,10 @@ void expect_same_record(const Record& a, const Record& b, const std::string& wha
   EXPECT_EQ(a.value, b.value) << what;
   EXPECT_EQ(a.phase, b.phase) << what;
   EXPECT_EQ(a.inputs, b.inputs) << what;
+  EXPECT_EQ(a.split.rank, b.split.rank) << what;
+  EXPECT_EQ(a.split.size, b.split.size) << what;
+  EXPECT_EQ(a.split.output, b.split.output) << what;
+  EXPECT_EQ(a.split.inputs, b.split.inputs) << what;
   const auto &x = a.stats, &y = b.stats;
   EXPECT_EQ(x.hash, y.hash) << what;
   for (auto [u, v] : {std::pair{x.norm, y.norm}, {x.min, y.min}, {x.max, y.max}, {x.mean, y.mean}})
@@ -163,13 +167,14 @@ TEST(LogFormat, HeaderRoundTripsAndRejectsOtherVersions) {
   EXPECT_EQ(lf::parse_header("#numprobe format=4 hash_spec=1 rank=0 world_size=1").format_version, 4);
   EXPECT_EQ(lf::parse_header("#numprobe format=5 hash_spec=1 rank=0 world_size=1").format_version, 5);
   EXPECT_EQ(lf::parse_header("#numprobe format=6 hash_spec=1 rank=0 world_size=1").format_version, 6);
-  for (const char* other : {"#numprobe format=7 hash_spec=1 rank=0 world_size=1",
+  EXPECT_EQ(lf::parse_header("#numprobe format=7 hash_spec=1 rank=0 world_size=1").format_version, 7);
+  for (const char* other : {"#numprobe format=8 hash_spec=1 rank=0 world_size=1",
                             "#numprobe format=0 hash_spec=1 rank=0 world_size=1"}) {
     try {
       lf::parse_header(other);
       ADD_FAILURE() << "accepted " << other;
     } catch (const lf::ParseError& e) {
-      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 6)"),
+      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 7)"),
                 std::string::npos)
           << e.what();
     }
@@ -541,7 +546,7 @@ TEST(LogFormat, Version5PartialRecordRoundTripsAndBadOnesSayWhatIsWrong) {
 // Version 6: a record from one backward over several microbatches' tokens (an expert's gradient
 // under expert parallelism) lists them after `partial`; other records are written as before.
 TEST(LogFormat, Version6CoversRoundTripsAndBadOnesSayWhatIsWrong) {
-  EXPECT_EQ(lf::kVersion, 6);
+  EXPECT_GE(lf::kVersion, 6);
   Record r = tensor_record();
   r.name = "layers.0.moe.experts.w1";
   r.microbatch = 1;
@@ -586,4 +591,49 @@ TEST(LogFormat, Version6CoversRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(message_of("step=1 kind=grad name=w hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
                        "dtype=float32 shape=[2] covers=[0,2]"),
             "field 'covers' belongs to records with an mb: '[0,2]'");
+}
+
+// Version 7: an op record of a split scope carries its rank of the split and its output's and
+// inputs' hashes as shards along each dim; other op records are written as before.
+TEST(LogFormat, Version7SplitOpRoundTripsAndBadOnesSayWhatIsWrong) {
+  EXPECT_EQ(lf::kVersion, 7);
+  Record r = tensor_record();
+  r.kind = Kind::op;
+  r.name = "layers.0.attention/aten::softmax#0";
+  r.microbatch = 0;
+  r.phase = probe::Phase::forward;
+  r.stats.shape = {2, 4};
+  r.inputs = {std::uint64_t{0xa}, std::nullopt, std::uint64_t{0xb}};
+  r.split.rank = 1;
+  r.split.size = 2;
+  r.split.output = {0x1, 0x2};
+  r.split.inputs = {{0x3, 0x4}, {}, {}};
+  const std::string line = lf::format_record(r);
+  EXPECT_NE(line.find(" in=[000000000000000a,-,000000000000000b] split=1/2 cand=[0000000000000001,0000000000000002] "
+                      "incand=[0000000000000003:0000000000000004,-,-] hash="),
+            std::string::npos)
+      << line;
+  expect_same_record(lf::parse_record(line), r, line);
+  EXPECT_EQ(lf::format_record(lf::parse_record(line)), line);
+  r.split = {};  // no split scope: no fields
+  EXPECT_EQ(lf::format_record(r).find("split="), std::string::npos);
+
+  auto message_of = [](const std::string& l) {
+    return parse_error_of([](const std::string& x) { lf::parse_record(x); }, l);
+  };
+  const std::string head = "step=0 kind=op name=s/aten::add#0 mb=0 phase=forward in=[000000000000000a] "
+                           "hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 dtype=float32 shape=[2]";
+  const std::string cand = " cand=[0000000000000001] incand=[0000000000000002]";
+  EXPECT_EQ(message_of(head + " split=2/2" + cand), "field 'split' needs 0 <= rank < size and size >= 2: '2/2'");
+  EXPECT_EQ(message_of(head + " split=0/1" + cand), "field 'split' needs 0 <= rank < size and size >= 2: '0/1'");
+  EXPECT_EQ(message_of(head + " split=1" + cand), "field 'split' is not <rank>/<size>: '1'");
+  EXPECT_EQ(message_of(head + " split=0/2"), "split=, cand= and incand= go together");
+  EXPECT_EQ(message_of(head + " split=0/2 cand=[0000000000000001,0000000000000001] incand=[0000000000000002]"),
+            "field 'cand' has 2 hashes for a 1-dim output");
+  EXPECT_EQ(message_of(head + " split=0/2 cand=[0000000000000001] incand=[-,-]"),
+            "field 'incand' lists 2 inputs, in= 1");
+  EXPECT_EQ(message_of(head + " split=0/2 cand=[-] incand=[-]"), "field 'cand' holds '-'");
+  EXPECT_EQ(message_of("step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
+                       "dtype=float32 shape=[2] split=0/2" + cand),
+            "split= belongs to op records");
 }

@@ -588,6 +588,42 @@ def case_fault_tensor_parallel():
     print("OK faults of tp and sp are accepted, and change nothing, without tp or sp", flush=True)
 
 
+def case_op_trace_tensor_parallel():
+    """Op traces across layouts: the ops of a tensor-parallel run, recorded as pieces of their
+    split scope, compose and align with the single run's; the root cause of a fault in layer 0
+    (whose inputs come before any row-parallel sum) is named, and clean traced comparisons of
+    tp and tp + sp layouts against the single run name no bug."""
+    # Untraced, op=0 (layer 0's softmax in float64, rounded back) stays within the noise of the
+    # row-parallel sums after it: the records say noise. The op itself differs.
+    hint = "steps=0;scopes=^layers\\.0(\\.|$);mb=0"
+    env = {"PROBE_TRACE": hint}
+    base_traced = train("optp_single_traced", "single", 1, env_extra=env)
+    traced = diff(base_traced, train("optp_tp_traced", "ddp", 2, "--tp", "2", "--fault", "op=0", env_extra=env),
+                  expect=1)
+    root = traced["op_trace"]["root_cause"]
+    if not root or root["name"] != "layers.0.attention/aten::softmax#0" or root["phase"] != "forward":
+        fail(f"the root cause should be layer 0's softmax: {traced['op_trace']}")
+    first_screen(traced, "FIRST UNEXPLAINED DIVERGENCE", "[op_root_cause] layers.0.attention/aten::softmax#0")
+    split = record_fields(os.path.join(WORK, "optp_tp_traced"), 1, 0, "op", "layers.0.attention/aten::softmax#0", 0)
+    if not split or split.get("split") != "1/2" or "cand" not in split:
+        fail(f"rank 1's softmax record does not say it is the piece 1/2 of a split scope: {split}")
+    print(f"OK root cause {root['name']} across single 1 and ddp 2 --tp 2 ({hint})", flush=True)
+    for name, layout in [("optp_tp_clean", ("ddp", 2, "--tp", "2")), ("optp_sp_clean", ("ddp", 4, "--tp", "2", "--sp"))]:
+        clean = diff(base_traced, train(name, *layout, env_extra=env))
+        if clean["result"] not in ("equal", "noise") or clean["first_unexplained_divergence"] is not None:
+            fail(f"{name}: the clean traced comparison names a bug: {clean['first_unexplained_divergence']}")
+        ops = clean["summary"]["op"]
+        if ops["equal"] < 100:
+            fail(f"{name}: too few op records aligned bitwise with the single run's: {ops}")
+        print(f"OK traced single 1 vs {' '.join(map(str, layout))}: {clean['result']}, op records {ops}", flush=True)
+    # The observer does not perturb: hashing the pieces changes none of the tp run's results.
+    untraced = train("optp_tp_untraced", "ddp", 2, "--tp", "2")
+    same = diff(untraced, os.path.join(WORK, "optp_tp_clean"), "--kinds", "scalar,output,tap,mb_grad,grad", expect=0)
+    if same["result"] != "equal":
+        fail("tracing the split scopes changed the tp run's results")
+    print("OK traced and untraced ddp 2 --tp 2 runs bitwise equal", flush=True)
+
+
 def record_fields(run, rank, step, kind, name, mb=None):
     """The fields of a record in rank's log, or None."""
     prefix = f"step={step} kind={kind} name={name} " + ("" if mb is None else f"mb={mb} ")

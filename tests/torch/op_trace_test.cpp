@@ -372,3 +372,45 @@ TEST(OpTrace, AProbeThatStoppedRecordingTracesNoMoreOps) {
   }
   testing::internal::GetCapturedStderr();
 }
+
+// A split scope (format 7): its ops, those of the scopes inside it and their backward ops say
+// which piece of the split they ran on, with their output's and inputs' hashes as that piece
+// along each dim; the pieces of two ranks compose into the whole's hash.
+TEST(OpTrace, OpsOfASplitScopeCarryTheirHashesAsPiecesAlongEachDim) {
+  auto whole_x = torch::randn({4, 6});
+  const auto whole_y = torch::softmax(whole_x, -1);
+  std::vector<probe::Record> rank_records[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    auto dir = fresh_dir("optrace_split" + std::to_string(rank));
+    probe::Probe p(traced(dir, "scopes=^layers\\.0"));
+    p.begin_step(0);
+    p.begin_forward("model", 0, {});
+    auto x = whole_x.narrow(0, 2 * rank, 2).clone().requires_grad_();
+    at::Tensor y;
+    {
+      probe::Scope scope("layers.0", probe::Split{rank, 2});
+      probe::Scope inner("attention");  // split alike
+      y = torch::softmax(x, -1);
+    }
+    p.backward(0, y.sum());
+    p.end_step();
+    rank_records[rank] = ops_of(dir);
+  }
+  const auto* r0 = find(rank_records[0], "layers.0.attention/aten::softmax#0");
+  const auto* r1 = find(rank_records[1], "layers.0.attention/aten::softmax#0");
+  ASSERT_TRUE(r0 && r1);
+  EXPECT_EQ(r1->split.rank, 1);
+  EXPECT_EQ(r1->split.size, 2);
+  ASSERT_EQ(r0->split.output.size(), 2u);  // one hash per dim of [2, 6]
+  ASSERT_EQ(r1->split.output.size(), 2u);
+  EXPECT_EQ(r0->split.output[0] + r1->split.output[0], hash_of(whole_y));  // tiled along dim 0
+  EXPECT_NE(r0->split.output[1] + r1->split.output[1], hash_of(whole_y));  // not along dim 1
+  ASSERT_EQ(r1->split.inputs.size(), 1u);
+  EXPECT_EQ(r0->split.inputs[0][0] + r1->split.inputs[0][0], hash_of(whole_x));
+  EXPECT_EQ(r1->stats.hash, hash_of(whole_y.narrow(0, 2, 2).contiguous()));  // its own hash as before
+  bool backward_split = false;
+  for (const auto& r : rank_records[1])
+    backward_split = backward_split || (r.phase == probe::Phase::backward && r.split.size == 2);
+  EXPECT_TRUE(backward_split);
+  EXPECT_THROW(probe::Scope("bad", probe::Split{2, 2}), std::invalid_argument);
+}

@@ -433,16 +433,16 @@
     var ops = R.op_trace;
     if (!ops) return;
     if (ops.root_cause) main.appendChild(opFinding('Root-cause op', ops.root_cause, 'op-root-cause'));
+    else if (ops.beyond_noise) main.appendChild(opFinding('First op beyond the noise it carries', ops.beyond_noise, 'op-beyond-noise'));
     if (ops.inherited) main.appendChild(opFinding('First op with differing inputs', ops.inherited, 'op-inherited'));
     if (ops.trace_hint) {
       main.appendChild(el('h3', {text: 'Op trace'}));
       main.appendChild(el('p', {text: 'The runs diverge where no op was recorded; to find the op, re-run both with'}));
       main.appendChild(el('pre', {id: 'op-trace-hint', text: "PROBE_TRACE='" + ops.trace_hint + "'"}));
-      var split = (R.partial_records && R.partial_records.pairs) || (R.covered_records && R.covered_records.pairs);
-      if (split)
-        main.appendChild(el('p', {class: 'note', id: 'op-trace-split', text: 'A run splits modules over ranks: op ' +
-          'traces of a tensor- or expert-parallel layout are not aligned with another layout\'s yet; trace it ' +
-          'against a run of the same layout.'}));
+      if (R.covered_records && R.covered_records.pairs)
+        main.appendChild(el('p', {class: 'note', id: 'op-trace-split', text: 'A run dispatches tokens to experts ' +
+          'on other ranks: op traces of an expert-parallel layout are not aligned with another layout\'s yet; ' +
+          'trace it against a run of the same layout.'}));
     }
     [['only_base', 'base'], ['only_test', 'test']].forEach(function (side) {
       var n = ops[side[0] + '_count'];

@@ -13,6 +13,7 @@
 #include "differ/detail/classify.h"
 #include "differ/detail/constant_factor.h"
 #include "differ/detail/covers.h"
+#include "differ/detail/op_match.h"
 #include "probe/log_format.h"
 
 namespace probe::differ {
@@ -84,6 +85,7 @@ void leave_absent(Side& s) {
   m.replicas_disagree = false;
   m.value_ranks.clear();
   m.partial = {};
+  m.split.size = 0;
 }
 
 // Every field of the pair, from the merged record it starts with (a pair of a previous step
@@ -318,6 +320,7 @@ std::size_t Aligner::add_to_series(const Pair& p, std::size_t hint, bool both_ru
 }
 
 void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test) {
+  if (base && test) match_ops(*base, *test);
   pair_up(step, base, test);
   std::vector<Pair>& pairs = pairs_;
   const Pair* first = nullptr;

@@ -11,6 +11,7 @@
 #include "differ/detail/merge.h"
 #include "differ/detail/names.h"
 #include "differ/detail/record_text.h"
+#include "differ/detail/split_op.h"
 #include "probe/log_format.h"
 
 namespace probe::differ {
@@ -507,6 +508,13 @@ void merge_group(Group& g, MergeContext& ctx, Merged& m) {
   m.replicas_disagree = false;
   m.value_ranks.clear();
   m.partial = {};
+  m.split.size = 0;
+  if (is_split_op_group(g)) {
+    merge_split_op(g, m);
+    m.rec.name = g.name;
+    m.key = g.key;
+    return;
+  }
   if (!covers_agree(m, g, ctx)) {
     m.rec.name = g.name;
     m.key = g.key;

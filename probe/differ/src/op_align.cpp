@@ -5,6 +5,7 @@
 #include <regex>
 #include <unordered_map>
 
+#include "differ/detail/split_op.h"
 #include "probe/log_format.h"
 
 namespace probe::differ {
@@ -33,10 +34,12 @@ std::string hash_text(const std::optional<std::uint64_t>& h) {
 using Producers = std::unordered_map<std::uint64_t, std::string>;
 
 void note_outputs(const Pair& p, Producers& base, Producers& test) {
+  std::vector<std::uint64_t> hashes;
   for (const auto* side : {&p.base, &p.test}) {
-    if (!side->present || side->m.rec.state != Record::State::tensor || side->m.rec.stats.unsupported) continue;
-    // A name with an output index (op.1) still names the op.
-    (side == &p.base ? base : test).try_emplace(side->m.rec.stats.hash, p.name);
+    if (!side->present) continue;
+    // Every whole a split record may be; a name with an output index (op.1) still names the op.
+    output_hashes(side->m, hashes);
+    for (std::uint64_t h : hashes) (side == &p.base ? base : test).try_emplace(h, p.name);
   }
 }
 
@@ -59,16 +62,18 @@ struct StepOps {
   std::vector<const Pair*> one_sided;
 };
 
-std::string producer_of(const Producers& from, const std::optional<std::uint64_t>& hash) {
-  if (!hash) return "";
-  auto it = from.find(*hash);
-  return it == from.end() ? "" : it->second;
+// The op that made input `i` of `m`, "" where no traced op did.
+std::string producer_of(const Producers& from, const Merged& m, std::size_t i) {
+  std::vector<std::uint64_t> scratch;
+  for (std::uint64_t h : input_hashes(m, i, scratch))
+    if (auto it = from.find(h); it != from.end()) return it->second;
+  return "";
 }
 
-// The first input (argument order) whose hash differs between the runs.
-std::size_t first_differing_input(const Record& b, const Record& t) {
+// The first input (argument order) that differs between the runs.
+std::size_t first_differing_input(const Merged& b, const Merged& t) {
   std::size_t i = 0;
-  while (i < b.inputs.size() && i < t.inputs.size() && b.inputs[i] == t.inputs[i]) ++i;
+  while (i < b.rec.inputs.size() && i < t.rec.inputs.size() && same_input(b, t, i)) ++i;
   return i;
 }
 
@@ -96,12 +101,21 @@ std::optional<OpFinding> one_sided_root_cause(std::int64_t step, const Pair& p, 
     if (q->name != test_producer && q->name != base_producer) continue;
     const Phase phase = phase_of(*q);
     const std::string scope = scope_of(q->name);
-    std::string base_ops, test_ops;  // the scope's one-sided ops of that microbatch and phase
+    // The scope's one-sided ops of that microbatch and phase, the first kListed of each run.
+    constexpr int kListed = 8;
+    std::string base_ops, test_ops;
+    int base_count = 0, test_count = 0;
     for (const Pair* o : ops.one_sided) {
       if (scope_of(o->name) != scope || o->mb != q->mb || phase_of(*o) != phase) continue;
       std::string& list = o->base.present ? base_ops : test_ops;
-      list += (list.empty() ? "" : ", ") + o->name;
+      int& count = o->base.present ? base_count : test_count;
+      if (count++ < kListed) list += (list.empty() ? "" : ", ") + o->name;
     }
+    const auto more = [](int count) {
+      return count > kListed ? ", ... " + std::to_string(count - kListed) + " more" : std::string();
+    };
+    base_ops += more(base_count);
+    test_ops += more(test_count);
     return OpFinding{step, q->mb, phase, q->name,
                      "the runs execute different ops in " + scope + " (" + where(step, q->mb, phase) +
                          "): base runs [" + base_ops + "], test runs [" + test_ops + "]; " + q->name +
@@ -121,13 +135,29 @@ OpFinding inherited_finding(std::int64_t step, const Pair& p, const StepOps& ops
            std::to_string(t.inputs.size()) + " in test";
     return {step, p.mb, phase, p.name, msg};
   }
-  const std::size_t i = first_differing_input(b, t);
+  const std::size_t i = first_differing_input(p.base.m, p.test.m);
   msg += "input " + std::to_string(i) + " already differs (base " + hash_text(b.inputs[i]) + ", test " +
          hash_text(t.inputs[i]) + ")";
-  const std::string pb = producer_of(ops.base, b.inputs[i]), pt = producer_of(ops.test, t.inputs[i]);
+  const std::string pb = producer_of(ops.base, p.base.m, i), pt = producer_of(ops.test, p.test.m, i);
   msg += made_by_text(pb, pt);
-  if (!report.root_cause) report.root_cause = one_sided_root_cause(step, p, i, pb, pt, ops);
+  // Where the difference is noise (a reduction's rounding carried along), the ops of one run only
+  // that made the input (the reduction) are no cause.
+  if (!report.root_cause && p.why.bug) report.root_cause = one_sided_root_cause(step, p, i, pb, pt, ops);
   return {step, p.mb, phase, p.name, msg};
+}
+
+// Inputs that differ by noise only and an output that differs beyond what that noise explains
+// (the explainer's verdict on the pair): where every op already carries noise (after a
+// row-parallel sum), the first op that adds a difference of its own.
+bool beyond_noise(const Pair& p) { return p.why.bug && p.why.rule == "unexplained" && p.why.roots > 0; }
+
+OpFinding beyond_noise_finding(std::int64_t step, const Pair& p) {
+  const Phase phase = phase_of(p);
+  return {step, p.mb, phase, p.name,
+          p.name + " (" + where(step, p.mb, phase) + "): its inputs differ from the other run's by noise only (" +
+              log_format::format_double(p.why.roots) + " relative at its roots), its output by " +
+              log_format::format_double(p.rel_diff) + ", beyond the " + log_format::format_double(p.why.bound) +
+              " that noise explains: the first op adding a difference of its own"};
 }
 
 }  // namespace
@@ -153,16 +183,18 @@ void OpAnalysis::add_step(std::int64_t step, const std::vector<Pair>& pairs, OpR
     }
   for (const Pair& p : pairs) {
     if (p.kind != Kind::op || !in_both(p)) continue;
-    if (output_differs(p)) {
-      const bool inputs_agree = p.base.m.rec.inputs == p.test.m.rec.inputs;
-      if (inputs_agree && !report.root_cause)
+    // A partial sum (a row-parallel op's output on each rank) is set aside: no output to compare.
+    if (output_differs(p) && !p.set_aside) {
+      const bool agree = inputs_agree(p.base.m, p.test.m);
+      if (agree && !report.root_cause)
         report.root_cause = root_cause_finding(step, p);
-      else if (!inputs_agree && !report.inherited)
+      else if (!agree && !report.inherited)
         report.inherited = inherited_finding(step, p, ops, report);
+      if (!agree && !report.beyond_noise && beyond_noise(p)) report.beyond_noise = beyond_noise_finding(step, p);
     }
     note_outputs(p, ops.base, ops.test);
   }
-  done_ = report.root_cause || report.inherited;
+  done_ = report.root_cause || report.inherited || report.beyond_noise;
 }
 
 std::optional<std::string> scope_regex_for(Kind kind, const std::string& raw_name) {
@@ -225,6 +257,7 @@ void OpAnalysis::suggest_trace(const Pair& first, const std::vector<Pair>& pairs
 void OpAnalysis::add_causes(const OpReport& report, std::vector<Cause>& causes) const {
   std::vector<Cause> found;
   if (report.root_cause) found.push_back({"op_root_cause", report.root_cause->message});
+  else if (report.beyond_noise) found.push_back({"op_beyond_noise", report.beyond_noise->message});
   if (report.inherited) found.push_back({"op_inherited", "the first op whose inputs already differ: " + report.inherited->message});
   causes.insert(causes.begin(), found.begin(), found.end());
 }

@@ -193,6 +193,7 @@ nlohmann::json op_finding_json(const std::optional<OpFinding>& f) {
 nlohmann::json ops_json(const OpReport& ops) {
   return {{"root_cause", op_finding_json(ops.root_cause)},
           {"inherited", op_finding_json(ops.inherited)},
+          {"beyond_noise", op_finding_json(ops.beyond_noise)},
           {"only_base", ops.only_base},
           {"only_base_count", ops.only_base_count},
           {"only_test", ops.only_test},

@@ -316,14 +316,14 @@ void print_first_divergence(const Result& r, std::ostream& out, const Paint& pai
 }
 
 // The re-run setting that would record the ops where the headline's divergence arises. Where a
-// run splits modules over ranks (partial sums, covered microbatches), op traces of the two
-// layouts do not line up yet (docs/diff-logs.md, Op traces): said, so that no one trusts them.
+// run's records cover several microbatches (expert parallelism), op traces of the two layouts do
+// not line up yet (docs/diff-logs.md, Op traces): said, so that no one trusts them.
 void print_trace_hint(const Result& r, std::ostream& out, const Paint& paint) {
   if (!r.ops.trace_hint) return;
   out << paint(kBold, "OP TRACE") << "  the runs diverge where no op was recorded; to find the op, re-run both with\n"
       << "  PROBE_TRACE='" << *r.ops.trace_hint << "'\n";
-  if (r.partial.pairs > 0 || r.covered.pairs > 0)
-    out << "  (a run splits modules over ranks: op traces of a tensor- or expert-parallel layout are not aligned\n"
+  if (r.covered.pairs > 0)
+    out << "  (a run sends tokens to experts on other ranks: op traces of an expert-parallel layout are not aligned\n"
         << "  with another layout's yet; trace it against a run of the same layout)\n";
   out << "\n";
 }

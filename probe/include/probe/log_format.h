@@ -1,7 +1,7 @@
-// Log format v6 (docs/log-format.md): a header line, then one record per line of
+// Log format v7 (docs/log-format.md): a header line, then one record per line of
 // space-separated key=value fields, each step closed by a step-end line, and a last line saying
 // why when the probe stopped recording. Versions 1 (no step-end lines), 2 (no nnz= field, no
-// stop line), 3 (no op records), 4 (no partial= field) and 5 (no covers= field) stay readable.
+// stop line), 3 (no op records), 4 (no partial= field), 5 (no covers= field) and 6 (no split op records) stay readable.
 // Torch-free; the probe writes it, the differ reads it.
 #pragma once
 
@@ -15,7 +15,7 @@
 
 namespace probe::log_format {
 
-inline constexpr int kVersion = 6;        // written (4: op records; 5: partial records; 6: covers)
+inline constexpr int kVersion = 7;  // written (4: op records; 5: partial records; 6: covers; 7: split ops)
 inline constexpr int kOldestVersion = 1;  // oldest still read
 inline constexpr std::string_view kHeaderTag = "#numprobe";
 inline constexpr std::string_view kStepEndTag = "#end";

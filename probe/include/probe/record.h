@@ -47,6 +47,18 @@ Phase phase_of(const struct Record& record);
 std::string_view phase_name(Phase phase);
 std::optional<Phase> parse_phase(std::string_view name);
 
+// An op record of a split scope (format 7, docs/log-format.md "Split scopes"): the op ran on
+// rank `rank` of `size`, and its output and inputs are hashed as shards too, once per dim d: the
+// hash (hash spec v1) the tensor has as the piece [rank * extent, (rank + 1) * extent) of dim d
+// of a tensor `size` times as long there. Empty for an input without a hash or a 0-dim tensor.
+struct OpSplit {
+  std::int64_t rank = 0;
+  std::int64_t size = 0;  // 0: the op ran in no split scope
+  std::vector<std::uint64_t> output;
+  std::vector<std::vector<std::uint64_t>> inputs;
+  bool empty() const { return size == 0; }
+};
+
 struct Record {
   std::int64_t step = 0;
   Kind kind = Kind::scalar;
@@ -69,6 +81,7 @@ struct Record {
   // in argument order, nullopt for an input without one (undefined, unsupported dtype).
   std::optional<Phase> phase;
   std::vector<std::optional<std::uint64_t>> inputs;
+  OpSplit split;
 
   // Member by member, every field (see TensorStats' swap).
   friend void swap(Record& a, Record& b) noexcept {
@@ -83,6 +96,10 @@ struct Record {
     swap(a.value, b.value);
     swap(a.phase, b.phase);
     a.inputs.swap(b.inputs);
+    swap(a.split.rank, b.split.rank);
+    swap(a.split.size, b.split.size);
+    a.split.output.swap(b.split.output);
+    a.split.inputs.swap(b.split.inputs);
   }
 };
 

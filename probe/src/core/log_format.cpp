@@ -454,6 +454,30 @@ Stopped parse_stopped(std::string_view line) {
 
 namespace {
 
+// " split=r/n cand=[h,...] incand=[h:h:...,-,...]" for an op record of a split scope (format 7).
+void append_split(std::string& out, const OpSplit& split) {
+  if (split.empty()) return;
+  out += " split=";
+  append_int(out, split.rank);
+  out += '/';
+  append_int(out, split.size);
+  out += " cand=[";
+  for (std::size_t d = 0; d < split.output.size(); ++d) {
+    if (d) out += ',';
+    append_hash(out, split.output[d]);
+  }
+  out += "] incand=[";
+  for (std::size_t i = 0; i < split.inputs.size(); ++i) {
+    if (i) out += ',';
+    if (split.inputs[i].empty()) out += '-';
+    for (std::size_t d = 0; d < split.inputs[i].size(); ++d) {
+      if (d) out += ':';
+      append_hash(out, split.inputs[i][d]);
+    }
+  }
+  out += ']';
+}
+
 void append_op_fields(std::string& out, const Record& record) {
   out += " phase=";
   out += phase_name(record.phase.value_or(Phase::forward));
@@ -464,6 +488,7 @@ void append_op_fields(std::string& out, const Record& record) {
     else out += '-';
   }
   out += ']';
+  append_split(out, record.split);
 }
 
 // " covers=[a,b,...]" where the record covers several microbatches (format 6).
@@ -568,7 +593,7 @@ namespace {
 
 enum class RecordField {
   step, kind, name, mb, phase, in, value, hash, norm, min, max, mean, nan, inf, dtype, shape,
-  nnz, shard, partial, covers, unsupported, torch_hash, unknown
+  nnz, shard, partial, covers, unsupported, torch_hash, split, cand, incand, unknown
 };
 
 // By length first: a field name costs one or two short comparisons, not a chain of twenty
@@ -582,11 +607,12 @@ RecordField record_field(std::string_view k) {
            : k == "inf" ? F::inf : k == "nnz" ? F::nnz : F::unknown;
     case 4:
       return k == "step" ? F::step : k == "kind" ? F::kind : k == "name" ? F::name
-           : k == "hash" ? F::hash : k == "norm" ? F::norm : k == "mean" ? F::mean : F::unknown;
+           : k == "hash" ? F::hash : k == "norm" ? F::norm : k == "mean" ? F::mean
+           : k == "cand" ? F::cand : F::unknown;
     case 5:
       return k == "phase" ? F::phase : k == "value" ? F::value : k == "dtype" ? F::dtype
-           : k == "shape" ? F::shape : k == "shard" ? F::shard : F::unknown;
-    case 6: return k == "covers" ? F::covers : F::unknown;
+           : k == "shape" ? F::shape : k == "shard" ? F::shard : k == "split" ? F::split : F::unknown;
+    case 6: return k == "covers" ? F::covers : k == "incand" ? F::incand : F::unknown;
     case 7: return k == "partial" ? F::partial : F::unknown;
     case 10: return k == "torch_hash" ? F::torch_hash : F::unknown;
     case 11: return k == "unsupported" ? F::unsupported : F::unknown;
@@ -597,7 +623,7 @@ RecordField record_field(std::string_view k) {
 // Which fields a record line held: what checking the record needs beyond the record itself.
 struct FieldsSeen {
   bool step = false, kind = false, name = false, value = false, hash = false, dtype = false;
-  bool shape = false, none = false, inputs = false;
+  bool shape = false, none = false, inputs = false, split = false, cand = false, incand = false;
 };
 
 // A tensor's field (hash= to torch_hash=) into `s`; false when `field` is not one.
@@ -652,6 +678,40 @@ void read_covers(std::string_view v, std::vector<std::int64_t>& covers) {
       fail("field 'covers' is not ascending without duplicates: '" + std::string(v) + "'");
 }
 
+// "[h:h:...,-,...]" (incand): each input's hashes as shards, '-' for none.
+std::vector<std::vector<std::uint64_t>> parse_shard_hashes(std::string_view v) {
+  if (v.size() < 2 || v.front() != '[' || v.back() != ']') fail("field 'incand' is not [hash:hash,...]");
+  v = v.substr(1, v.size() - 2);
+  std::vector<std::vector<std::uint64_t>> inputs;
+  while (!v.empty()) {
+    const std::size_t comma = v.find(',');
+    std::string_view item = v.substr(0, comma);
+    auto& hashes = inputs.emplace_back();
+    if (item != "-") {
+      while (true) {
+        const std::size_t colon = item.find(':');
+        hashes.push_back(parse_hash(item.substr(0, colon)));
+        if (colon == std::string_view::npos) break;
+        item.remove_prefix(colon + 1);
+      }
+    }
+    if (comma == std::string_view::npos) break;
+    v.remove_prefix(comma + 1);
+    if (v.empty()) fail("field 'incand' ends with ','");
+  }
+  return inputs;
+}
+
+// "r/n": a split op's rank of its ranks, 0 <= r < n, n >= 2.
+void read_split(std::string_view v, OpSplit& split) {
+  const auto slash = v.find('/');
+  if (slash == std::string_view::npos) fail("field 'split' is not <rank>/<size>: '" + std::string(v) + "'");
+  split.rank = parse_int(v.substr(0, slash), "split");
+  split.size = parse_int(v.substr(slash + 1), "split");
+  if (split.size < 2 || split.rank < 0 || split.rank >= split.size)
+    fail("field 'split' needs 0 <= rank < size and size >= 2: '" + std::string(v) + "'");
+}
+
 // One field of a record line, in any order, into `r`.
 void read_field(const Field& f, Record& r, FieldsSeen& seen) {
   if (f.bare) {
@@ -694,8 +754,39 @@ void read_field(const Field& f, Record& r, FieldsSeen& seen) {
       seen.value = true;
       return;
     case F::covers: read_covers(v, r.covers); return;
+    case F::split:
+      read_split(v, r.split);
+      seen.split = true;
+      return;
+    case F::cand: {
+      r.split.output.clear();
+      for (const auto& h : parse_input_hashes(v)) {
+        if (!h) fail("field 'cand' holds '-'");
+        r.split.output.push_back(*h);
+      }
+      seen.cand = true;
+      return;
+    }
+    case F::incand:
+      r.split.inputs = parse_shard_hashes(v);
+      seen.incand = true;
+      return;
     default: fail("unknown field '" + std::string(k) + "'");
   }
+}
+
+// split=, cand= and incand= come together, on op records, one cand per dim of the output (none
+// where it has no hash) and one incand per input.
+void check_split(const Record& r, const FieldsSeen& seen) {
+  if (!seen.split && !seen.cand && !seen.incand) return;
+  if (!(seen.split && seen.cand && seen.incand)) fail("split=, cand= and incand= go together");
+  if (r.kind != Kind::op) fail("split= belongs to op records");
+  if (!r.split.output.empty() && r.split.output.size() != r.stats.shape.size())
+    fail("field 'cand' has " + std::to_string(r.split.output.size()) + " hashes for a " +
+         std::to_string(r.stats.shape.size()) + "-dim output");
+  if (r.split.inputs.size() != r.inputs.size())
+    fail("field 'incand' lists " + std::to_string(r.split.inputs.size()) + " inputs, in= " +
+         std::to_string(r.inputs.size()));
 }
 
 // What makes a record: its key, exactly one state (none, a value, a tensor), an op's phase and
@@ -715,6 +806,7 @@ void check_record(Record& r, const FieldsSeen& seen) {
   }
   if ((r.phase || seen.inputs) != (r.kind == Kind::op)) fail("phase= and in= belong to op records, and only to them");
   if (r.kind == Kind::op && !(r.phase && seen.inputs)) fail("op record lacks phase= or in=");
+  check_split(r, seen);
   const int states = int(seen.none) + int(seen.value) + int(seen.hash || seen.dtype);
   if (states != 1)
     fail("record must have exactly one of: 'none', value=, or tensor fields (hash=/dtype=)");
@@ -742,6 +834,9 @@ void reset_record(Record& r) {
   r.value = 0;
   r.phase.reset();
   r.inputs.clear();
+  r.split.rank = r.split.size = 0;
+  r.split.output.clear();
+  r.split.inputs.clear();
   TensorStats& s = r.stats;
   s.hash = 0;
   s.norm = 0;

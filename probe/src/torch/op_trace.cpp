@@ -23,7 +23,7 @@ constexpr std::string_view kEvaluateFunction = "autograd::engine::evaluate_funct
 // A backward node being evaluated on this thread: the forward op that created it, once its
 // BACKWARD_FUNCTION RecordFunction (which carries the sequence number) has started.
 struct NodeFrame {
-  std::optional<std::string> forward_op;
+  std::optional<OpTracer::ForwardOp> forward_op;
   bool from_evaluate_function = false;
 };
 
@@ -48,10 +48,12 @@ struct OpObservation : at::ObserverContext {
   enum class What : std::uint8_t { evaluate_function, node, nested, skipped, recorded } what;
   bool pushed_node = false;
   Phase phase = Phase::forward;
+  Split split;  // its scope's (forward), its forward op's (backward)
   OpContext context;
   std::string prefix;           // <scope>/<op> (forward), <forward op>/<op> (backward)
   std::int64_t seq_begin = -1;  // forward: sequence numbers its nodes take start here
   std::vector<std::optional<std::size_t>> inputs;
+  std::vector<std::vector<std::size_t>> input_shards;  // split: each input's figures as shards
   explicit OpObservation(What w) : what(w) {}
 };
 
@@ -82,16 +84,32 @@ void append_tensors(std::vector<at::Tensor>& out, const c10::IValue& v) {
   }
 }
 
-std::vector<std::optional<std::size_t>> input_figures(const OpTracer& tracer, const at::RecordFunction& fn) {
+// A split op's tensor as a shard along each dim: the piece `split.rank` of a whole `split.size`
+// times as long there. Which dim (if any) the ranks split is the differ's to find, against the
+// run it is compared with.
+std::vector<std::size_t> shard_figures(const OpTracer& tracer, const at::Tensor& t, Split split) {
+  std::vector<std::size_t> entries;
+  if (!split.split() || !t.defined()) return entries;
+  const std::vector<std::int64_t> sizes = t.sizes().vec();
+  entries.reserve(sizes.size());
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    std::vector<std::int64_t> whole = sizes;
+    whole[d] *= split.size;
+    entries.push_back(tracer.sink().figures(t, Shard::along(std::move(whole), static_cast<int>(d), split.rank * sizes[d])));
+  }
+  return entries;
+}
+
+void record_inputs(const OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs) {
   std::vector<at::Tensor> tensors;
   for (const c10::IValue& v : fn.inputs()) append_tensors(tensors, v);
-  std::vector<std::optional<std::size_t>> entries;
-  entries.reserve(tensors.size());
+  obs.inputs.reserve(tensors.size());
   // The observer's own ATen calls are neither traced nor seen by a profiler.
   at::DisableRecordFunctionGuard no_callbacks;
-  for (const at::Tensor& t : tensors)
-    entries.push_back(t.defined() ? std::optional(tracer.sink().figures(t)) : std::nullopt);
-  return entries;
+  for (const at::Tensor& t : tensors) {
+    obs.inputs.push_back(t.defined() ? std::optional(tracer.sink().figures(t, {})) : std::nullopt);
+    if (obs.split.split()) obs.input_shards.push_back(shard_figures(tracer, t, obs.split));
+  }
 }
 
 // Records of each tensor output: `name`, or `name.<i>` when the op returns several.
@@ -105,10 +123,15 @@ void record_outputs(OpTracer& tracer, const at::RecordFunction& fn, OpObservatio
     r.name = outputs.size() == 1 ? name : name + "." + std::to_string(i);
     r.microbatch = obs.context.microbatch;
     r.phase = obs.phase;
-    std::optional<std::size_t> entry;
-    if (outputs[i].defined()) entry = tracer.sink().figures(outputs[i]);
+    OpEntries entries{std::nullopt, obs.inputs, {}, obs.input_shards};
+    if (outputs[i].defined()) entries.output = tracer.sink().figures(outputs[i], {});
     else r.state = Record::State::none;
-    tracer.sink().push(std::move(r), entry, obs.inputs);
+    if (obs.split.split()) {
+      r.split.rank = obs.split.rank;
+      r.split.size = obs.split.size;
+      entries.output_shards = shard_figures(tracer, outputs[i], obs.split);
+    }
+    tracer.sink().push(std::move(r), std::move(entries));
   }
 }
 
@@ -144,15 +167,17 @@ std::unique_ptr<at::ObserverContext> start_op(OpTracer& tracer, const at::Record
       return obs;
     }
     obs->phase = Phase::backward;
+    obs->split = forward_op->split;
     obs->context = *context;
-    obs->prefix = *forward_op + "/" + std::string(name);
+    obs->prefix = forward_op->name + "/" + std::string(name);
   } else {
     obs->phase = Phase::forward;
+    obs->split = frames.back().split;
     obs->context = tt.forward;
     obs->prefix = frames.back().name + "/" + std::string(name);
     obs->seq_begin = std::min(tt.seq_floor, static_cast<std::int64_t>(at::sequence_number::peek()));
   }
-  if (obs->phase == Phase::backward || tracer.spec().traces_forward()) obs->inputs = input_figures(tracer, fn);
+  if (obs->phase == Phase::backward || tracer.spec().traces_forward()) record_inputs(tracer, fn, *obs);
   return obs;
 }
 
@@ -180,7 +205,7 @@ void end_op(OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs) 
   if (obs.phase == Phase::forward) {
     const auto seq_end = static_cast<std::int64_t>(at::sequence_number::peek());
     tt.seq_floor = seq_end;
-    if (seq_end > obs.seq_begin) tracer.add_forward_op(fn.threadId(), obs.seq_begin, {seq_end, name});
+    if (seq_end > obs.seq_begin) tracer.add_forward_op(fn.threadId(), obs.seq_begin, {seq_end, name, obs.split});
     if (!tracer.spec().traces_forward()) return;
   }
   record_outputs(tracer, fn, obs, name);
@@ -294,13 +319,13 @@ void OpTracer::end_step() {
   occurrences_.clear();
 }
 
-std::optional<std::string> OpTracer::forward_op_of(std::uint64_t thread, std::int64_t seq) {
+std::optional<OpTracer::ForwardOp> OpTracer::forward_op_of(std::uint64_t thread, std::int64_t seq) {
   std::lock_guard lock(mutex_);
   auto it = forward_ops_.upper_bound({thread, seq});
   if (it == forward_ops_.begin()) return std::nullopt;
   --it;
   if (it->first.first != thread || seq >= it->second.seq_end) return std::nullopt;
-  return it->second.name;
+  return it->second;
 }
 
 void OpTracer::add_forward_op(std::uint64_t thread, std::int64_t seq_begin, ForwardOp op) {

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "probe/record.h"
+#include "probe/scope.h"
+#include "probe/shard.h"
 #include "probe/trace_spec.h"
 
 namespace probe::detail {
@@ -27,6 +29,7 @@ struct ScopeFrame {
   std::string name;     // joined name
   bool root = false;    // children do not join it
   bool traced = false;  // ops directly inside are recorded (set by scope_entered)
+  Split split;          // its own, or the enclosing scope's
 };
 std::vector<ScopeFrame>& scope_frames();  // this thread's, innermost last
 // Called by Scope right after pushing its frame / right before popping it.
@@ -39,19 +42,26 @@ struct OpContext {
   std::optional<std::int64_t> microbatch;
 };
 
+// Where an op record's figures are in the step's batch: its output's, its inputs' (nullopt: no
+// hash), and in a split scope the same as shards along each dim (Record::split).
+struct OpEntries {
+  std::optional<std::size_t> output;
+  std::vector<std::optional<std::size_t>> inputs;
+  std::vector<std::size_t> output_shards;
+  std::vector<std::vector<std::size_t>> input_shards;
+};
+
 class OpTracer {
  public:
   struct Sink {  // the probe's side
     // The step and current microbatch of `phase` (forward: the latest forward's; backward: the
     // running backward's).
     std::function<OpContext(Phase)> context;
-    // Starts computing a tensor's figures; returns its entry in the step's batch.
-    std::function<std::size_t(const at::Tensor&)> figures;
-    // A record whose figures are entry `output` (none: the record says `none`) and whose
-    // inputs' hashes are those entries' (nullopt: no hash).
-    std::function<void(Record, std::optional<std::size_t> output,
-                       std::vector<std::optional<std::size_t>> inputs)>
-        push;
+    // Starts computing a tensor's figures (as `shard` of a whole where one is given); returns
+    // its entry in the step's batch.
+    std::function<std::size_t(const at::Tensor&, const Shard&)> figures;
+    // A record whose figures are entry `entries.output` (none: the record says `none`).
+    std::function<void(Record, OpEntries entries)> push;
   };
 
   // Becomes the process's active tracer (the latest constructed).
@@ -83,8 +93,9 @@ class OpTracer {
   struct ForwardOp {
     std::int64_t seq_end = 0;  // the op created autograd nodes with sequence numbers [key, seq_end)
     std::string name;          // its record name, <scope>/<op>#<k>
+    Split split;               // its scope's: its backward ops run split alike
   };
-  std::optional<std::string> forward_op_of(std::uint64_t thread, std::int64_t seq);
+  std::optional<ForwardOp> forward_op_of(std::uint64_t thread, std::int64_t seq);
   void add_forward_op(std::uint64_t thread, std::int64_t seq_begin, ForwardOp op);
   std::string numbered(Phase phase, std::optional<std::int64_t> mb, const std::string& name);
   std::optional<OpContext> backward_context();

@@ -141,6 +141,9 @@ struct PendingRecord {
   Partial partial;  // set on the figures once they are computed
   std::optional<std::size_t> entry;  // its figures (or scalar value) in the step's StatsBatch
   std::vector<std::optional<std::size_t>> input_entries;  // an op's inputs, for their hashes
+  // A split op's output and inputs as shards along each dim (Record::split).
+  std::vector<std::size_t> output_shards;
+  std::vector<std::vector<std::size_t>> input_shards;
 };
 
 }  // namespace
@@ -300,6 +303,21 @@ struct Probe::Impl {
     push(std::move(r));
   }
 
+  // A split op record's hashes as shards (all of a tensor's or none: an unsupported dtype has none).
+  void resolve_shard_hashes(PendingRecord& r) {
+    const auto hashes = [this](const std::vector<std::size_t>& entries) {
+      std::vector<std::uint64_t> out;
+      for (std::size_t e : entries) {
+        const TensorStats& s = batch.stats(e);
+        if (!s.supported()) return std::vector<std::uint64_t>{};
+        out.push_back(s.hash);
+      }
+      return out;
+    };
+    r.record.split.output = hashes(r.output_shards);
+    for (const auto& input : r.input_shards) r.record.split.inputs.push_back(hashes(input));
+  }
+
   // The op trace's access to the step: its context, the batch and the record list.
   detail::OpTracer::Sink op_sink() {
     detail::OpTracer::Sink sink;
@@ -307,13 +325,13 @@ struct Probe::Impl {
       std::lock_guard lock(mutex);
       return detail::OpContext{step, phase == Phase::backward ? backward_microbatch : forward_microbatch};
     };
-    sink.figures = [this](const at::Tensor& t) {
+    sink.figures = [this](const at::Tensor& t, const Shard& shard) {
       at::NoGradGuard no_grad;
-      return batch.add(t.detach());
+      return batch.add(t.detach(), shard);
     };
-    sink.push = [this](Record record, std::optional<std::size_t> output,
-                       std::vector<std::optional<std::size_t>> inputs) {
-      PendingRecord r{std::move(record), Partial{}, output, std::move(inputs)};
+    sink.push = [this](Record record, detail::OpEntries e) {
+      PendingRecord r{std::move(record), Partial{}, e.output, std::move(e.inputs), std::move(e.output_shards),
+                      std::move(e.input_shards)};
       push(std::move(r));
     };
     return sink;
@@ -578,6 +596,7 @@ void Probe::end_step() {
       const TensorStats* in = input ? &impl.batch.stats(*input) : nullptr;
       r.record.inputs.push_back(in && in->supported() ? std::optional(in->hash) : std::nullopt);
     }
+    if (!r.record.split.empty()) impl.resolve_shard_hashes(r);
     if (r.entry && r.record.state == Record::State::scalar) r.record.value = impl.batch.scalar(*r.entry);
     else if (r.entry) r.record.stats = std::move(impl.batch.stats(*r.entry));
     if (r.record.state == Record::State::tensor) r.record.stats.partial = r.partial;

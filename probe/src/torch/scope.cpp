@@ -2,6 +2,9 @@
 
 #include <ATen/record_function.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "op_trace.h"
 
 namespace probe {
@@ -12,7 +15,13 @@ struct Scope::Profiled {
   at::RecordFunction function{at::RecordScope::USER_SCOPE};
 };
 
-Scope::Scope(std::string_view name) {
+Scope::Scope(std::string_view name) : Scope(name, Split{}) {}
+
+Scope::Scope(std::string_view name, Split split) {
+  if (split.size < 1 || split.rank < 0 || split.rank >= split.size)
+    throw std::invalid_argument("numprobe: Scope '" + std::string(name) + "': split rank " +
+                                std::to_string(split.rank) + " of " + std::to_string(split.size) +
+                                " (needs 0 <= rank < size)");
   const auto& frames = detail::scope_frames();
   std::string joined;
   if (!frames.empty() && !frames.back().root) {
@@ -21,14 +30,16 @@ Scope::Scope(std::string_view name) {
     joined += '.';
   }
   joined += name;
-  open(std::move(joined), false);
+  // Inside a split scope, split alike unless declared otherwise.
+  if (!split.split() && !frames.empty()) split = frames.back().split;
+  open(std::move(joined), false, split);
 }
 
-Scope::Scope(Root, std::string_view name) { open(std::string(name), true); }
+Scope::Scope(Root, std::string_view name) { open(std::string(name), true, Split{}); }
 
-void Scope::open(std::string name, bool root) {
+void Scope::open(std::string name, bool root, Split split) {
   frame_ = detail::scope_frames().size();
-  detail::scope_frames().push_back({std::move(name), root, false});
+  detail::scope_frames().push_back({std::move(name), root, false, split});
   detail::scope_entered();
   if (at::hasCallbacks()) {
     profiled_ = std::make_unique<Profiled>();

@@ -33,6 +33,25 @@ struct PartialSum {
   friend bool operator==(const PartialSum&, const PartialSum&) = default;
 };
 
+// An op record of a split scope (Record::split), merged over its ranks: the wholes it may be a
+// piece of, to be chosen against the other run's record (docs/diff-logs.md, "Split ops").
+struct SplitOp {
+  std::int64_t size = 0;    // ranks it is split over; 0: no split op record
+  bool replicated = false;  // every rank computed the same output
+  TensorStats local;        // one rank's figures: the output, were it replicated
+  TensorStats combined;     // every rank's figures combined: the whole's norm, min, max, mean
+  double summand_norms = 0; // the ranks' norms added: were they summands of a partial sum
+  // Per dim d: the whole the ranks' outputs tile when cut along d, and its hash.
+  struct Whole {
+    std::vector<std::int64_t> shape;
+    std::uint64_t hash = 0;
+  };
+  std::vector<Whole> wholes;
+  // Per input: every hash the whole input may have (the ranks' common one, each dim's composed).
+  std::vector<std::vector<std::uint64_t>> inputs;
+  bool empty() const { return size == 0; }
+};
+
 // One logical record of a run at one step, after its ranks were merged.
 struct Merged {
   Record rec;             // rec.name is the canonical name; shards composed to the whole
@@ -43,6 +62,7 @@ struct Merged {
   bool replicas_disagree = false;  // ranks holding the same shard (or whole) logged different values
   std::vector<int> value_ranks;    // when they disagree: the ranks whose records rec holds
   PartialSum partial;              // set when its ranks logged summands of the tensor
+  SplitOp split;                   // an op record of a split scope
 
   // Member by member, every field (see TensorStats' swap).
   friend void swap(Merged& a, Merged& b) noexcept {
@@ -55,6 +75,7 @@ struct Merged {
     swap(a.replicas_disagree, b.replicas_disagree);
     a.value_ranks.swap(b.value_ranks);
     swap(a.partial, b.partial);
+    swap(a.split, b.split);
   }
 };
 
@@ -186,6 +207,9 @@ struct OpReport {
   std::optional<OpFinding> root_cause;
   // The first op whose output differs and whose inputs already differ, naming their producer.
   std::optional<OpFinding> inherited;
+  // Where no op's inputs agree (every op after a row-parallel sum carries its noise): the first
+  // op whose inputs differ by noise only and whose output differs beyond that noise.
+  std::optional<OpFinding> beyond_noise;
   // Op records of one run only ("step 0 mb 1 forward NAME"): set aside, never a divergence.
   std::vector<std::string> only_base, only_test;
   std::int64_t only_base_count = 0, only_test_count = 0;

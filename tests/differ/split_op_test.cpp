@@ -1,0 +1,125 @@
+// Op records of a split scope against a run that computes the whole (docs/diff-logs.md, "Split
+// ops"): the ranks' pieces composed along the dim the other run's shape asks for, ops aligned by
+// what they compute where the layouts run other ops, a row-parallel op's summands set aside, and
+// pieces of another arrangement or inputs of other ops never read as a divergence.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "differ_test_util.h"
+
+using namespace differ_test;
+using probe::Kind;
+using probe::Phase;
+using probe::Record;
+
+namespace {
+
+Record whole_op(const std::string& name, std::uint64_t out, std::vector<std::optional<std::uint64_t>> in,
+                double norm, Phase phase = Phase::forward) {
+  Record r = tensor(0, Kind::op, name, out, norm, 0);
+  r.phase = phase;
+  r.inputs = std::move(in);
+  return r;
+}
+
+// Rank `rank` of 2's record: its own output hash and shape, the hashes its output has as the
+// piece along each dim (cand), and each input's (incand).
+Record piece_op(const std::string& name, int rank, std::uint64_t local, std::vector<std::int64_t> shape,
+                std::vector<std::uint64_t> cand, std::vector<std::optional<std::uint64_t>> in,
+                std::vector<std::vector<std::uint64_t>> incand, double norm, Phase phase = Phase::forward) {
+  Record r = whole_op(name, local, std::move(in), norm, phase);
+  r.stats.shape = std::move(shape);
+  r.split.rank = rank;
+  r.split.size = 2;
+  r.split.output = std::move(cand);
+  r.split.inputs = std::move(incand);
+  return r;
+}
+
+}  // namespace
+
+// The column-parallel op's pieces compose to the whole op's output along dim 0 and the softmax's
+// input pieces to its input: the softmax, whose output differs, is the root cause, although a
+// re-layout of one run only shifted the op numbers.
+TEST(SplitOp, PiecesComposeAndTheRootCauseIsNamedAcrossAnotherOpSequence) {
+  auto dir = fresh_dir("split_root");
+  const double half = std::sqrt(2.0);
+  write_run(dir / "a", {{whole_op("s/aten::mm#0", 100, {1}, 2.0), whole_op("s/aten::softmax#0", 200, {100}, 1.0)}});
+  std::vector<std::vector<Record>> test(2);
+  for (int r = 0; r < 2; ++r) {
+    const std::uint64_t u = static_cast<std::uint64_t>(r);
+    test[u] = {piece_op("s/aten::mm#0", r, 7 + u, {3, 3}, {8 + u, 9 + u}, {1}, {{1, 1}}, 1.0),  // a re-layout
+               piece_op("s/aten::mm#1", r, 50 + u, {2, 2}, {r == 0 ? 60u : 40u, 30 + u}, {1}, {{1, 1}}, half),
+               piece_op("s/aten::softmax#0", r, 70 + u, {2, 2}, {r == 0 ? 80u : 130u, 90 + u}, {50 + u},
+                        {{r == 0 ? 60u : 40u, 30 + u}}, 1.01 / half)};
+  }
+  write_run(dir / "b", test);
+  const auto r = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(r.ops.root_cause) << text_of(r);
+  EXPECT_EQ(r.ops.root_cause->name, "s/aten::softmax#0");
+  EXPECT_EQ(count(r, Kind::op, probe::differ::PairClass::equal), 1);  // mm#1 is base's mm#0
+  EXPECT_EQ(r.ops.only_test_count, 1);
+  EXPECT_EQ(r.ops.only_base_count, 0);
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_EQ(r.first_divergence->name, "s/aten::softmax#0");
+  EXPECT_EQ(r.exit_code(), 1);
+}
+
+// A row-parallel op's ranks hold summands of the whole op's output: set aside as a partial sum,
+// and the op after the (untraced) reduction differs by its rounding alone.
+TEST(SplitOp, SummandsAreSetAsideAndTheOpAfterTheReductionInheritsTheirNoise) {
+  auto dir = fresh_dir("split_partial");
+  write_run(dir / "a", {{whole_op("s/aten::mm#0", 300, {1}, 2.0), whole_op("s/aten::add#0", 400, {300, 5}, 3.0)}});
+  std::vector<std::vector<Record>> test(2);
+  for (int r = 0; r < 2; ++r) {
+    const std::uint64_t u = static_cast<std::uint64_t>(r);
+    test[u] = {piece_op("s/aten::mm#0", r, 301 + u, {4, 2}, {310 + u, 320 + u}, {1}, {{1, 1}}, 1.4 + 0.1 * r),
+               piece_op("s/aten::add#0", r, 401, {4, 2}, {410 + u, 420 + u}, {303, 5}, {{330 + u, 340 + u}, {5, 5}},
+                        3.0000001)};
+  }
+  write_run(dir / "b", test);
+  const auto r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.partial.by_kind.count(Kind::op) ? r.partial.by_kind.at(Kind::op) : 0, 1) << text_of(r);
+  EXPECT_FALSE(r.ops.root_cause) << r.ops.root_cause->message;
+  EXPECT_EQ(r.exit_code(), 4) << text_of(r);
+}
+
+// Pieces along a dim that flattens a split dim with a whole one hold the whole's elements in
+// another order: no pair (each an op of one run), never elements_moved.
+TEST(SplitOp, PiecesOfAnotherArrangementAreNoPair) {
+  auto dir = fresh_dir("split_relayout");
+  write_run(dir / "a", {{whole_op("s/aten::bmm#0", 500, {1}, 2.0), scalar(0, "loss", 1)}});
+  std::vector<std::vector<Record>> test(2);
+  for (int r = 0; r < 2; ++r) {
+    const std::uint64_t u = static_cast<std::uint64_t>(r);
+    test[u] = {piece_op("s/aten::bmm#0", r, 501 + u, {2, 2}, {r == 0 ? 700u : 77u, 60 + u}, {1}, {{1, 1}},
+                        std::sqrt(2.0)),
+               scalar(0, "loss", 1)};
+  }
+  write_run(dir / "b", test);
+  const auto r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.ops.only_base_count, 1) << text_of(r);
+  EXPECT_EQ(r.ops.only_test_count, 1);
+  EXPECT_EQ(r.exit_code(), 0) << text_of(r);
+}
+
+// Gradients added as they arrive: where the test run's backward adds another gradient first, the
+// add aligned with base's by type and shape reads a sum made by other ops (of another norm): no
+// pair, so no difference is read into it.
+TEST(SplitOp, AnAddOfOtherGradientsIsNoPair) {
+  auto dir = fresh_dir("split_accumulate");
+  const auto bwd = Phase::backward;
+  write_run(dir / "a", {{whole_op("s/aten::mm#0/aten::mm#0", 10, {1}, 1.0, bwd),
+                         whole_op("s/aten::mm#1/aten::mm#0", 11, {2}, 2.0, bwd),
+                         whole_op("s/aten::mm#2/aten::mm#0", 12, {3}, 3.0, bwd),
+                         whole_op("s/aten::mm#2/aten::add_#0", 13, {10, 12}, 3.2, bwd)}});
+  write_run(dir / "b", {{whole_op("s/aten::mm#0/aten::mm#0", 10, {1}, 1.0, bwd),
+                         whole_op("s/aten::mm#1/aten::mm#0", 11, {2}, 2.0, bwd),
+                         whole_op("s/aten::mm#2/aten::mm#0", 12, {3}, 3.0, bwd),
+                         whole_op("s/aten::mm#2/aten::add_#0", 14, {11, 12}, 3.6, bwd)}});
+  const auto r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.ops.only_base_count, 1) << text_of(r);
+  EXPECT_EQ(r.ops.only_test_count, 1);
+  EXPECT_EQ(r.exit_code(), 0) << text_of(r);
+}
