@@ -631,7 +631,11 @@ TEST(LogFormat, Version7SplitOpRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(message_of(head + " split=0/2 cand=[0000000000000001,0000000000000001] incand=[0000000000000002]"),
             "field 'cand' has 2 hashes for a 1-dim output");
   EXPECT_EQ(message_of(head + " split=0/2 cand=[0000000000000001] incand=[-,-]"),
-            "field 'incand' lists 2 inputs, in= 1");
+            "field 'incand' has 2 inputs where in= has 1");
+  EXPECT_EQ(message_of(head + " split=0/2 cand=[0000000000000001,] incand=[0000000000000002]"),
+            "field 'cand' ends with ','");
+  EXPECT_EQ(message_of(head + " split=0/2 cand=[0000000000000001] incand=[0000000000000002::0000000000000003]"),
+            "field 'incand' has an empty item");
   EXPECT_EQ(message_of(head + " split=0/2 cand=[-] incand=[-]"), "field 'cand' holds '-'");
   EXPECT_EQ(message_of("step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
                        "dtype=float32 shape=[2] split=0/2" + cand),

@@ -106,7 +106,9 @@ TEST(SplitOp, PiecesOfAnotherArrangementAreNoPair) {
 
 // Gradients added as they arrive: where the test run's backward adds another gradient first, the
 // add aligned with base's by type and shape reads a sum made by other ops (of another norm): no
-// pair, so no difference is read into it.
+// pair, so no difference is read into it. (The test run's records are of a split scope,
+// replicated on its two ranks: runs with the same op names in the same order and no split
+// record pair by name, unchecked.)
 TEST(SplitOp, AnAddOfOtherGradientsIsNoPair) {
   auto dir = fresh_dir("split_accumulate");
   const auto bwd = Phase::backward;
@@ -114,12 +116,36 @@ TEST(SplitOp, AnAddOfOtherGradientsIsNoPair) {
                          whole_op("s/aten::mm#1/aten::mm#0", 11, {2}, 2.0, bwd),
                          whole_op("s/aten::mm#2/aten::mm#0", 12, {3}, 3.0, bwd),
                          whole_op("s/aten::mm#2/aten::add_#0", 13, {10, 12}, 3.2, bwd)}});
-  write_run(dir / "b", {{whole_op("s/aten::mm#0/aten::mm#0", 10, {1}, 1.0, bwd),
-                         whole_op("s/aten::mm#1/aten::mm#0", 11, {2}, 2.0, bwd),
-                         whole_op("s/aten::mm#2/aten::mm#0", 12, {3}, 3.0, bwd),
-                         whole_op("s/aten::mm#2/aten::add_#0", 14, {11, 12}, 3.6, bwd)}});
+  std::vector<std::vector<Record>> test(2);
+  for (int r = 0; r < 2; ++r) {
+    const auto replicated = [&](const std::string& name, std::uint64_t out, std::vector<std::optional<std::uint64_t>> in,
+                                double norm) {
+      std::vector<std::vector<std::uint64_t>> incand;
+      for (std::size_t i = 0; i < in.size(); ++i) incand.push_back({100 + out + i, 200 + out + i});
+      return piece_op(name, r, out, {4, 2}, {300 + out + r, 400 + out + r}, std::move(in), std::move(incand), norm, bwd);
+    };
+    test[static_cast<std::size_t>(r)] = {replicated("s/aten::mm#0/aten::mm#0", 10, {1}, 1.0),
+                                         replicated("s/aten::mm#1/aten::mm#0", 11, {2}, 2.0),
+                                         replicated("s/aten::mm#2/aten::mm#0", 12, {3}, 3.0),
+                                         replicated("s/aten::mm#2/aten::add_#0", 14, {11, 12}, 3.6)};
+  }
+  write_run(dir / "b", test);
   const auto r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(count(r, Kind::op, probe::differ::PairClass::equal), 3) << text_of(r);
   EXPECT_EQ(r.ops.only_base_count, 1) << text_of(r);
   EXPECT_EQ(r.ops.only_test_count, 1);
   EXPECT_EQ(r.exit_code(), 0) << text_of(r);
+}
+
+// A split op that not every rank of its split logged has no whole: a warning names it, and the
+// record is one rank's, never a partial sum of the ranks that are there.
+TEST(SplitOp, ASplitOpMissingARankIsAWarningAndOneRanksRecord) {
+  auto dir = fresh_dir("split_incomplete");
+  write_run(dir / "a", {{whole_op("s/aten::mm#0", 300, {1}, 2.0), scalar(0, "loss", 1)}});
+  write_run(dir / "b", {{piece_op("s/aten::mm#0", 0, 301, {4, 2}, {310, 320}, {1}, {{1, 1}}, 1.4), scalar(0, "loss", 1)},
+                        {scalar(0, "loss", 1)}});
+  auto r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.test_issues.count_by_type["split_incomplete"], 1) << text_of(r);
+  EXPECT_EQ(r.partial.pairs, 0);
+  EXPECT_EQ(count(r, Kind::op, probe::differ::PairClass::different), 1);
 }

@@ -440,7 +440,7 @@
       main.appendChild(el('p', {text: 'The runs diverge where no op was recorded; to find the op, re-run both with'}));
       main.appendChild(el('pre', {id: 'op-trace-hint', text: "PROBE_TRACE='" + ops.trace_hint + "'"}));
       if (R.covered_records && R.covered_records.pairs)
-        main.appendChild(el('p', {class: 'note', id: 'op-trace-split', text: 'A run dispatches tokens to experts ' +
+        main.appendChild(el('p', {class: 'note', id: 'op-trace-split', text: 'A run sends tokens to experts ' +
           'on other ranks: op traces of an expert-parallel layout are not aligned with another layout\'s yet; ' +
           'trace it against a run of the same layout.'}));
     }

@@ -510,7 +510,7 @@ void merge_group(Group& g, MergeContext& ctx, Merged& m) {
   m.partial = {};
   m.split.size = 0;
   if (is_split_op_group(g)) {
-    merge_split_op(g, m);
+    merge_split_op(g, ctx, m);
     m.rec.name = g.name;
     m.key = g.key;
     return;

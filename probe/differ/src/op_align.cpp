@@ -26,10 +26,6 @@ bool output_differs(const Pair& p) {
   return p.pair_class == PairClass::different || p.pair_class == PairClass::none_one_side;
 }
 
-std::string hash_text(const std::optional<std::uint64_t>& h) {
-  return h ? log_format::format_hash(*h) : std::string("-");
-}
-
 // Which op of one run produced each output hash seen so far in the step.
 using Producers = std::unordered_map<std::uint64_t, std::string>;
 
@@ -51,6 +47,14 @@ std::string escape_regex(const std::string& text) {
     out += c;
   }
   return out;
+}
+
+// Input `i`'s hash as compared: a split record's first view (the ranks' common hash, or the whole
+// along dim 0), not one rank's.
+std::string input_text(const Merged& m, std::size_t i) {
+  std::vector<std::uint64_t> scratch;
+  const auto& hashes = input_hashes(m, i, scratch);
+  return hashes.empty() ? std::string("-") : log_format::format_hash(hashes.front());
 }
 
 bool in_both(const Pair& p) { return p.base.present && p.test.present; }
@@ -136,8 +140,8 @@ OpFinding inherited_finding(std::int64_t step, const Pair& p, const StepOps& ops
     return {step, p.mb, phase, p.name, msg};
   }
   const std::size_t i = first_differing_input(p.base.m, p.test.m);
-  msg += "input " + std::to_string(i) + " already differs (base " + hash_text(b.inputs[i]) + ", test " +
-         hash_text(t.inputs[i]) + ")";
+  msg += "input " + std::to_string(i) + " already differs (base " + input_text(p.base.m, i) + ", test " +
+         input_text(p.test.m, i) + ")";
   const std::string pb = producer_of(ops.base, p.base.m, i), pt = producer_of(ops.test, p.test.m, i);
   msg += made_by_text(pb, pt);
   // Where the difference is noise (a reduction's rounding carried along), the ops of one run only
@@ -194,6 +198,7 @@ void OpAnalysis::add_step(std::int64_t step, const std::vector<Pair>& pairs, OpR
     }
     note_outputs(p, ops.base, ops.test);
   }
+  if (report.root_cause) report.beyond_noise.reset();  // only where no op's inputs agree
   done_ = report.root_cause || report.inherited || report.beyond_noise;
 }
 

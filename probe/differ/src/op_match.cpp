@@ -140,7 +140,7 @@ class OpMatcher {
     // Forward first: a test backward op's sequence is named after its forward op's partner.
     for (const Phase phase : {Phase::forward, Phase::backward}) {
       const Sequences b = sequences(base_, phase, false), t = sequences(test_, phase, true);
-      std::vector<std::size_t> matched;  // test records aligned in this phase
+      std::vector<std::size_t> matched;  // test records aligned by what they compute in this phase
       for (const auto& [key, ti] : t)
         if (const auto it = b.find(key); it != b.end()) match(it->second, ti, matched);
       drop_foreign_inputs(matched);
@@ -169,15 +169,17 @@ class OpMatcher {
     return out;
   }
 
+  // The same names in the same order (and no split record) pair by name, as every record does;
+  // so do sequences too long to align (kMaxCells). Only the others are aligned, and checked.
   void match(const std::vector<std::size_t>& bi, const std::vector<std::size_t>& ti, std::vector<std::size_t>& matched) {
-    std::vector<std::pair<std::size_t, std::size_t>> pairs;
     if (same_names(base_, bi, test_, ti) || bi.size() * ti.size() > kMaxCells) {
-      for (std::size_t k = 0; k < bi.size() && k < ti.size(); ++k)
-        if (base_[bi[k]].rec.name == test_[ti[k]].rec.name) pairs.emplace_back(k, k);
-    } else {
-      pairs = align(base_, bi, test_, ti);
+      std::unordered_map<std::string_view, std::size_t> by_name;
+      for (std::size_t k : bi) by_name.emplace(base_[k].rec.name, k);
+      for (std::size_t l : ti)
+        if (auto it = by_name.find(test_[l].rec.name); it != by_name.end()) partner_[l] = it->second;
+      return;
     }
-    for (const auto& [k, l] : pairs) {
+    for (const auto& [k, l] : align(base_, bi, test_, ti)) {
       partner_[ti[l]] = bi[k];
       matched.push_back(ti[l]);
     }
@@ -230,7 +232,8 @@ class OpMatcher {
       if (t.rec.kind != Kind::op || t.rec.phase.value_or(Phase::forward) != Phase::forward) continue;
       const std::string op = op_of(t.rec.name);
       forward_ops_.insert(op);
-      if (partner_[ti] != kNone) forward_names_[op] = op_of(base_[partner_[ti]].rec.name);
+      // An op's first output aligned names it (its other outputs may align with other ops').
+      if (partner_[ti] != kNone) forward_names_.try_emplace(op, op_of(base_[partner_[ti]].rec.name));
     }
   }
 
@@ -246,7 +249,7 @@ class OpMatcher {
       base_keys_of_test_[ti] = test_[ti].rec.kind == Kind::op && base_keys.count(test_[ti].key);
       unaligned[ti] = partner_[ti] == kNone && base_keys_of_test_[ti];
     }
-    base_keys.clear();  // its views are of keys about to change
+    base_keys.clear();  // views of the base keys, which test keys are about to copy
     for (std::size_t ti = 0; ti < test_.size(); ++ti) {
       Merged& t = test_[ti];
       if (partner_[ti] != kNone && !choose_views(base_[partner_[ti]], t)) {

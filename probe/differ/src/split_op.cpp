@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "differ/detail/compose.h"
+#include "differ/detail/record_text.h"
 #include "probe/log_format.h"
 
 namespace probe::differ {
@@ -49,8 +50,6 @@ void compose_wholes(const std::vector<Part>& parts, SplitOp& s) {
     for (const Part& p : parts) w.hash += p.rec->split.output[d];
     s.wholes.push_back(std::move(w));
   }
-  s.summand_norms = 0;
-  for (const Part& p : parts) s.summand_norms += p.rec->stats.norm;
   if (shape.empty()) {
     s.combined = s.local;
     return;
@@ -125,17 +124,16 @@ bool same_elements_elsewhere(const TensorStats& whole, const TensorStats& other)
          close(whole.mean, other.mean, std::fabs(other.mean) + std::fabs(other.norm) / std::sqrt(n));
 }
 
-// The whole of the other's shape (its hash first), or null.
+// The whole of the other's shape, or null (cut along two dims, the wholes' shapes differ).
 const SplitOp::Whole* whole_like(const SplitOp& sp, const TensorStats& other) {
-  const SplitOp::Whole* pick = nullptr;
   for (const auto& w : sp.wholes)
-    if (w.shape == other.shape && (!pick || w.hash == other.hash)) pick = &w;
-  return pick;
+    if (w.shape == other.shape) return &w;
+  return nullptr;
 }
 
-// Each rank's output is a summand of the other's tensor: its shape, differing across ranks.
+// Each rank's output is a summand of the other's tensor: every rank's, of its shape, differing.
 bool summands_of(const SplitOp& sp, const TensorStats& other) {
-  return !sp.replicated && sp.local.shape == other.shape && !whole_like(sp, other);
+  return sp.complete && !sp.replicated && sp.local.shape == other.shape && !whole_like(sp, other);
 }
 
 // A split record `s` against the other run's output figures `other` (of no split scope); false
@@ -159,47 +157,66 @@ bool view_against(Merged& s, const TensorStats& other) {
   return true;
 }
 
-// Both split: the same view of each (the same dim, where the wholes' hashes agree if any does).
-void views_of_both(Merged& b, Merged& t) {
-  const SplitOp &sb = b.split, &st = t.split;
-  if (sb.replicated && st.replicated) {
-    b.rec.stats = sb.local;
-    t.rec.stats = st.local;
-    return;
-  }
-  const SplitOp::Whole *pb = nullptr, *pt = nullptr;
-  for (int pass = 0; pass < 2 && !pb; ++pass)  // a view whose hashes agree first, then any shape in common
-    for (const auto& wb : sb.wholes)
-      for (const auto& wt : st.wholes)
-        if (!pb && wb.shape == wt.shape && (pass == 1 || wb.hash == wt.hash)) {
-          pb = &wb;
-          pt = &wt;
+// A split record's views: its replicated output, the whole along each dim.
+struct View {
+  const TensorStats* figures;
+  const std::vector<std::int64_t>* shape;
+  std::uint64_t hash;
+};
+
+std::vector<View> views_of(const SplitOp& sp) {
+  std::vector<View> views;
+  if (sp.replicated) views.push_back({&sp.local, &sp.local.shape, sp.local.hash});
+  for (const auto& w : sp.wholes) views.push_back({&sp.combined, &w.shape, w.hash});
+  return views;
+}
+
+// Both split: a view of each of one shape, one whose hashes agree first; false where none has
+// the other's shape, or the pair holds the same elements in other places.
+bool views_of_both(Merged& b, Merged& t) {
+  const auto vb = views_of(b.split), vt = views_of(t.split);
+  const View *pb = nullptr, *pt = nullptr;
+  for (int pass = 0; pass < 2 && !pb; ++pass)
+    for (const View& x : vb)
+      for (const View& y : vt)
+        if (!pb && *x.shape == *y.shape && (pass == 1 || x.hash == y.hash)) {
+          pb = &x;
+          pt = &y;
         }
-  if (pb) {
-    take_view(b, sb.combined, pb->shape, pb->hash);
-    take_view(t, st.combined, pt->shape, pt->hash);
-  }
+  if (!pb) return false;
+  take_view(b, *pb->figures, *pb->shape, pb->hash);
+  take_view(t, *pt->figures, *pt->shape, pt->hash);
+  return !same_elements_elsewhere(t.rec.stats, b.rec.stats);
 }
 
 }  // namespace
 
 bool is_split_op_group(const Group& g) {
-  return g.kind == Kind::op && !g.parts.empty() && !g.parts[0].rec->split.empty();
+  return g.kind == Kind::op &&
+         std::any_of(g.parts.begin(), g.parts.end(), [](const Part& p) { return !p.rec->split.empty(); });
 }
 
-void merge_split_op(Group& g, Merged& m) {
+void merge_split_op(Group& g, MergeContext& ctx, Merged& m) {
   auto& parts = g.parts;
   std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.rec->split.rank < b.rec->split.rank; });
-  SplitOp& s = m.split;
-  s.size = parts[0].rec->split.size;
+  SplitOp& s = m.split;  // every field set: a Merged is reused across steps
+  s.size = std::max<std::int64_t>(parts.back().rec->split.size, 1);
   s.wholes.clear();
   s.inputs.clear();
   s.local = parts[0].rec->stats;
   s.replicated = replicated(parts);
-  const bool all_ranks = complete(parts);
-  if (all_ranks) compose_wholes(parts, s);
+  s.complete = complete(parts);
+  s.summand_norms = 0;
+  for (const Part& p : parts) s.summand_norms += p.rec->stats.norm;
+  if (s.complete) compose_wholes(parts, s);
   else s.combined = s.local;
-  input_wholes(parts, all_ranks, s);
+  if (!s.complete && ctx.compared && ctx.issues)
+    ctx.issues->add({Issue::Severity::warning, "split_incomplete", *ctx.label, ctx.step,
+                     "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": " +
+                         std::to_string(parts.size()) + " record(s) of a split scope over " + std::to_string(s.size) +
+                         " ranks (each rank once, alike in shape, with a hash per dim, makes the whole): " +
+                         "compared as one rank's record"});
+  input_wholes(parts, s.complete, s);
   swap(m.rec, *parts[0].rec);
   if (!s.replicated && !s.wholes.empty()) take_view(m, s.combined, s.wholes[0].shape, s.wholes[0].hash);
 }
@@ -252,18 +269,10 @@ bool shapes_compatible(const Merged& a, const Merged& b) {
   return false;
 }
 
-bool partial_pair(const Merged& base, const Merged& test) {
-  if (!is_tensor(base.rec) || !is_tensor(test.rec) || base.split.empty() == test.split.empty()) return false;
-  return base.split.empty() ? summands_of(test.split, base.rec.stats) : summands_of(base.split, test.rec.stats);
-}
-
 bool choose_views(Merged& base, Merged& test) {
   if (base.split.empty() && test.split.empty()) return true;
   if (!is_tensor(base.rec) || !is_tensor(test.rec)) return true;
-  if (!base.split.empty() && !test.split.empty()) {
-    views_of_both(base, test);
-    return true;
-  }
+  if (!base.split.empty() && !test.split.empty()) return views_of_both(base, test);
   return !test.split.empty() ? view_against(test, base.rec.stats) : view_against(base, test.rec.stats);
 }
 

@@ -104,20 +104,35 @@ void for_each_field(std::string_view line, F&& f) {
   }
 }
 
-// "[h,h,-]": an op's input hashes, '-' for an input without one.
-std::vector<std::optional<std::uint64_t>> parse_input_hashes(std::string_view v) {
-  if (v.size() < 2 || v.front() != '[' || v.back() != ']') fail("field 'in' is not [hash,...]");
-  v = v.substr(1, v.size() - 2);
+// Calls f on each `sep`-separated item of `list` ("" holds none); an empty item is an error
+// naming `field`.
+template <class F>
+void for_each_item(std::string_view list, char sep, std::string_view field, F&& f) {
+  while (!list.empty()) {
+    const std::size_t end = list.find(sep);
+    const std::string_view item = list.substr(0, end);
+    if (item.empty()) fail("field '" + std::string(field) + "' has an empty item");
+    f(item);
+    if (end == std::string_view::npos) break;
+    list.remove_prefix(end + 1);
+    if (list.empty()) fail("field '" + std::string(field) + "' ends with '" + std::string(1, sep) + "'");
+  }
+}
+
+// The text between '[' and ']' of a list field.
+std::string_view bracketed(std::string_view v, std::string_view field, std::string_view form) {
+  if (v.size() < 2 || v.front() != '[' || v.back() != ']')
+    fail("field '" + std::string(field) + "' is not " + std::string(form));
+  return v.substr(1, v.size() - 2);
+}
+
+// "[h,h,-]": an op's input hashes (`field` in, or cand), '-' for an input without one.
+std::vector<std::optional<std::uint64_t>> parse_input_hashes(std::string_view v, std::string_view field = "in") {
   std::vector<std::optional<std::uint64_t>> hashes;
-  while (!v.empty()) {
-    const std::size_t comma = v.find(',');
-    const std::string_view item = v.substr(0, comma);
+  for_each_item(bracketed(v, field, "[hash,...]"), ',', field, [&](std::string_view item) {
     if (item == "-") hashes.emplace_back();
     else hashes.emplace_back(parse_hash(item));
-    if (comma == std::string_view::npos) break;
-    v.remove_prefix(comma + 1);
-    if (v.empty()) fail("field 'in' ends with ','");
-  }
+  });
   return hashes;
 }
 
@@ -678,30 +693,6 @@ void read_covers(std::string_view v, std::vector<std::int64_t>& covers) {
       fail("field 'covers' is not ascending without duplicates: '" + std::string(v) + "'");
 }
 
-// "[h:h:...,-,...]" (incand): each input's hashes as shards, '-' for none.
-std::vector<std::vector<std::uint64_t>> parse_shard_hashes(std::string_view v) {
-  if (v.size() < 2 || v.front() != '[' || v.back() != ']') fail("field 'incand' is not [hash:hash,...]");
-  v = v.substr(1, v.size() - 2);
-  std::vector<std::vector<std::uint64_t>> inputs;
-  while (!v.empty()) {
-    const std::size_t comma = v.find(',');
-    std::string_view item = v.substr(0, comma);
-    auto& hashes = inputs.emplace_back();
-    if (item != "-") {
-      while (true) {
-        const std::size_t colon = item.find(':');
-        hashes.push_back(parse_hash(item.substr(0, colon)));
-        if (colon == std::string_view::npos) break;
-        item.remove_prefix(colon + 1);
-      }
-    }
-    if (comma == std::string_view::npos) break;
-    v.remove_prefix(comma + 1);
-    if (v.empty()) fail("field 'incand' ends with ','");
-  }
-  return inputs;
-}
-
 // "r/n": a split op's rank of its ranks, 0 <= r < n, n >= 2.
 void read_split(std::string_view v, OpSplit& split) {
   const auto slash = v.find('/');
@@ -711,6 +702,47 @@ void read_split(std::string_view v, OpSplit& split) {
   if (split.size < 2 || split.rank < 0 || split.rank >= split.size)
     fail("field 'split' needs 0 <= rank < size and size >= 2: '" + std::string(v) + "'");
 }
+
+// "[h:h:...,-,...]" (incand): each input's hashes as shards, '-' for none.
+std::vector<std::vector<std::uint64_t>> parse_shard_hashes(std::string_view v) {
+  std::vector<std::vector<std::uint64_t>> inputs;
+  for_each_item(bracketed(v, "incand", "[hash:hash,...]"), ',', "incand", [&](std::string_view item) {
+    auto& hashes = inputs.emplace_back();
+    if (item != "-") for_each_item(item, ':', "incand", [&](std::string_view h) { hashes.push_back(parse_hash(h)); });
+  });
+  return inputs;
+}
+
+// cand: the output's hashes as shards, one per dim.
+std::vector<std::uint64_t> parse_output_shard_hashes(std::string_view v) {
+  std::vector<std::uint64_t> hashes;
+  for (const auto& h : parse_input_hashes(v, "cand")) {
+    if (!h) fail("field 'cand' holds '-'");
+    hashes.push_back(*h);
+  }
+  return hashes;
+}
+
+// split=, cand= or incand= into `r`; false when `field` is none of them.
+bool read_split_field(RecordField field, std::string_view v, Record& r, FieldsSeen& seen) {
+  switch (field) {
+    case RecordField::split:
+      read_split(v, r.split);
+      seen.split = true;
+      return true;
+    case RecordField::cand:
+      r.split.output = parse_output_shard_hashes(v);
+      seen.cand = true;
+      return true;
+    case RecordField::incand:
+      r.split.inputs = parse_shard_hashes(v);
+      seen.incand = true;
+      return true;
+    default:
+      return false;
+  }
+}
+
 
 // One field of a record line, in any order, into `r`.
 void read_field(const Field& f, Record& r, FieldsSeen& seen) {
@@ -754,24 +786,9 @@ void read_field(const Field& f, Record& r, FieldsSeen& seen) {
       seen.value = true;
       return;
     case F::covers: read_covers(v, r.covers); return;
-    case F::split:
-      read_split(v, r.split);
-      seen.split = true;
-      return;
-    case F::cand: {
-      r.split.output.clear();
-      for (const auto& h : parse_input_hashes(v)) {
-        if (!h) fail("field 'cand' holds '-'");
-        r.split.output.push_back(*h);
-      }
-      seen.cand = true;
-      return;
-    }
-    case F::incand:
-      r.split.inputs = parse_shard_hashes(v);
-      seen.incand = true;
-      return;
-    default: fail("unknown field '" + std::string(k) + "'");
+    default:
+      if (read_split_field(field, v, r, seen)) return;
+      fail("unknown field '" + std::string(k) + "'");
   }
 }
 
@@ -785,7 +802,7 @@ void check_split(const Record& r, const FieldsSeen& seen) {
     fail("field 'cand' has " + std::to_string(r.split.output.size()) + " hashes for a " +
          std::to_string(r.stats.shape.size()) + "-dim output");
   if (r.split.inputs.size() != r.inputs.size())
-    fail("field 'incand' lists " + std::to_string(r.split.inputs.size()) + " inputs, in= " +
+    fail("field 'incand' has " + std::to_string(r.split.inputs.size()) + " inputs where in= has " +
          std::to_string(r.inputs.size()));
 }
 

@@ -36,7 +36,10 @@ struct PartialSum {
 // An op record of a split scope (Record::split), merged over its ranks: the wholes it may be a
 // piece of, to be chosen against the other run's record (docs/diff-logs.md, "Split ops").
 struct SplitOp {
+  // Readers look at `size` first: 0 (no split op record) leaves the other fields unread, so
+  // that merging a record of no split scope resets only it.
   std::int64_t size = 0;    // ranks it is split over; 0: no split op record
+  bool complete = false;    // every rank's record, of one shape, with a hash per dim
   bool replicated = false;  // every rank computed the same output
   TensorStats local;        // one rank's figures: the output, were it replicated
   TensorStats combined;     // every rank's figures combined: the whole's norm, min, max, mean

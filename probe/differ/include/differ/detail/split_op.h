@@ -17,8 +17,9 @@ bool is_split_op_group(const Group& g);
 
 // The group's records, one per rank of the split, into `m` (its SplitOp filled in; rec holds the
 // replicated output, or the whole cut along dim 0 until a view is chosen). The ranks differ by
-// design: no replica or tiling issue. Consumes the parts.
-void merge_split_op(Group& g, Merged& m);
+// design: no replica issue; fewer records than ranks (or of other shapes) are a split_incomplete
+// warning, and the record one rank's. Consumes the parts.
+void merge_split_op(Group& g, MergeContext& ctx, Merged& m);
 
 // Whether input `i` of two op records is the same tensor: a hash in common, whole or composed.
 bool same_input(const Merged& a, const Merged& b, std::size_t i);
@@ -41,7 +42,6 @@ const std::vector<std::uint64_t>& input_hashes(const Merged& m, std::size_t i, s
 // other's elements in another arrangement (a dim flattening a split dim with a whole one): the
 // records are no pair.
 bool choose_views(Merged& base, Merged& test);
-// Whether choose_views would find one side's ranks holding summands of the other's tensor.
-bool partial_pair(const Merged& base, const Merged& test);
+
 
 }  // namespace probe::differ
