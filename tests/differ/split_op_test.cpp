@@ -3,6 +3,7 @@
 // what they compute where the layouts run other ops, a row-parallel op's summands set aside, and
 // pieces of another arrangement or inputs of other ops never read as a divergence.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 
@@ -148,4 +149,32 @@ TEST(SplitOp, ASplitOpMissingARankIsAWarningAndOneRanksRecord) {
   EXPECT_EQ(r.test_issues.count_by_type["split_incomplete"], 1) << text_of(r);
   EXPECT_EQ(r.partial.pairs, 0);
   EXPECT_EQ(count(r, Kind::op, probe::differ::PairClass::different), 1);
+}
+
+// After a row-parallel sum no op's inputs agree: the first op whose output differs beyond the
+// noise its inputs carry is named instead of a root cause.
+TEST(SplitOp, TheFirstOpBeyondTheNoiseItsInputsCarryIsNamed) {
+  auto dir = fresh_dir("split_beyond");
+  write_run(dir / "a", {{whole_op("s/aten::mm#0", 300, {1}, 2.0), whole_op("s/aten::add#0", 400, {300, 5}, 3.0),
+                         whole_op("s/aten::mul#0", 500, {400, 6}, 4.0)}});
+  std::vector<std::vector<Record>> test(2);
+  for (int r = 0; r < 2; ++r) {
+    const std::uint64_t u = static_cast<std::uint64_t>(r);
+    test[u] = {piece_op("s/aten::mm#0", r, 301 + u, {4, 2}, {310 + u, 320 + u}, {1}, {{1, 1}}, 1.4 + 0.1 * r),
+               piece_op("s/aten::add#0", r, 401, {4, 2}, {410 + u, 420 + u}, {303, 5}, {{330 + u, 340 + u}, {5, 5}},
+                        3.0000001),
+               piece_op("s/aten::mul#0", r, 501, {4, 2}, {510 + u, 520 + u}, {401, 6}, {{430 + u, 440 + u}, {6, 6}},
+                        4.4)};
+  }
+  write_run(dir / "b", test);
+  const auto r = diff(dir / "a", dir / "b");
+  EXPECT_FALSE(r.ops.root_cause) << r.ops.root_cause->message;
+  ASSERT_TRUE(r.ops.beyond_noise) << text_of(r);
+  EXPECT_EQ(r.ops.beyond_noise->name, "s/aten::mul#0");
+  ASSERT_TRUE(r.ops.inherited);
+  EXPECT_EQ(r.ops.inherited->name, "s/aten::add#0");
+  EXPECT_NE(text_of(r).find("[op_beyond_noise] s/aten::mul#0"), std::string::npos) << text_of(r);
+  const auto json = nlohmann::json::parse(probe::differ::to_json(r, {}));
+  EXPECT_EQ(json["op_trace"]["beyond_noise"]["name"], "s/aten::mul#0");  // the page's #op-beyond-noise
+  EXPECT_EQ(r.exit_code(), 1);
 }
