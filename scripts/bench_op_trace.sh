@@ -6,7 +6,8 @@
 #    and untraced steps alternate in one process (same load, same warm caches). Reported: the
 #    median step time of even steps >= 2 (probe recording, no trace) and of odd steps (the same,
 #    plus the trace), and the op records a traced step writes. Once for every microbatch, once
-#    for microbatch 0 only (what diff_logs' re-run setting asks for).
+#    for microbatch 0 only (what diff_logs' re-run setting asks for), and once more for
+#    microbatch 0 with op dumps (dump=1, a cap above what the run writes: ~23 MB a traced step).
 # 2. With BASE_BUILD set (a build of the code before the op trace): the A/B of the probe on
 #    (all kinds) without a trace, this build against that one. Processes alternate, PAIRS pairs
 #    of AB_STEPS steps each, the first of a pair alternating too. Per process: the median step
@@ -57,7 +58,7 @@ try:
     odd = ",".join(str(s) for s in range(1, steps, 2))
     print("| traced on odd steps | untraced (ms/step) | traced (ms/step) | overhead | op records per traced step |")
     print("|---|---|---|---|---|")
-    for mb in ("", ";mb=0"):
+    for mb in ("", ";mb=0", ";mb=0;dump=1;dump_cap=4096"):
         trace = f"steps={odd};scopes=^layers\\.{layer}(\\.|$){mb}"
         times, _ = train(build, steps, trace)
         with open(os.path.join(run_dir, "rank0", "diff.log")) as f:

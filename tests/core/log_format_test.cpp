@@ -51,6 +51,7 @@ void expect_same_record(const Record& a, const Record& b, const std::string& wha
   EXPECT_EQ(a.split.size, b.split.size) << what;
   EXPECT_EQ(a.split.output, b.split.output) << what;
   EXPECT_EQ(a.split.inputs, b.split.inputs) << what;
+  EXPECT_EQ(a.dump, b.dump) << what;
   const auto &x = a.stats, &y = b.stats;
   EXPECT_EQ(x.hash, y.hash) << what;
   for (auto [u, v] : {std::pair{x.norm, y.norm}, {x.min, y.min}, {x.max, y.max}, {x.mean, y.mean}})
@@ -617,6 +618,11 @@ TEST(LogFormat, Version7SplitOpRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(lf::format_record(lf::parse_record(line)), line);
   r.split = {};  // no split scope: no fields
   EXPECT_EQ(lf::format_record(r).find("split="), std::string::npos);
+  r.dump = "dumps/step0/3.pt";  // a traced op's dump (dump=1)
+  const std::string dumped = lf::format_record(r);
+  EXPECT_NE(dumped.find(" in=[000000000000000a,-,000000000000000b] dump=dumps/step0/3.pt hash="), std::string::npos)
+      << dumped;
+  expect_same_record(lf::parse_record(dumped), r, dumped);
 
   auto message_of = [](const std::string& l) {
     return parse_error_of([](const std::string& x) { lf::parse_record(x); }, l);
@@ -637,6 +643,10 @@ TEST(LogFormat, Version7SplitOpRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(message_of(head + " split=0/2 cand=[0000000000000001] incand=[0000000000000002::0000000000000003]"),
             "field 'incand' has an empty item");
   EXPECT_EQ(message_of(head + " split=0/2 cand=[-] incand=[-]"), "field 'cand' holds '-'");
+  EXPECT_EQ(message_of(head + " dump="), "field 'dump' is empty");
+  EXPECT_EQ(message_of("step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
+                       "dtype=float32 shape=[2] dump=x.pt"),
+            "dump= belongs to op records");
   EXPECT_EQ(message_of("step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
                        "dtype=float32 shape=[2] split=0/2" + cand),
             "split= belongs to op records");

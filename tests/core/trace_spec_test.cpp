@@ -66,3 +66,19 @@ TEST(TraceSpec, BadSettingsSayWhichFieldIsWrong) {
   EXPECT_NE(error_of("mb=").find("mb is empty"), std::string::npos);
   EXPECT_NE(error_of("layer=3").find("trace setting 'layer=3'"), std::string::npos);
 }
+
+TEST(TraceSpec, DumpSavesTracedOpsUpToACap) {
+  EXPECT_FALSE(TraceSpec::parse("steps=0").dumps());
+  const auto spec = TraceSpec::parse("steps=0;dump=1");
+  EXPECT_TRUE(spec.dumps());
+  EXPECT_EQ(spec.dump_cap_bytes(), TraceSpec::kDefaultDumpCapMiB << 20);
+  EXPECT_EQ(spec.text(), "steps=0;dump=1");
+  const auto capped = TraceSpec::parse("dump=1;dump_cap=3;steps=0");
+  EXPECT_EQ(capped.dump_cap_bytes(), 3 << 20);
+  EXPECT_EQ(capped.text(), "steps=0;dump=1;dump_cap=3");
+  EXPECT_EQ(TraceSpec::parse(capped.text()).text(), capped.text());
+  EXPECT_FALSE(TraceSpec::parse("dump=0").dumps());
+  EXPECT_NE(error_of("dump=yes").find("dump: 'yes' is not 0 or 1"), std::string::npos);
+  EXPECT_NE(error_of("dump=1;dump_cap=0").find("dump_cap: '0' MiB is not between 1 and 2^40"), std::string::npos);
+  EXPECT_NE(error_of("dump_cap=5").find("dump_cap is a cap on dumps: it needs dump=1"), std::string::npos);
+}

@@ -624,6 +624,45 @@ def case_op_trace_tensor_parallel():
     print("OK traced and untraced ddp 2 --tp 2 runs bitwise equal", flush=True)
 
 
+def case_op_dumps():
+    """PROBE_TRACE dump=1: every traced op record names its dump, torch.load opens each with its
+    defaults (weights_only=True) as (schema, name, arguments, outputs), and the run's results are
+    bitwise those of the run without a trace."""
+    trace = "steps=0;scopes=^layers\\.2(\\.|$);mb=0;dump=1"
+    run = train("dump_single", "single", 1, env_extra={"PROBE_TRACE": trace})
+    rank_dir = os.path.join(run, "rank0")
+    dumps, records = set(), 0
+    with open(os.path.join(rank_dir, "diff.log")) as f:
+        for line in f:
+            if " kind=op " not in line:
+                continue
+            records += 1
+            fields = dict(x.split("=", 1) for x in line.split() if "=" in x)
+            if "dump" not in fields:
+                fail(f"an op record without dump=: {line[:200]}")
+            dumps.add(fields["dump"])
+    if records < 50:
+        fail(f"only {records} op records traced")
+    python = os.path.join(os.path.dirname(TORCHRUN), "python")
+    check = (
+        "import sys, torch\n"
+        "for path in sys.argv[1:]:\n"
+        "    d = torch.load(path)\n"
+        "    assert isinstance(d, tuple) and len(d) == 4 and isinstance(d[0], str) and isinstance(d[2], tuple), path\n"
+        "    assert d[0] == '' or d[0].startswith('aten::'), (path, d[0])\n"
+        "print('loaded', len(sys.argv) - 1)\n")
+    proc = subprocess.run([python, "-c", check, *[os.path.join(rank_dir, d) for d in sorted(dumps)]],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if proc.returncode != 0:
+        fail(f"torch.load refused a dump: {proc.stdout[-2000:]}")
+    print(f"OK {records} op records, {len(dumps)} dumps, each opened by torch.load: {proc.stdout.strip()}", flush=True)
+    untraced = train("dump_single_untraced", "single", 1)
+    same = diff(untraced, run, "--kinds", "scalar,output,tap,mb_grad,grad", expect=0)
+    if same["result"] != "equal":
+        fail("dumping changed the run's results")
+    print("OK the run with dumps and the run without a trace bitwise equal", flush=True)
+
+
 def record_fields(run, rank, step, kind, name, mb=None):
     """The fields of a record in rank's log, or None."""
     prefix = f"step={step} kind={kind} name={name} " + ("" if mb is None else f"mb={mb} ")

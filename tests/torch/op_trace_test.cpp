@@ -1,9 +1,12 @@
 // Kind `op`: the op trace's recording rules (docs/log-format.md, "Op records").
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include "small_file_system.h"
@@ -305,8 +308,13 @@ TEST(OpTrace, TracingChangesNoResultAndConsumesNoRandomness) {
   };
   const auto plain = train("");
   const auto with_trace = train("steps=1");
+  const auto with_dumps = train("steps=1;dump=1");
   ASSERT_EQ(plain.size(), with_trace.size());
-  for (std::size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], with_trace[i])) << i;
+  ASSERT_EQ(plain.size(), with_dumps.size());
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_TRUE(torch::equal(plain[i], with_trace[i])) << i;
+    EXPECT_TRUE(torch::equal(plain[i], with_dumps[i])) << i;
+  }
 }
 
 TEST(OpTrace, BadSettingIsAClearError) {
@@ -413,4 +421,93 @@ TEST(OpTrace, OpsOfASplitScopeCarryTheirHashesAsPiecesAlongEachDim) {
     backward_split = backward_split || (r.phase == probe::Phase::backward && r.split.size == 2);
   EXPECT_TRUE(backward_split);
   EXPECT_THROW(probe::Scope("bad", probe::Split{2, 2}), std::invalid_argument);
+}
+
+namespace {
+c10::IValue load_dump(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return torch::pickle_load(bytes);
+}
+}  // namespace
+
+// dump=1: each traced op's schema, record name, arguments (as they were before it ran) and
+// outputs, one file per op; lists as tuples, as torch.load opens them.
+TEST(OpTrace, DumpsHoldEachOpsSchemaArgumentsAndOutputs) {
+  auto dir = fresh_dir("optrace_dump");
+  const auto base = torch::arange(6, torch::kFloat32);
+  at::Tensor y;
+  {
+    probe::Probe p(traced(dir, "phases=forward;dump=1"));
+    p.begin_step(0);
+    p.begin_forward("model", 0, {});
+    {
+      probe::Scope scope("s");
+      auto t = base.clone();
+      t.mul_(2);
+      y = torch::softmax(t.view({2, 3}), 1);
+    }
+    p.end_step();
+  }
+  const auto ops = ops_of(dir);
+  const auto* mul = find(ops, "s/aten::mul_#0");
+  ASSERT_TRUE(mul);
+  ASSERT_EQ(mul->dump, "dumps/step0/1.pt");  // the clone before it has 0
+  const auto d = load_dump(dir / "rank0" / mul->dump).toTupleRef().elements();
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[0].toStringRef().rfind("aten::mul_.Scalar(", 0), 0u) << d[0].toStringRef();
+  EXPECT_EQ(d[1].toStringRef(), "s/aten::mul_#0");
+  const auto args = d[2].toTupleRef().elements();
+  ASSERT_EQ(args.size(), 2u);
+  EXPECT_TRUE(torch::equal(args[0].toTensor(), base));  // before the in-place op wrote it
+  EXPECT_EQ(args[1].toScalar().toDouble(), 2.0);
+  EXPECT_TRUE(torch::equal(d[3].toTupleRef().elements()[0].toTensor(), base * 2));
+  const auto* view = find(ops, "s/aten::view#0");
+  ASSERT_TRUE(view && !view->dump.empty());
+  const auto view_args = load_dump(dir / "rank0" / view->dump).toTupleRef().elements()[2].toTupleRef().elements();
+  ASSERT_TRUE(view_args[1].isTuple());  // the size list, as a tuple
+  EXPECT_EQ(view_args[1].toTupleRef().elements()[1].toInt(), 3);
+  const auto* softmax = find(ops, "s/aten::softmax#0");
+  ASSERT_TRUE(softmax && !softmax->dump.empty());
+  const auto sd = load_dump(dir / "rank0" / softmax->dump).toTupleRef().elements();
+  EXPECT_TRUE(torch::equal(sd[3].toTupleRef().elements()[0].toTensor(), y));
+  EXPECT_TRUE(sd[2].toTupleRef().elements()[2].isNone());  // dtype=None
+}
+
+// A rank's dumps stop at the first one that would pass dump_cap, with one message; the op records
+// go on without dump= and the log and training go on.
+TEST(OpTrace, DumpsStopAtTheCapWithOneMessage) {
+  auto dir = fresh_dir("optrace_dump_cap");
+  testing::internal::CaptureStderr();
+  {
+    probe::Probe p(traced(dir, "phases=forward;dump=1;dump_cap=1"));
+    for (int step = 0; step < 2; ++step) {
+      p.begin_step(step);
+      p.begin_forward("model", 0, {});
+      {
+        probe::Scope scope("s");
+        auto small = torch::ones({4}) * 2;                    // fits
+        auto large = torch::ones({200000}) + small.sum();     // 0.8 MB in, 0.8 MB out: passes 1 MiB
+        (void)(large * 3);
+      }
+      p.end_step();
+    }
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("would pass dump_cap=1 MiB"), std::string::npos) << err;
+  EXPECT_EQ(err.find("op dumps in"), err.rfind("op dumps in")) << "one message: " << err;
+  const auto ops = ops_of(dir);
+  ASSERT_TRUE(find(ops, "s/aten::mul#0"));
+  EXPECT_FALSE(find(ops, "s/aten::mul#0")->dump.empty());  // the small op's, before the cap
+  const auto* add = find(ops, "s/aten::add#0");
+  ASSERT_TRUE(add);
+  EXPECT_TRUE(add->dump.empty());
+  int step1 = 0, dumped_step1 = 0;
+  for (const auto& r : ops)
+    if (r.step == 1) {
+      ++step1;
+      dumped_step1 += !r.dump.empty();
+    }
+  EXPECT_GT(step1, 0);  // the trace goes on
+  EXPECT_EQ(dumped_step1, 0);
 }

@@ -82,6 +82,9 @@ struct Record {
   std::optional<Phase> phase;
   std::vector<std::optional<std::uint64_t>> inputs;
   OpSplit split;
+  // `op` records of a trace with dump=1: the file, relative to the rank's directory, that holds
+  // the op's schema, arguments and outputs (docs/log-format.md, "Op dumps"); empty: none.
+  std::string dump;
 
   // Member by member, every field (see TensorStats' swap).
   friend void swap(Record& a, Record& b) noexcept {
@@ -100,6 +103,7 @@ struct Record {
     swap(a.split.size, b.split.size);
     a.split.output.swap(b.split.output);
     a.split.inputs.swap(b.split.inputs);
+    a.dump.swap(b.dump);
   }
 };
 

@@ -25,6 +25,8 @@ class TraceSpec {
   //   scopes=REGEX              scopes searched with ECMAScript regex (default: every scope)
   //   phases=forward,backward   (default: both)
   //   mb=0-3                    global microbatch ids (default: every microbatch)
+  //   dump=1                    each traced op's schema, arguments and outputs saved as a .pt
+  //   dump_cap=MiB              a rank's dumps stop once they would pass this (default 256)
   // An empty text traces nothing. Throws std::invalid_argument saying which field is wrong.
   static TraceSpec parse(std::string_view text);
 
@@ -34,6 +36,9 @@ class TraceSpec {
   bool traces_forward() const { return enabled_ && forward_; }
   bool traces_backward() const { return enabled_ && backward_; }
   bool traces_scope(const std::string& scope) const;
+  bool dumps() const { return enabled_ && dump_; }
+  std::int64_t dump_cap_bytes() const { return dump_cap_mib_ << 20; }
+  static constexpr std::int64_t kDefaultDumpCapMiB = 256;
 
   // The canonical text (parse(text()) traces the same); empty when nothing is traced.
   const std::string& text() const { return text_; }
@@ -44,6 +49,8 @@ class TraceSpec {
   Ranges steps_, microbatches_;
   std::shared_ptr<const std::regex> scopes_;  // null: every scope
   bool forward_ = true, backward_ = true;
+  bool dump_ = false;
+  std::int64_t dump_cap_mib_ = kDefaultDumpCapMiB;
   std::string text_;
 };
 

@@ -504,6 +504,10 @@ void append_op_fields(std::string& out, const Record& record) {
   }
   out += ']';
   append_split(out, record.split);
+  if (!record.dump.empty()) {
+    out += " dump=";
+    append_escaped(out, record.dump);
+  }
 }
 
 // " covers=[a,b,...]" where the record covers several microbatches (format 6).
@@ -608,7 +612,7 @@ namespace {
 
 enum class RecordField {
   step, kind, name, mb, phase, in, value, hash, norm, min, max, mean, nan, inf, dtype, shape,
-  nnz, shard, partial, covers, unsupported, torch_hash, split, cand, incand, unknown
+  nnz, shard, partial, covers, unsupported, torch_hash, split, cand, incand, dump, unknown
 };
 
 // By length first: a field name costs one or two short comparisons, not a chain of twenty
@@ -623,7 +627,7 @@ RecordField record_field(std::string_view k) {
     case 4:
       return k == "step" ? F::step : k == "kind" ? F::kind : k == "name" ? F::name
            : k == "hash" ? F::hash : k == "norm" ? F::norm : k == "mean" ? F::mean
-           : k == "cand" ? F::cand : F::unknown;
+           : k == "cand" ? F::cand : k == "dump" ? F::dump : F::unknown;
     case 5:
       return k == "phase" ? F::phase : k == "value" ? F::value : k == "dtype" ? F::dtype
            : k == "shape" ? F::shape : k == "shard" ? F::shard : k == "split" ? F::split : F::unknown;
@@ -638,7 +642,7 @@ RecordField record_field(std::string_view k) {
 // Which fields a record line held: what checking the record needs beyond the record itself.
 struct FieldsSeen {
   bool step = false, kind = false, name = false, value = false, hash = false, dtype = false;
-  bool shape = false, none = false, inputs = false, split = false, cand = false, incand = false;
+  bool shape = false, none = false, inputs = false, split = false, cand = false, incand = false, dump = false;
 };
 
 // A tensor's field (hash= to torch_hash=) into `s`; false when `field` is not one.
@@ -723,9 +727,14 @@ std::vector<std::uint64_t> parse_output_shard_hashes(std::string_view v) {
   return hashes;
 }
 
-// split=, cand= or incand= into `r`; false when `field` is none of them.
-bool read_split_field(RecordField field, std::string_view v, Record& r, FieldsSeen& seen) {
+// An op record's split=, cand=, incand= or dump= into `r`; false when `field` is none of them.
+bool read_op_field(RecordField field, std::string_view v, Record& r, FieldsSeen& seen) {
   switch (field) {
+    case RecordField::dump:
+      unescape_value_into(v, r.dump);
+      if (r.dump.empty()) fail("field 'dump' is empty");
+      seen.dump = true;
+      return true;
     case RecordField::split:
       read_split(v, r.split);
       seen.split = true;
@@ -787,7 +796,7 @@ void read_field(const Field& f, Record& r, FieldsSeen& seen) {
       return;
     case F::covers: read_covers(v, r.covers); return;
     default:
-      if (read_split_field(field, v, r, seen)) return;
+      if (read_op_field(field, v, r, seen)) return;
       fail("unknown field '" + std::string(k) + "'");
   }
 }
@@ -823,6 +832,7 @@ void check_record(Record& r, const FieldsSeen& seen) {
   }
   if ((r.phase || seen.inputs) != (r.kind == Kind::op)) fail("phase= and in= belong to op records, and only to them");
   if (r.kind == Kind::op && !(r.phase && seen.inputs)) fail("op record lacks phase= or in=");
+  if (seen.dump && r.kind != Kind::op) fail("dump= belongs to op records");
   check_split(r, seen);
   const int states = int(seen.none) + int(seen.value) + int(seen.hash || seen.dtype);
   if (states != 1)
@@ -854,6 +864,7 @@ void reset_record(Record& r) {
   r.split.rank = r.split.size = 0;
   r.split.output.clear();
   r.split.inputs.clear();
+  r.dump.clear();
   TensorStats& s = r.stats;
   s.hash = 0;
   s.norm = 0;

@@ -8,7 +8,8 @@ namespace {
 
 [[noreturn]] void fail(std::string_view text, const std::string& why) {
   throw std::invalid_argument("trace setting '" + std::string(text) + "': " + why +
-                              " (expected steps=N|A-B,...;scopes=REGEX;phases=forward,backward;mb=A-B,...)");
+                              " (expected steps=N|A-B,...;scopes=REGEX;phases=forward,backward;mb=A-B,...;"
+                              "dump=1;dump_cap=MiB)");
 }
 
 std::int64_t parse_id(std::string_view all, std::string_view field, std::string_view v) {
@@ -53,7 +54,8 @@ TraceSpec TraceSpec::parse(std::string_view text) {
   if (text.empty()) return spec;
   spec.enabled_ = true;
   std::string scopes_text;
-  bool seen_steps = false, seen_scopes = false, seen_phases = false, seen_mb = false;
+  bool seen_steps = false, seen_scopes = false, seen_phases = false, seen_mb = false, seen_dump = false,
+       seen_cap = false;
   std::string_view rest = text;
   while (!rest.empty()) {
     const std::size_t semi = rest.find(';');
@@ -94,10 +96,20 @@ TraceSpec TraceSpec::parse(std::string_view text) {
         if (comma == std::string_view::npos) break;
         v.remove_prefix(comma + 1);
       }
+    } else if (key == "dump") {
+      once(seen_dump);
+      if (value != "0" && value != "1") fail(text, "dump: '" + std::string(value) + "' is not 0 or 1");
+      spec.dump_ = value == "1";
+    } else if (key == "dump_cap") {
+      once(seen_cap);
+      spec.dump_cap_mib_ = parse_id(text, key, value);
+      if (spec.dump_cap_mib_ < 1 || spec.dump_cap_mib_ > (std::int64_t{1} << 40))
+        fail(text, "dump_cap: '" + std::string(value) + "' MiB is not between 1 and 2^40");
     } else {
       fail(text, "unknown field '" + std::string(key) + "'");
     }
   }
+  if (seen_cap && !spec.dump_) fail(text, "dump_cap is a cap on dumps: it needs dump=1");
   // Canonical text: fields in one order, only those that restrict.
   std::string& t = spec.text_;
   auto add = [&](const std::string& field) { t += (t.empty() ? "" : ";") + field; };
@@ -105,6 +117,8 @@ TraceSpec TraceSpec::parse(std::string_view text) {
   if (spec.scopes_) add("scopes=" + scopes_text);
   if (!(spec.forward_ && spec.backward_)) add(std::string("phases=") + (spec.forward_ ? "forward" : "backward"));
   if (!spec.microbatches_.empty()) add("mb=" + format_ranges(spec.microbatches_));
+  if (spec.dump_) add("dump=1");
+  if (spec.dump_ && spec.dump_cap_mib_ != kDefaultDumpCapMiB) add("dump_cap=" + std::to_string(spec.dump_cap_mib_));
   if (t.empty()) t = "steps=0-" + std::to_string(INT64_MAX);  // every step: still a setting that traces
   return spec;
 }

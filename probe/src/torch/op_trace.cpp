@@ -13,6 +13,8 @@
 #include <memory>
 #include <string_view>
 
+#include "op_dump.h"
+
 namespace probe::detail {
 namespace {
 
@@ -54,6 +56,10 @@ struct OpObservation : at::ObserverContext {
   std::int64_t seq_begin = -1;  // forward: sequence numbers its nodes take start here
   std::vector<std::optional<std::size_t>> inputs;
   std::vector<std::vector<std::size_t>> input_shards;  // split: each input's figures as shards
+  // dump=1: the op's schema and its arguments as they were when it started (op_dump.h).
+  bool dumping = false;
+  std::string schema;
+  std::vector<c10::IValue> arguments;
   explicit OpObservation(What w) : what(w) {}
 };
 
@@ -100,6 +106,14 @@ std::vector<std::size_t> shard_figures(const OpTracer& tracer, const at::Tensor&
   return entries;
 }
 
+// The op's schema and arguments, copied before it runs (an in-place op writes its input).
+void keep_arguments(const at::RecordFunction& fn, OpObservation& obs) {
+  at::DisableRecordFunctionGuard no_callbacks;
+  obs.dumping = true;
+  obs.schema = schema_of(fn);
+  for (const c10::IValue& v : fn.inputs()) obs.arguments.push_back(dumpable(v));
+}
+
 void record_inputs(const OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs) {
   std::vector<at::Tensor> tensors;
   for (const c10::IValue& v : fn.inputs()) append_tensors(tensors, v);
@@ -117,12 +131,18 @@ void record_outputs(OpTracer& tracer, const at::RecordFunction& fn, OpObservatio
   std::vector<at::Tensor> outputs;
   for (const c10::IValue& v : fn.outputs()) append_tensors(outputs, v);
   at::DisableRecordFunctionGuard no_callbacks;
+  std::string dump;  // one dump per op, named by each of its output records
+  if (obs.dumping)
+    dump = tracer.sink().dump(obs.context.step, [&] {
+      return dump_bytes(obs.schema, name, std::move(obs.arguments), fn.outputs());
+    });
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     Record r;
     r.kind = Kind::op;
     r.name = outputs.size() == 1 ? name : name + "." + std::to_string(i);
     r.microbatch = obs.context.microbatch;
     r.phase = obs.phase;
+    r.dump = dump;
     OpEntries entries{std::nullopt, obs.inputs, {}, obs.input_shards};
     if (outputs[i].defined()) entries.output = tracer.sink().figures(outputs[i], {});
     else r.state = Record::State::none;
@@ -177,7 +197,11 @@ std::unique_ptr<at::ObserverContext> start_op(OpTracer& tracer, const at::Record
     obs->prefix = frames.back().name + "/" + std::string(name);
     obs->seq_begin = std::min(tt.seq_floor, static_cast<std::int64_t>(at::sequence_number::peek()));
   }
-  if (obs->phase == Phase::backward || tracer.spec().traces_forward()) record_inputs(tracer, fn, *obs);
+  if (obs->phase == Phase::backward || tracer.spec().traces_forward()) {
+    record_inputs(tracer, fn, *obs);
+    // Arguments are copied only while a dump can still be written.
+    if (tracer.spec().dumps() && tracer.sink().dumping()) keep_arguments(fn, *obs);
+  }
   return obs;
 }
 

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "optimizer_lookup.h"
+#include "op_dump.h"
 #include "op_trace.h"
 #include "probe/log_io.h"
 
@@ -218,6 +219,7 @@ struct Probe::Impl {
   std::vector<KeySlot> key_slots;
   std::string step_lines;  // end_step's formatted records, reused from step to step
   std::unique_ptr<detail::OpTracer> tracer;  // only with a trace setting
+  std::unique_ptr<detail::DumpWriter> dumps;  // only with a trace setting that dumps
 
   bool recording() const { return writer && !stopped.load(std::memory_order_relaxed); }
 
@@ -329,6 +331,10 @@ struct Probe::Impl {
       at::NoGradGuard no_grad;
       return batch.add(t.detach(), shard);
     };
+    sink.dump = [this](std::int64_t step, const std::function<std::vector<char>()>& bytes) {
+      return dumps ? dumps->save(step, bytes) : std::string();
+    };
+    sink.dumping = [this] { return dumps && dumps->open(); };
     sink.push = [this](Record record, detail::OpEntries e) {
       PendingRecord r{std::move(record), Partial{}, e.output, std::move(e.inputs), std::move(e.output_shards),
                       std::move(e.input_shards)};
@@ -433,8 +439,9 @@ void Probe::start_op_trace() {
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("numprobe: ProbeOptions::trace: ") + e.what());
   }
-  if (spec.enabled() && impl_->options.kinds.contains(Kind::op))
-    impl_->tracer = std::make_unique<detail::OpTracer>(std::move(spec), impl_->op_sink());
+  if (!spec.enabled() || !impl_->options.kinds.contains(Kind::op)) return;
+  if (spec.dumps()) impl_->dumps = std::make_unique<detail::DumpWriter>(impl_->log_path.parent_path(), spec.dump_cap_bytes());
+  impl_->tracer = std::make_unique<detail::OpTracer>(std::move(spec), impl_->op_sink());
 }
 
 Probe::~Probe() {
