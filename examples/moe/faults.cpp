@@ -35,6 +35,8 @@ bool parse_lr(const std::string& v, Fault& f) {
 constexpr std::pair<const char*, Fault::Kind> kLayerFaults[] = {
     {"op=", Fault::Kind::op},
     {"op-backward=", Fault::Kind::op_backward},
+    {"op-wrong=", Fault::Kind::op_wrong},
+    {"op-lowp=", Fault::Kind::op_lowp},
     {"tp-no-reduce=", Fault::Kind::tp_no_reduce},
     {"ep-permute=", Fault::Kind::ep_permute},
     {"ep-grad-scale=", Fault::Kind::ep_grad_scale},
@@ -123,7 +125,8 @@ Fault Fault::parse(const std::string& text) {
     throw std::invalid_argument("--fault '" + text +
                                 "': expected none, grads-none, rng-per-rank, nan=<step>:<param>, "
                                 "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, op=<layer>, "
-                                "op-backward=<layer>, tp-no-reduce=<layer>, sp-norm-unreduced, sp-dropout-seed, "
+                                "op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>, tp-no-reduce=<layer>, "
+                                "sp-norm-unreduced, sp-dropout-seed, "
                                 "ep-permute=<layer> or ep-grad-scale=<layer>");
   }
   return f;
@@ -156,8 +159,14 @@ void check_fault(const Fault& fault, const Config& c, const ProcessGroups& group
 }
 
 void apply_op_fault(const Fault& fault, ModelArgs& model) {
-  if (fault.kind != Fault::Kind::op && fault.kind != Fault::Kind::op_backward) return;
-  model.alt_softmax = fault.kind == Fault::Kind::op ? ModelArgs::AltSoftmax::forward : ModelArgs::AltSoftmax::backward;
+  using Alt = ModelArgs::AltSoftmax;
+  switch (fault.kind) {
+    case Fault::Kind::op: model.alt_softmax = Alt::forward; break;
+    case Fault::Kind::op_backward: model.alt_softmax = Alt::backward; break;
+    case Fault::Kind::op_wrong: model.alt_softmax = Alt::scaled; break;
+    case Fault::Kind::op_lowp: model.alt_softmax = Alt::low_precision; break;
+    default: return;
+  }
   model.alt_softmax_layer = fault.layer;
 }
 

@@ -20,14 +20,14 @@ namespace moe {
 
 struct Fault {
   enum class Kind {
-    none, grads_none, rng_per_rank, nan, skip_reduce, init, lr, op, op_backward,
+    none, grads_none, rng_per_rank, nan, skip_reduce, init, lr, op, op_backward, op_wrong, op_lowp,
     // Under tensor / sequence parallelism only (accepted, and without effect, elsewhere).
     tp_no_reduce, sp_norm_unreduced, sp_dropout_seed,
     // Under expert parallelism only.
     ep_permute, ep_grad_scale
   } kind = Kind::none;
   std::int64_t step = -1;
-  std::int64_t layer = -1;  // op, op_backward, tp_no_reduce, ep_permute, ep_grad_scale
+  std::int64_t layer = -1;  // op, op_backward, op_wrong, op_lowp, tp_no_reduce, ep_permute, ep_grad_scale
   std::string param;
   double factor = 1;  // lr
 
@@ -45,7 +45,8 @@ struct Fault {
 // is worth a warning (a comparison would otherwise show "equal" for a fault the user thinks is on).
 void check_fault(const Fault& fault, const Config& c, const ProcessGroups& groups);
 
-// op / op-backward: the model computes that layer's softmax another way.
+// op / op-backward / op-wrong / op-lowp: the model computes that layer's softmax another way
+// (model_args.h, AltSoftmax).
 void apply_op_fault(const Fault& fault, ModelArgs& model);
 
 // tp-no-reduce=<layer>: that layer's attention output goes on unreduced (each rank its own

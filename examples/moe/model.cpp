@@ -83,6 +83,10 @@ at::Tensor softmax_of(const at::Tensor& scores, const ModelArgs& args, std::int6
       return at::softmax(scores, -1, at::kDouble).to(scores.scalar_type());
     case ModelArgs::AltSoftmax::backward:
       return SoftmaxDistributedBackward::apply(scores);
+    case ModelArgs::AltSoftmax::scaled:
+      return at::softmax(scores, -1) * (1.0 + 1e-3);
+    case ModelArgs::AltSoftmax::low_precision:
+      return at::softmax(scores.to(at::kBFloat16), -1).to(scores.scalar_type());
     case ModelArgs::AltSoftmax::none:
       break;
   }

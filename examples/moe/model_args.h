@@ -24,11 +24,13 @@ struct ModelArgs {
   double dropout = 0.1;                 // after attention, so the RNG matters
   double norm_eps = 1e-6;
   double rope_theta = 10000.0;
-  // The op fault (--fault op=<layer>, op-backward=<layer>): that layer's attention softmax is
-  // computed another, mathematically equal way. `forward`: in float64, rounded back (last-bit
-  // differences from the forward on); `backward`: the forward as usual, the gradient by a
-  // distributed formula (last-bit differences in the backward only).
-  enum class AltSoftmax { none, forward, backward };
+  // The op faults (--fault op=<layer>, op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>):
+  // that layer's attention softmax is computed another way. Mathematically equal: `forward`, in
+  // float64, rounded back (last-bit differences from the forward on); `backward`, the forward as
+  // usual, the gradient by a distributed formula (last-bit differences in the backward only).
+  // Real bugs: `scaled`, the softmax times 1 + 1e-3 (another function); `low_precision`,
+  // computed in bfloat16 and cast back (the same function, 8 bits of precision).
+  enum class AltSoftmax { none, forward, backward, scaled, low_precision };
   AltSoftmax alt_softmax = AltSoftmax::none;
   std::int64_t alt_softmax_layer = -1;
 };

@@ -425,6 +425,21 @@ def case_fault_op():
     print("OK traced and untraced runs bitwise equal", flush=True)
 
 
+def case_fault_op_wrong_lowp():
+    """The softmax bugs a replay tells apart: op-wrong (times 1 + 1e-3, another function) and
+    op-lowp (through bfloat16, lost precision), each the headline at its layer and, traced, found
+    where the runs run other ops around layer 2's softmax."""
+    for fault, test_ops in [("op-wrong=2", ["aten::mul"]), ("op-lowp=2", ["aten::to", "aten::softmax"])]:
+        r, hint = follow_trace_hint("single_" + fault.split("=")[0], "single", 1, fault)
+        root = r["op_trace"]["root_cause"]
+        if not root or root["phase"] != "forward" or not root["name"].startswith("layers.2.attention/"):
+            fail(f"{fault}: the root cause should be in layers.2.attention's forward: {r['op_trace']}")
+        if "the runs execute different ops in layers.2.attention" not in root["message"] or any(
+                op not in root["message"] for op in test_ops):
+            fail(f"{fault}: the root cause should name the test run's {test_ops}: {root['message']}")
+        print(f"OK {fault}: {root['name']} ({hint})", flush=True)
+
+
 def case_fault_op_backward():
     layer = 2
     r, hint = follow_trace_hint("single_opb", "single", 1, f"op-backward={layer}")
