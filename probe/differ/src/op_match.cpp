@@ -243,17 +243,16 @@ class OpMatcher {
     std::unordered_set<std::string_view> base_keys;
     for (const Merged& b : base_)
       if (b.rec.kind == Kind::op) base_keys.insert(b.key);
-    std::vector<bool> unaligned(test_.size(), false);
-    base_keys_of_test_.assign(test_.size(), false);
+    std::vector<bool> unaligned(test_.size(), false), has_base_key(test_.size(), false);
     for (std::size_t ti = 0; ti < test_.size(); ++ti) {
-      base_keys_of_test_[ti] = test_[ti].rec.kind == Kind::op && base_keys.count(test_[ti].key);
-      unaligned[ti] = partner_[ti] == kNone && base_keys_of_test_[ti];
+      has_base_key[ti] = test_[ti].rec.kind == Kind::op && base_keys.count(test_[ti].key);
+      unaligned[ti] = partner_[ti] == kNone && has_base_key[ti];
     }
     base_keys.clear();  // views of the base keys, which test keys are about to copy
     for (std::size_t ti = 0; ti < test_.size(); ++ti) {
       Merged& t = test_[ti];
       if (partner_[ti] != kNone && !choose_views(base_[partner_[ti]], t)) {
-        unaligned[ti] = base_keys_of_test_[ti];
+        unaligned[ti] = has_base_key[ti];
         partner_[ti] = kNone;
       }
       if (unaligned[ti]) t.key += "\x01unaligned";
@@ -270,7 +269,6 @@ class OpMatcher {
   std::vector<std::size_t> partner_;  // per test record: its base partner, or kNone
   std::unordered_map<std::string, std::string> forward_names_;  // test forward op -> its partner's
   std::unordered_set<std::string> forward_ops_;                 // every test forward op
-  std::vector<bool> base_keys_of_test_;  // apply(): test records whose key a base record has
 };
 
 }  // namespace
