@@ -196,22 +196,24 @@ std::string parse_error_of(Parse parse, const std::string& line) {
   }
   return "no error";
 }
+
+// The ParseError message of parsing record line `line`, or "no error".
+std::string record_error_of(const std::string& line) {
+  return parse_error_of([](const std::string& l) { lf::parse_record(l); }, line);
+}
 }  // namespace
 
 TEST(LogFormat, BadRecordsSayWhatIsWrong) {
-  auto message_of = [](const std::string& line) {
-    return parse_error_of([](const std::string& l) { lf::parse_record(l); }, line);
-  };
-  EXPECT_EQ(message_of("kind=grad name=w none"), "record lacks step=");
-  EXPECT_EQ(message_of("step=x kind=grad name=w none"), "field 'step' is not an integer: 'x'");
-  EXPECT_EQ(message_of("step=1 kind=gradd name=w none"), "unknown kind 'gradd'");
-  EXPECT_EQ(message_of("step=1 kind=grad name=w hash=12 dtype=f shape=[]"),
+  EXPECT_EQ(record_error_of("kind=grad name=w none"), "record lacks step=");
+  EXPECT_EQ(record_error_of("step=x kind=grad name=w none"), "field 'step' is not an integer: 'x'");
+  EXPECT_EQ(record_error_of("step=1 kind=gradd name=w none"), "unknown kind 'gradd'");
+  EXPECT_EQ(record_error_of("step=1 kind=grad name=w hash=12 dtype=f shape=[]"),
             "hash is not 16 hex digits: '12'");
-  EXPECT_EQ(message_of("step=1 kind=grad name=w none value=1"),
+  EXPECT_EQ(record_error_of("step=1 kind=grad name=w none value=1"),
             "record must have exactly one of: 'none', value=, or tensor fields (hash=/dtype=)");
-  EXPECT_EQ(message_of("step=1 kind=grad name=w bogus"), "unexpected token 'bogus'");
-  EXPECT_EQ(message_of("step=1 kind=grad name=w colour=red"), "unknown field 'colour'");
-  EXPECT_EQ(message_of("step=1 kind=grad name=w hash=0000000000000000 dtype=f shape=[2,"),
+  EXPECT_EQ(record_error_of("step=1 kind=grad name=w bogus"), "unexpected token 'bogus'");
+  EXPECT_EQ(record_error_of("step=1 kind=grad name=w colour=red"), "unknown field 'colour'");
+  EXPECT_EQ(record_error_of("step=1 kind=grad name=w hash=0000000000000000 dtype=f shape=[2,"),
             "field 'shape' is not a [d0,d1,...] list: '[2,'");
 }
 
@@ -392,15 +394,13 @@ TEST(LogFormat, IntegersAreDecimalWithinInt64) {
   };
   EXPECT_EQ(mb_of("-0"), 0);
   auto nnz_error = [](const std::string& text) {
-    return parse_error_of([](const std::string& l) { lf::parse_record(l); },
-                          "step=0 kind=grad name=w hash=0000000000000000 dtype=float32 shape=[2] nnz=" + text);
+    return record_error_of("step=0 kind=grad name=w hash=0000000000000000 dtype=float32 shape=[2] nnz=" + text);
   };
   EXPECT_EQ(nnz_error("-9223372036854775808"), "negative nnz");  // int64's minimum reads
   for (const char* bad : {"9223372036854775808", "-9223372036854775809", "99999999999999999999", "+1",
                           "-", "", "1a", "a1", "1.0", "0x10", "1-"}) {
     const std::string line = std::string("step=") + bad + " kind=scalar name=x value=1";
-    EXPECT_EQ(parse_error_of([](const std::string& l) { lf::parse_record(l); }, line),
-              std::string("field 'step' is not an integer: '") + bad + "'")
+    EXPECT_EQ(record_error_of(line), std::string("field 'step' is not an integer: '") + bad + "'")
         << line;
   }
 }
@@ -488,17 +488,14 @@ TEST(LogFormat, OpRecordRoundTripsWithPhaseAndInputHashes) {
 }
 
 TEST(LogFormat, PhaseAndInputsBelongToOpRecordsOnly) {
-  auto message_of = [](const std::string& line) {
-    return parse_error_of([](const std::string& l) { lf::parse_record(l); }, line);
-  };
-  EXPECT_EQ(message_of("step=1 kind=grad name=w phase=forward in=[] none"),
+  EXPECT_EQ(record_error_of("step=1 kind=grad name=w phase=forward in=[] none"),
             "phase= and in= belong to op records, and only to them");
-  EXPECT_EQ(message_of("step=1 kind=op name=s/aten::add#0 mb=0 phase=forward none"), "op record lacks phase= or in=");
-  EXPECT_EQ(message_of("step=1 kind=op name=s/aten::add#0 phase=sideways in=[] none"),
+  EXPECT_EQ(record_error_of("step=1 kind=op name=s/aten::add#0 mb=0 phase=forward none"), "op record lacks phase= or in=");
+  EXPECT_EQ(record_error_of("step=1 kind=op name=s/aten::add#0 phase=sideways in=[] none"),
             "field 'phase' is not forward or backward");
-  EXPECT_EQ(message_of("step=1 kind=op name=s/aten::add#0 phase=forward in=[12] none"),
+  EXPECT_EQ(record_error_of("step=1 kind=op name=s/aten::add#0 phase=forward in=[12] none"),
             "hash is not 16 hex digits: '12'");
-  EXPECT_EQ(message_of("step=1 kind=op name=s/aten::add#0 phase=forward in=0000000000000000 none"),
+  EXPECT_EQ(record_error_of("step=1 kind=op name=s/aten::add#0 phase=forward in=0000000000000000 none"),
             "field 'in' is not [hash,...]");
 }
 
@@ -530,16 +527,13 @@ TEST(LogFormat, Version5PartialRecordRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(lf::format_record(r).find("partial="), std::string::npos);
   EXPECT_TRUE(lf::parse_record(lf::format_record(r)).stats.partial.empty());
 
-  auto message_of = [](const std::string& l) {
-    return parse_error_of([](const std::string& x) { lf::parse_record(x); }, l);
-  };
   const std::string head = "step=1 kind=tap name=w mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 "
                            "inf=0 dtype=float32 shape=[2]";
-  EXPECT_EQ(message_of(head + " partial=2/2"), "field 'partial' needs 0 <= index < count: '2/2'");
-  EXPECT_EQ(message_of(head + " partial=0/0"), "field 'partial' needs 0 <= index < count: '0/0'");
-  EXPECT_EQ(message_of(head + " partial=-1/2"), "field 'partial' needs 0 <= index < count: '-1/2'");
-  EXPECT_EQ(message_of(head + " partial=1"), "field 'partial' is not <index>/<count>: '1'");
-  EXPECT_EQ(message_of(head + " partial=a/2"), "field 'partial' is not an integer: 'a'");
+  EXPECT_EQ(record_error_of(head + " partial=2/2"), "field 'partial' needs 0 <= index < count: '2/2'");
+  EXPECT_EQ(record_error_of(head + " partial=0/0"), "field 'partial' needs 0 <= index < count: '0/0'");
+  EXPECT_EQ(record_error_of(head + " partial=-1/2"), "field 'partial' needs 0 <= index < count: '-1/2'");
+  EXPECT_EQ(record_error_of(head + " partial=1"), "field 'partial' is not <index>/<count>: '1'");
+  EXPECT_EQ(record_error_of(head + " partial=a/2"), "field 'partial' is not an integer: 'a'");
   EXPECT_THROW(probe::Partial::of(2, 2), std::invalid_argument);
   EXPECT_EQ(probe::Partial::of(1, 2), (probe::Partial{1, 2}));
 }
@@ -577,19 +571,16 @@ TEST(LogFormat, Version6CoversRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(lf::format_record(r).find("covers="), std::string::npos);
   EXPECT_TRUE(lf::parse_record(lf::format_record(r)).covers.empty());
 
-  auto message_of = [](const std::string& l) {
-    return parse_error_of([](const std::string& x) { lf::parse_record(x); }, l);
-  };
   const std::string head = "step=1 kind=mb_grad name=w mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 "
                            "inf=0 dtype=float32 shape=[2]";
-  EXPECT_EQ(message_of(head + " covers=[0]"), "field 'covers' needs at least 2 microbatches: '[0]'");
-  EXPECT_EQ(message_of(head + " covers=[]"), "field 'covers' needs at least 2 microbatches: '[]'");
-  EXPECT_EQ(message_of(head + " covers=[0,2,2]"), "field 'covers' is not ascending without duplicates: '[0,2,2]'");
-  EXPECT_EQ(message_of(head + " covers=[0,4,2]"), "field 'covers' is not ascending without duplicates: '[0,4,2]'");
-  EXPECT_EQ(message_of(head + " covers=[1,2]"), "field 'covers' does not start at the record's mb=0: '[1,2]'");
-  EXPECT_EQ(message_of(head + " covers=0,2"), "field 'covers' is not a [d0,d1,...] list: '0,2'");
-  EXPECT_EQ(message_of(head + " covers=[0,x]"), "field 'covers' is not an integer: 'x'");
-  EXPECT_EQ(message_of("step=1 kind=grad name=w hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
+  EXPECT_EQ(record_error_of(head + " covers=[0]"), "field 'covers' needs at least 2 microbatches: '[0]'");
+  EXPECT_EQ(record_error_of(head + " covers=[]"), "field 'covers' needs at least 2 microbatches: '[]'");
+  EXPECT_EQ(record_error_of(head + " covers=[0,2,2]"), "field 'covers' is not ascending without duplicates: '[0,2,2]'");
+  EXPECT_EQ(record_error_of(head + " covers=[0,4,2]"), "field 'covers' is not ascending without duplicates: '[0,4,2]'");
+  EXPECT_EQ(record_error_of(head + " covers=[1,2]"), "field 'covers' does not start at the record's mb=0: '[1,2]'");
+  EXPECT_EQ(record_error_of(head + " covers=0,2"), "field 'covers' is not a [d0,d1,...] list: '0,2'");
+  EXPECT_EQ(record_error_of(head + " covers=[0,x]"), "field 'covers' is not an integer: 'x'");
+  EXPECT_EQ(record_error_of("step=1 kind=grad name=w hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
                        "dtype=float32 shape=[2] covers=[0,2]"),
             "field 'covers' belongs to records with an mb: '[0,2]'");
 }
@@ -624,30 +615,27 @@ TEST(LogFormat, Version7SplitOpRoundTripsAndBadOnesSayWhatIsWrong) {
       << dumped;
   expect_same_record(lf::parse_record(dumped), r, dumped);
 
-  auto message_of = [](const std::string& l) {
-    return parse_error_of([](const std::string& x) { lf::parse_record(x); }, l);
-  };
   const std::string head = "step=0 kind=op name=s/aten::add#0 mb=0 phase=forward in=[000000000000000a] "
                            "hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 dtype=float32 shape=[2]";
   const std::string cand = " cand=[0000000000000001] incand=[0000000000000002]";
-  EXPECT_EQ(message_of(head + " split=2/2" + cand), "field 'split' needs 0 <= rank < size and size >= 2: '2/2'");
-  EXPECT_EQ(message_of(head + " split=0/1" + cand), "field 'split' needs 0 <= rank < size and size >= 2: '0/1'");
-  EXPECT_EQ(message_of(head + " split=1" + cand), "field 'split' is not <rank>/<size>: '1'");
-  EXPECT_EQ(message_of(head + " split=0/2"), "split=, cand= and incand= go together");
-  EXPECT_EQ(message_of(head + " split=0/2 cand=[0000000000000001,0000000000000001] incand=[0000000000000002]"),
+  EXPECT_EQ(record_error_of(head + " split=2/2" + cand), "field 'split' needs 0 <= rank < size and size >= 2: '2/2'");
+  EXPECT_EQ(record_error_of(head + " split=0/1" + cand), "field 'split' needs 0 <= rank < size and size >= 2: '0/1'");
+  EXPECT_EQ(record_error_of(head + " split=1" + cand), "field 'split' is not <rank>/<size>: '1'");
+  EXPECT_EQ(record_error_of(head + " split=0/2"), "split=, cand= and incand= go together");
+  EXPECT_EQ(record_error_of(head + " split=0/2 cand=[0000000000000001,0000000000000001] incand=[0000000000000002]"),
             "field 'cand' has 2 hashes for a 1-dim output");
-  EXPECT_EQ(message_of(head + " split=0/2 cand=[0000000000000001] incand=[-,-]"),
+  EXPECT_EQ(record_error_of(head + " split=0/2 cand=[0000000000000001] incand=[-,-]"),
             "field 'incand' has 2 inputs where in= has 1");
-  EXPECT_EQ(message_of(head + " split=0/2 cand=[0000000000000001,] incand=[0000000000000002]"),
+  EXPECT_EQ(record_error_of(head + " split=0/2 cand=[0000000000000001,] incand=[0000000000000002]"),
             "field 'cand' ends with ','");
-  EXPECT_EQ(message_of(head + " split=0/2 cand=[0000000000000001] incand=[0000000000000002::0000000000000003]"),
+  EXPECT_EQ(record_error_of(head + " split=0/2 cand=[0000000000000001] incand=[0000000000000002::0000000000000003]"),
             "field 'incand' has an empty item");
-  EXPECT_EQ(message_of(head + " split=0/2 cand=[-] incand=[-]"), "field 'cand' holds '-'");
-  EXPECT_EQ(message_of(head + " dump="), "field 'dump' is empty");
-  EXPECT_EQ(message_of("step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
+  EXPECT_EQ(record_error_of(head + " split=0/2 cand=[-] incand=[-]"), "field 'cand' holds '-'");
+  EXPECT_EQ(record_error_of(head + " dump="), "field 'dump' is empty");
+  EXPECT_EQ(record_error_of("step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
                        "dtype=float32 shape=[2] dump=x.pt"),
             "dump= belongs to op records");
-  EXPECT_EQ(message_of("step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
+  EXPECT_EQ(record_error_of("step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
                        "dtype=float32 shape=[2] split=0/2" + cand),
             "split= belongs to op records");
 }
