@@ -9,11 +9,13 @@
 
 namespace probe::differ {
 
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
 bool Comparator::agree(double base, double test) const { return agree(base, test, 0.0); }
 
 bool Comparator::agree(double base, double test, double scale) const {
   if (std::isnan(base) || std::isnan(test)) return std::isnan(base) && std::isnan(test);
-  if (exact()) return std::memcmp(&base, &test, sizeof(double)) == 0;
+  if (exact()) return same_bits(base, test);
   if (base == test) return true;
   if (!std::isfinite(base) || !std::isfinite(test)) return false;
   const double magnitude = std::isfinite(scale) ? std::max(std::fabs(base), scale) : std::fabs(base);
@@ -171,7 +173,7 @@ void classify(Pair& p, const Comparator& cmp) {
   if (x.state == S::tensor) return classify_tensors(p, cmp);
   p.rel_diff = rel_diff(x.value, y.value);
   const bool bitwise =
-      std::memcmp(&x.value, &y.value, sizeof(double)) == 0 || (std::isnan(x.value) && std::isnan(y.value));
+      same_bits(x.value, y.value) || (std::isnan(x.value) && std::isnan(y.value));
   p.pair_class = bitwise ? PairClass::equal : cmp.agree(x.value, y.value) ? PairClass::within_tol : PairClass::different;
 }
 

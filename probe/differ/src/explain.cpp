@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "differ/detail/classify.h"
 #include "differ/detail/constant_factor.h"
@@ -30,8 +29,6 @@ bool both_tensors(const Pair& p) {
 std::int64_t nonfinite(const Side& s) {
   return s.present && s.m.rec.state == Record::State::tensor ? s.m.rec.stats.nan + s.m.rec.stats.inf : 0;
 }
-
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 
 const std::string& dtype_of(const Pair& p) {

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
+#include "differ/detail/classify.h"
 #include "differ/detail/compose.h"
 #include "differ/detail/record_text.h"
 #include "probe/log_format.h"
@@ -107,8 +107,6 @@ void take_view(Merged& m, const TensorStats& figures, const std::vector<std::int
   m.rec.stats.shape = shape;
   m.rec.stats.hash = hash;
 }
-
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 bool close(double a, double b, double scale) { return std::fabs(a - b) <= 1e-12 * scale; }
 

@@ -18,5 +18,7 @@ std::optional<double> series_value(const Record& r);
 bool low_precision(const std::string& dtype);
 // |a - b| / max(|a|, |b|); 0 when equal (NaN with NaN), Inf when one is not finite.
 double rel_diff(double a, double b);
+// The same 64 bits (a figure logged twice alike; -0 and 0 differ, a NaN equals its own bits).
+bool same_bits(double a, double b);
 
 }  // namespace probe::differ
