@@ -133,7 +133,7 @@ bool same_tensor_up_to_rounding(const Merged& a, const Merged& b) {
 class OpMatcher {
  public:
   OpMatcher(std::vector<Merged>& base, std::vector<Merged>& test)
-      : base_(base), test_(test), base_made_(producers(base)), test_made_(producers(test)),
+      : base_(base), test_(test),
         partner_(test.size(), kNone) {}
 
   void run() {
@@ -205,6 +205,11 @@ class OpMatcher {
   // and stay unaligned. Repeated until no pair is dropped: a dropped op's partner no longer
   // vouches for its output.
   void drop_foreign_inputs(const std::vector<std::size_t>& matched) {
+    if (matched.empty()) return;
+    if (base_made_.empty() && test_made_.empty()) {  // only where some pair is to be checked
+      base_made_ = producers(base_);
+      test_made_ = producers(test_);
+    }
     for (bool dropped = true; dropped;) {
       dropped = false;
       for (std::size_t ti : matched)
@@ -265,7 +270,8 @@ class OpMatcher {
 
   std::vector<Merged>& base_;
   std::vector<Merged>& test_;
-  const std::unordered_map<std::uint64_t, std::size_t> base_made_, test_made_;
+  // Which record made each output hash, per run: built when the first aligned pair is checked.
+  std::unordered_map<std::uint64_t, std::size_t> base_made_, test_made_;
   std::vector<std::size_t> partner_;  // per test record: its base partner, or kNone
   std::unordered_map<std::string, std::string> forward_names_;  // test forward op -> its partner's
   std::unordered_set<std::string> forward_ops_;                 // every test forward op
