@@ -235,13 +235,6 @@ std::string summand_text(const Partial& p) {
   return std::to_string(p.index) + "/" + std::to_string(p.count);
 }
 
-// "[4,2]"
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // The ranks of the group's parts that are summands (`summands`) or not.
 std::vector<int> ranks_of(const Group& g, bool summands) {
   std::vector<int> ranks;
@@ -346,8 +339,8 @@ SumError whole_summands(Merged& m, const Group& g, MergeContext& ctx) {
   for (std::size_t k = 1; k < ctx.summands.size(); ++k) {
     const TensorStats& s = *ctx.summands[k];
     if (s.dtype != first.dtype || s.shape != first.shape)
-      return {"summands disagree on dtype or shape (summand 0: " + first.dtype + shape_text(first.shape) +
-              ", summand " + std::to_string(k) + ": " + s.dtype + shape_text(s.shape) + ")"};
+      return {"summands disagree on dtype or shape (summand 0: " + first.dtype + dims_text(first.shape) +
+              ", summand " + std::to_string(k) + ": " + s.dtype + dims_text(s.shape) + ")"};
   }
   const auto count = static_cast<std::size_t>(ctx.reps[0]->rec->stats.partial.count);
   if (indices == count) return {};

@@ -6,6 +6,12 @@
 namespace probe::differ {
 namespace lf = probe::log_format;
 
+std::string dims_text(const std::vector<std::int64_t>& dims) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
 std::string record_brief(const Record& r) {
   switch (r.state) {
     case Record::State::none:

@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "differ/detail/names.h"
+#include "differ/detail/record_text.h"
 #include "differ/report.h"
 #include "probe/log_format.h"
 
@@ -75,9 +76,7 @@ std::string side_text(const Side& s, Kind kind) {
         if (t.nan || t.inf) extra += " nan=" + std::to_string(t.nan) + " inf=" + std::to_string(t.inf);
       }
       if (!t.dtype.empty()) {
-        out += " " + t.dtype + "[";
-        for (std::size_t i = 0; i < t.shape.size(); ++i) out += (i ? "," : "") + std::to_string(t.shape[i]);
-        out += "]";
+        out += " " + t.dtype + dims_text(t.shape);
       }
       break;
     }
