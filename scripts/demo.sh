@@ -7,7 +7,8 @@
 # The third comparison has one layer's attention softmax computed another, mathematically equal
 # way in the pipeline run (--fault op=1): diff_logs can only say which layer differs and prints
 # the PROBE_TRACE setting that records its ops; both runs are re-run with it and compared again,
-# and the op trace names the softmax (out/demo3, out/demo3-traced). The fourth compares a single
+# and the op trace names the softmax; its ops were dumped (dump=1), and numprobe_replay replays
+# them in float64: noise, two correct roundings (out/demo3, out/demo3-traced). The fourth compares a single
 # rank with 8 ranks of pipeline, data, tensor and sequence parallelism (2 x 2 x 2, --sp) whose
 # norm weights' gradients are never all-reduced over the tensor-parallel group
 # (--fault sp-norm-unreduced; out/demo4).
@@ -34,10 +35,14 @@ OUT=out/demo3 DIFF_FLAGS="--json out/demo3/diff.json" scripts/compare.sh "zero3 
 third=$?
 hint="$("$VENV/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["op_trace"]["trace_hint"] or "")' out/demo3/diff.json 2>/dev/null || true)"
 if [ -n "$hint" ]; then
-  banner "3/4  re-run both with PROBE_TRACE='$hint', as the report says, and compare again"
-  PROBE_TRACE="$hint" OUT=out/demo3-traced DIFF_FLAGS="--html out/demo3-traced/report.html" scripts/compare.sh "zero3 4" "pp-ddp 8 --stages 2" \
+  banner "3/4  re-run both with PROBE_TRACE='$hint;dump=1', as the report says (with op dumps), and compare again"
+  PROBE_TRACE="$hint;dump=1" OUT=out/demo3-traced DIFF_FLAGS="--html out/demo3-traced/report.html" scripts/compare.sh "zero3 4" "pp-ddp 8 --stages 2" \
     --rng-seed 42 --steps "$STEPS" --b --fault op=1
   third=$?
+  banner "3/4  replay the ops where the runs part in float64, as the report says: noise or a bug?"
+  "$BUILD_DIR/bin/numprobe_replay" out/demo3-traced/0 out/demo3-traced/1
+  # The page again, now with the verdict in its headline.
+  "$BUILD_DIR/bin/diff_logs" out/demo3-traced/0 out/demo3-traced/1 --html out/demo3-traced/report.html >/dev/null
 else
   echo "demo.sh: the third comparison printed no PROBE_TRACE setting to follow" >&2
 fi
@@ -46,7 +51,7 @@ OUT=out/demo4 DIFF_FLAGS="--html out/demo4/report.html" scripts/compare.sh "sing
   --rng-seed 42 --steps "$STEPS" --b --fault sp-norm-unreduced
 fourth=$?
 set -e
-banner "diff_logs exit status: $first (equal), $second (differences: the grads are none), $third (differences: the op trace names the softmax) and $fourth (differences: a norm gradient unreduced over tp)"
+banner "diff_logs exit status: $first (equal), $second (differences: the grads are none), $third (differences: the op trace names the softmax, its replay says noise) and $fourth (differences: a norm gradient unreduced over tp)"
 echo "HTML reports (one self-contained file each: open in a browser, or copy it off a remote machine):"
 for report in out/demo1/report.html out/demo2/report.html out/demo3-traced/report.html out/demo4/report.html; do
   if [ -f "$report" ]; then echo "  $NUMPROBE_ROOT/$report"; fi

@@ -5,9 +5,11 @@
                                   fault-skip-reduce, fault-init, fault-lr, noise-or-bug, fault-op,
                                   fault-op-backward, weights-zero3-pp-ddp, killed-rank, probe-off,
                                   html-report, tensor-parallel, fault-tensor-parallel,
+                                  op-trace-tensor-parallel, op-dumps, replay-verdict,
                                   expert-parallel, fault-expert-parallel)
 
-Environment (set by ctest): MOE_TRAIN, DIFF_LOGS, TORCHRUN, WORK (a scratch directory).
+Environment (set by ctest): MOE_TRAIN, DIFF_LOGS, NUMPROBE_REPLAY, TORCHRUN, WORK (a scratch
+directory).
 Each case prints what it ran and why it failed; the exit status is the verdict.
 """
 import itertools
@@ -19,6 +21,7 @@ import sys
 
 MOE_TRAIN = os.environ["MOE_TRAIN"]
 DIFF_LOGS = os.environ["DIFF_LOGS"]
+NUMPROBE_REPLAY = os.environ.get("NUMPROBE_REPLAY", "")
 TORCHRUN = os.environ["TORCHRUN"]
 WORK = os.environ["WORK"]
 STEPS = "2"
@@ -676,6 +679,59 @@ def case_op_dumps():
     if same["result"] != "equal":
         fail("dumping changed the run's results")
     print("OK the run with dumps and the run without a trace bitwise equal", flush=True)
+
+
+def replay(a, b, *flags, expect, js=None):
+    """Runs numprobe_replay; returns its verdict document (written to js, else into WORK)."""
+    js = js or os.path.join(WORK, f"replay_{os.path.basename(b)}.json")
+    cmd = [NUMPROBE_REPLAY, a, b, "--json", js, *flags]
+    print("$ " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    print(proc.stdout, flush=True)
+    if proc.returncode != expect:
+        fail(f"numprobe_replay exited {proc.returncode}, expected {expect}")
+    with open(js) as f:
+        verdict = json.load(f)
+    if not proc.stdout.startswith("REGION  step 0 mb 0 forward") or f"VERDICT  {verdict['verdict']}" not in proc.stdout:
+        fail("numprobe_replay's first lines should name the region, then the verdict")
+    return verdict
+
+
+def case_replay_verdict():
+    """The issue's acceptance: `ddp 2` against `single 1` with a softmax fault in layer 2, traced
+    with dumps: numprobe_replay says noise for op= (float64, rounded back), different math for
+    op-wrong= (times 1 + 1e-3) and precision: test for op-lowp= (through bfloat16); diff_logs
+    offers the command, then shows the verdict; an op that inherits is `inputs differ`, a trace
+    without dumps `not replayable`."""
+    trace = {"PROBE_TRACE": "steps=0;scopes=^layers\\.2(\\.|$);mb=0;dump=1"}
+    base = train("replay_ddp2", "ddp", 2, env_extra=trace)
+    for fault, verdict, code in [("op=2", "noise", 0), ("op-wrong=2", "different math", 1),
+                                 ("op-lowp=2", "precision: test", 1)]:
+        test = train("replay_" + fault.split("=")[0], "single", 1, "--fault", fault, env_extra=trace)
+        before = diff(base, test)
+        if not (before["replay_command"] or "").startswith("numprobe_replay ") or "numprobe_replay" not in before["text"]:
+            fail(f"{fault}: diff_logs should print the replay command: {before['replay_command']}")
+        v = replay(base, test, expect=code, js=os.path.join(test, "replay.json"))  # where diff_logs looks
+        if v["verdict"] != verdict:
+            fail(f"{fault}: verdict {v['verdict']}, expected {verdict}: {v['evidence']}")
+        after = diff(base, test)
+        if (after["replay"] or {}).get("verdict") != verdict or f"REPLAY VERDICT  {verdict}" not in after["text"]:
+            fail(f"{fault}: diff_logs should show the verdict beside the test run: {after['replay']}")
+        print(f"OK {fault}: {verdict} ({v['evidence'][-1]})", flush=True)
+    # The op after the region takes the inherited difference: not where the runs part.
+    v = replay(base, os.path.join(WORK, "replay_op-wrong"), "--op", "layers.2.attention/aten::matmul#4", expect=3)
+    if v["verdict"] != "inputs differ":
+        fail(f"matmul#4 inherits the difference: {v['verdict']} {v['reason']}")
+    print(f"OK --op matmul#4: inputs differ ({v['reason'][:80]}...)", flush=True)
+    no_dump = {"PROBE_TRACE": trace["PROBE_TRACE"].replace(";dump=1", "")}
+    plain_base = train("replay_ddp2_nodump", "ddp", 2, env_extra=no_dump)
+    plain_test = train("replay_op_nodump", "single", 1, "--fault", "op=2", env_extra=no_dump)
+    if diff(plain_base, plain_test)["replay_command"] is not None:
+        fail("without dumps diff_logs should offer no replay")
+    v = replay(plain_base, plain_test, expect=3)
+    if v["verdict"] != "not replayable" or "not dumped" not in v["reason"]:
+        fail(f"a trace without dumps: {v['verdict']} {v['reason']}")
+    print(f"OK without dumps: not replayable ({v['reason']})", flush=True)
 
 
 def record_fields(run, rank, step, kind, name, mb=None):

@@ -371,6 +371,8 @@
                              text: 'None: every difference is explained as noise. The first divergence:'}));
       s.appendChild(pairBlock(fd, 'fd-headline', noiseLabel(fd)));
     }
+    var replay = replayBlock();
+    if (replay) s.appendChild(replay);
     var noise = el('div', {id: 'noise-summary', 'data-pairs': String(R.noise.pairs),
                            'data-bug-pairs': String(R.noise.bug_pairs)}, [
       el('h3', {text: 'Noise'}), el('p', {text: noiseWords()})]);
@@ -419,6 +421,27 @@
       box.appendChild(el('p', {text: 'relative norm difference: ' + fmt(p.rel_diff)}));
     if (p.note) box.appendChild(el('p', {class: 'note', text: 'note: ' + p.note}));
     return box;
+  }
+  // numprobe_replay's verdict on the ops where the runs part (replay in the --json), or the
+  // command that makes it where they were dumped.
+  function replayBlock() {
+    var v = R.replay;
+    if (v) {
+      var box = el('div', {class: 'replay', id: 'replay-verdict', 'data-verdict': v.verdict}, [
+        el('h3', null, ['Replay verdict  ', el('span', {class: v.verdict === 'noise' ? 'ok' : 'bad', text: v.verdict})])]);
+      if (v.reason) box.appendChild(el('p', {text: v.reason}));
+      v.evidence.forEach(function (line) { box.appendChild(el('p', {class: 'evidence mono', text: line})); });
+      box.appendChild(el('p', {class: 'note', text: 'numprobe_replay, ' + v.file}));
+      return box;
+    }
+    if (!R.replay_command && !R.replay_note) return null;
+    var cmd = el('div', {class: 'replay', id: 'replay-command'}, [el('h3', {text: 'Replay'})]);
+    if (R.replay_note) cmd.appendChild(el('p', {class: 'note', text: R.replay_note}));
+    if (R.replay_command) {
+      cmd.appendChild(el('p', {text: 'The ops where the runs part were dumped; for a numerical verdict (float64), run'}));
+      cmd.appendChild(el('pre', {text: R.replay_command}));
+    }
+    return cmd;
   }
   // What the op records say (op_trace in the --json): the root-cause op, the first op whose
   // inputs already differ, the PROBE_TRACE setting of a re-run, the ops of one run only.

@@ -134,7 +134,7 @@ bool set_aside_partial(const Pair& p, PartialReport& report) {
 }  // namespace
 
 Aligner::Aligner(const DiffOptions& options, Result& result)
-    : options_(options), result_(result), explainer_(options) {
+    : options_(options), result_(result), op_analysis_(options.replay_op), explainer_(options) {
   result_.strict = options.strict;
 }
 

@@ -71,6 +71,14 @@ std::vector<Kind> kinds_in(std::uint32_t bits) {
   return kinds;
 }
 
+// The region's dumps as files: a record names its dump relative to its rank's directory.
+void resolve_dumps(const Run& base, const Run& test, OpReport& ops) {
+  if (!ops.region) return;
+  for (auto [run, region_ops] : {std::pair{&base, &ops.region->base}, std::pair{&test, &ops.region->test}})
+    for (ReplayOp& op : *region_ops)
+      if (!op.dump.empty()) op.dump = (run->rank_dir(op.rank) / op.dump).string();
+}
+
 Result compare_once(Run& base, Run& test, const DiffOptions& options, KindsRecorded& recorded) {
   Result r;
   r.base = info_of(base);
@@ -105,6 +113,7 @@ Result compare_once(Run& base, Run& test, const DiffOptions& options, KindsRecor
   aligner.finish();
   r.base.records = base.records_read();
   r.test.records = test.records_read();
+  resolve_dumps(base, test, r.ops);
   r.base_issues = base.issues();
   r.test_issues = test.issues();
   return r;

@@ -5,6 +5,7 @@
 #include <regex>
 #include <unordered_map>
 
+#include "differ/detail/replay_region.h"
 #include "differ/detail/split_op.h"
 #include "probe/log_format.h"
 
@@ -101,6 +102,7 @@ std::string made_by_text(const std::string& base_producer, const std::string& te
 std::optional<OpFinding> one_sided_root_cause(std::int64_t step, const Pair& p, std::size_t input,
                                               const std::string& base_producer, const std::string& test_producer,
                                               const StepOps& ops) {
+  // (The replay region is what made `input`: OpAnalysis::add_step.)
   for (const Pair* q : ops.one_sided) {
     if (q->name != test_producer && q->name != base_producer) continue;
     const Phase phase = phase_of(*q);
@@ -185,21 +187,40 @@ void OpAnalysis::add_step(std::int64_t step, const std::vector<Pair>& pairs, OpR
       ops.one_sided.push_back(&p);
       note_outputs(p, ops.base, ops.test);
     }
-  for (const Pair& p : pairs) {
+  for (std::size_t k = 0; k < pairs.size(); ++k) {
+    const Pair& p = pairs[k];
     if (p.kind != Kind::op || !in_both(p)) continue;
     // A partial sum (a row-parallel op's output on each rank) is set aside: no output to compare.
     if (output_differs(p) && !p.set_aside) {
       const bool agree = inputs_agree(p.base.m, p.test.m);
-      if (agree && !report.root_cause)
+      if (agree && !report.root_cause) {
         report.root_cause = root_cause_finding(step, p);
-      else if (!agree && !report.inherited)
+        if (replay_op_.empty()) report.region = replay_region(step, pairs, k);
+      } else if (!agree && !report.inherited) {
+        const bool had_root_cause = report.root_cause.has_value();
         report.inherited = inherited_finding(step, p, ops, report);
+        // A root cause among the ops of one run only: the region is what made p's input.
+        if (!had_root_cause && report.root_cause && replay_op_.empty()) {
+          report.region = replay_region(step, pairs, k);
+          report.region->root_cause = report.root_cause->name;
+        }
+      }
       if (!agree && !report.beyond_noise && beyond_noise(p)) report.beyond_noise = beyond_noise_finding(step, p);
     }
     note_outputs(p, ops.base, ops.test);
   }
   if (report.root_cause) report.beyond_noise.reset();  // only where no op's inputs agree
-  done_ = report.root_cause || report.inherited || report.beyond_noise;
+  note_replay_op(step, pairs, report);
+  done_ = (report.root_cause || report.inherited || report.beyond_noise) && (replay_op_.empty() || report.region);
+}
+
+void OpAnalysis::note_replay_op(std::int64_t step, const std::vector<Pair>& pairs, OpReport& report) const {
+  if (replay_op_.empty() || report.region) return;
+  for (std::size_t k = 0; k < pairs.size(); ++k)
+    if (pairs[k].kind == Kind::op && pairs[k].name == replay_op_ && in_both(pairs[k])) {
+      report.region = replay_region(step, pairs, k, /*starts_here=*/true);
+      return;
+    }
 }
 
 std::optional<std::string> scope_regex_for(Kind kind, const std::string& raw_name) {

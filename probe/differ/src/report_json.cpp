@@ -5,6 +5,7 @@
 #include <cmath>
 #include <variant>
 
+#include "differ/replay_verdict.h"
 #include "differ/report.h"
 #include "probe/log_format.h"
 
@@ -190,8 +191,26 @@ nlohmann::json op_finding_json(const std::optional<OpFinding>& f) {
           {"message", f->message}};
 }
 
+nlohmann::json region_json(const std::optional<ReplayRegion>& region) {
+  if (!region) return nullptr;
+  const auto ops_of = [](const std::vector<ReplayOp>& ops) {
+    auto list = nlohmann::json::array();
+    for (const auto& op : ops) list.push_back({{"name", op.name}, {"rank", op.rank}, {"dump", op.dump}});
+    return list;
+  };
+  return {{"step", region->step},
+          {"mb", optional_json(region->mb)},
+          {"phase", phase_name(region->phase)},
+          {"root_cause", region->root_cause},
+          {"end", region->end},
+          {"base_ops", ops_of(region->base)},
+          {"test_ops", ops_of(region->test)},
+          {"dumped", region->dumped()}};
+}
+
 nlohmann::json ops_json(const OpReport& ops) {
   return {{"root_cause", op_finding_json(ops.root_cause)},
+          {"region", region_json(ops.region)},
           {"inherited", op_finding_json(ops.inherited)},
           {"beyond_noise", op_finding_json(ops.beyond_noise)},
           {"only_base", ops.only_base},
@@ -243,6 +262,11 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   auto& top = j["top"] = nlohmann::json::array();
   for (const auto& p : r.top) top.push_back(pair_json(p));
   j["op_trace"] = ops_json(r.ops);
+  // numprobe_replay's verdict on the region (its numprobe.replay/1 document), or the command.
+  j["replay"] = r.replay ? nlohmann::json::parse(replay_verdict_json(*r.replay)) : nlohmann::json(nullptr);
+  if (r.replay) j["replay"]["file"] = r.replay->file;
+  j["replay_command"] = r.replay_command ? nlohmann::json(*r.replay_command) : nlohmann::json(nullptr);
+  j["replay_note"] = r.replay_note;
   // Pairs with a partial sum on one side and none of the same count on the other: set aside.
   j["partial_records"] = set_aside_json(r.partial);
   // Pairs whose sides cover other microbatches (expert parallelism against another grouping).

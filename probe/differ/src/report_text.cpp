@@ -13,6 +13,7 @@
 
 #include "differ/detail/names.h"
 #include "differ/detail/record_text.h"
+#include "differ/replay_verdict.h"
 #include "differ/report.h"
 #include "probe/log_format.h"
 
@@ -327,6 +328,24 @@ void print_trace_hint(const Result& r, std::ostream& out, const Paint& paint) {
   out << "\n";
 }
 
+// numprobe_replay's verdict on the region where the runs part, or the command that makes it.
+void print_replay(const Result& r, std::ostream& out, const Paint& paint) {
+  if (r.replay) {
+    const ReplayVerdict& v = *r.replay;
+    const bool ok = v.verdict == "noise";
+    out << paint(kBold, "REPLAY VERDICT") << "  " << paint(ok ? kGreen : kRed, v.verdict) << "  (" << v.file << ")\n";
+    if (!v.reason.empty()) out << "  " << v.reason << "\n";
+    for (const auto& line : v.evidence) out << "  " << line << "\n";
+    out << "\n";
+    return;
+  }
+  if (!r.replay_note.empty()) out << paint(kBold, "REPLAY") << "  " << r.replay_note << "\n";
+  if (r.replay_command)
+    out << paint(kBold, "REPLAY") << "  the ops where the runs part were dumped; for a numerical verdict (float64), run\n"
+        << "  " << *r.replay_command << "\n";
+  if (r.replay_command || !r.replay_note.empty()) out << "\n";
+}
+
 // The ops of one run only, set aside.
 void print_one_sided_ops(const OpReport& ops, std::ostream& out, const Paint& paint) {
   if (ops.only_base_count == 0 && ops.only_test_count == 0) return;
@@ -565,6 +584,7 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   print_result(r, out, paint);
   out << "\n";
   print_first_divergence(r, out, paint);
+  print_replay(r, out, paint);
   print_trace_hint(r, out, paint);
   print_noise(r, out, paint);
   print_one_sided_kinds(r, out, paint);

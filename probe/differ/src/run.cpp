@@ -312,4 +312,10 @@ std::optional<std::int64_t> Run::peek_step() const {
   return s;
 }
 
+std::filesystem::path Run::rank_dir(int rank) const {
+  for (const auto& src : ranks_)
+    if (src->rank == rank && src->reader) return src->reader->path().parent_path();
+  return {};
+}
+
 }  // namespace probe::differ

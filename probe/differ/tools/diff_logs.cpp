@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "differ/diff.h"
+#include "differ/replay_verdict.h"
 #include "differ/report_html.h"
 
 namespace {
@@ -167,7 +168,8 @@ int compare(Cli& c) {
   }
   d::Run base(c.base_path, run_options(c, c.maps_base, "base"));
   d::Run test(c.test_path, run_options(c, c.maps_test, "test"));
-  const d::Result result = d::diff_runs(base, test, c.diff);
+  d::Result result = d::diff_runs(base, test, c.diff);
+  d::attach_replay_verdict(result);  // numprobe_replay's verdict beside the test run, if any
   c.text.color = !c.color_never && (c.color_always || ::isatty(STDOUT_FILENO));
   if (c.json_path != "-") d::print_text(result, std::cout, c.text);
   if (c.json_path == "-") {

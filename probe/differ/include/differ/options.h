@@ -60,6 +60,9 @@ struct DiffOptions {
   // of its rounding: the rest of the module that holds the reduction lies between them
   // (docs/diff-logs.md, "Partial sums").
   double reduction_amplification = 10;
+  // The op record (its name, as in the base run) whose replay region is wanted instead of the
+  // root cause's (numprobe_replay --op): its first occurrence in both runs.
+  std::string replay_op;
   // Headline the first divergence of any kind and exit 1 on any difference, noise included.
   bool strict = false;
   // Called with every compared pair once it is classified, in execution order, with the index

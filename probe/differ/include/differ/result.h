@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -203,6 +204,32 @@ struct OpFinding {
   std::string name;     // the op record's name, <scope>/<op>#<k>
   std::string message;  // what was found, in words
 };
+// One op record of a replay region: what numprobe_replay loads and links.
+struct ReplayOp {
+  std::string name;        // as its run logged it (an aligned test record takes the base's name)
+  int rank = 0;            // the rank whose record it is
+  std::string dump;        // the dump file (rank directory joined in), "" where none was written
+  std::uint64_t output = 0;  // its output's hash
+  std::vector<std::optional<std::uint64_t>> inputs;  // its tensor inputs' hashes
+  bool split = false;      // ran in a split scope (a piece of a tensor-parallel op)
+};
+
+// Where the runs part (docs/diff-logs.md, "Replay verdict"): from the last values both runs hold
+// bitwise to the input of the next op both runs execute. Each run's ops in execution order (one
+// run's list may be empty: the other run inserted ops), the hashes of the values they start
+// from, and of the value they hand on.
+struct ReplayRegion {
+  std::int64_t step = 0;
+  std::optional<std::int64_t> mb;
+  Phase phase = Phase::forward;
+  std::string root_cause;  // the finding's op name
+  std::string end;         // the next op both runs execute, "" where none was traced
+  std::vector<ReplayOp> base, test;
+  std::vector<std::uint64_t> base_inputs, test_inputs;  // distinct, ascending
+  std::uint64_t base_output = 0, test_output = 0;
+  bool dumped() const;     // every op has a dump file
+};
+
 struct OpReport {
   // The first op, in execution order, whose inputs agree with the other run and whose output
   // differs (or, where the runs run different ops, the first op of one run only that feeds an
@@ -213,6 +240,8 @@ struct OpReport {
   // Where no op's inputs agree (every op after a row-parallel sum carries its noise): the first
   // op whose inputs differ by noise only and whose output differs beyond that noise.
   std::optional<OpFinding> beyond_noise;
+  // The root cause's region, or --replay-op's: what numprobe_replay replays.
+  std::optional<ReplayRegion> region;
   // Op records of one run only ("step 0 mb 1 forward NAME"): set aside, never a divergence.
   std::vector<std::string> only_base, only_test;
   std::int64_t only_base_count = 0, only_test_count = 0;
@@ -264,6 +293,8 @@ struct RunInfo {
   std::optional<std::int64_t> first_step, last_step;
 };
 
+struct ReplayVerdict;  // differ/replay_verdict.h
+
 struct Result {
   RunInfo base, test;
   std::int64_t paired_steps = 0;
@@ -285,6 +316,12 @@ struct Result {
   // Those kinds, left out of the comparison because --kinds did not choose the kinds.
   bool kinds_left_out = false;
   OpReport ops;
+  // numprobe_replay's verdict on ops.region, when one lies beside the test run (replay_verdict.h),
+  // else the command that makes it where the region's ops were dumped; replay_note: why a
+  // verdict file there was left out.
+  std::shared_ptr<const ReplayVerdict> replay;
+  std::optional<std::string> replay_command;
+  std::string replay_note;
   PartialReport partial;  // partial sums set aside
   CoveredReport covered;  // records covering other microbatches than the other run's, set aside
   IssueLog base_issues, test_issues;

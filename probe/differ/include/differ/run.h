@@ -46,6 +46,8 @@ class Run {
   std::optional<std::int64_t> incomplete_from() const { return incomplete_from_; }
   // The log whose header stands for the run's (its first rank's); empty for a Python log.
   const std::filesystem::path& header_file() const { return header_file_; }
+  // The directory of rank `rank`'s log (where its op dumps lie), empty where it has none.
+  std::filesystem::path rank_dir(int rank) const;
   // Ranks whose log is opened for each step and closed again (RunOptions::max_open_files).
   int pooled_ranks() const { return pooled_ranks_; }
 

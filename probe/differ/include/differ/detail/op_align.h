@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "differ/result.h"
@@ -18,8 +19,10 @@ bool set_aside_op(const Pair& p, OpReport& report);
 
 class OpAnalysis {
  public:
+  // `replay_op`: the op record whose replay region is wanted instead of the root cause's.
+  explicit OpAnalysis(std::string replay_op = {}) : replay_op_(std::move(replay_op)) {}
   // One step's pairs, classified, in execution order. Looks for the root cause in the first
-  // step whose op records differ.
+  // step whose op records differ, and notes its replay region (or replay_op's).
   void add_step(std::int64_t step, const std::vector<Pair>& pairs, OpReport& report);
   // The headline's divergence (the first unexplained one; the first of any kind with --strict)
   // was just found at this step: with no op record where it lies, the setting that would
@@ -32,6 +35,8 @@ class OpAnalysis {
   void add_causes(const OpReport& report, std::vector<Cause>& causes) const;
 
  private:
+  void note_replay_op(std::int64_t step, const std::vector<Pair>& pairs, OpReport& report) const;
+  std::string replay_op_;
   bool done_ = false;
 };
 
