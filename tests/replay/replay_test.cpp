@@ -232,6 +232,25 @@ TEST(ReplayVerdict, RandomOpsAndOpsWithoutSchemaAreNotReplayable) {
   EXPECT_NE(v.reason.find("no schema"), std::string::npos) << v.reason;
 }
 
+TEST(ReplayVerdict, DumpedDevicesAndUndefinedTensorsKeepTheirPlaces) {
+  // A dump names a device ("cpu") and an undefined tensor ("<undefined>"), as the probe writes them.
+  std::vector<at::Tensor> tensors;
+  const at::Tensor x = data({2, 3});
+  probe::replay::flatten_tensors(
+      c10::ivalue::Tuple::create({c10::IValue(x), c10::IValue(std::string("<undefined>")), c10::IValue(x)}), tensors);
+  ASSERT_EQ(tensors.size(), 3u);
+  EXPECT_FALSE(tensors[1].defined());
+  Recorder rec;
+  RunRegion run;
+  rec.call(run, "aten::_to_copy", "", {x, at::kDouble, c10::IValue(), c10::Device(c10::kCPU), c10::IValue(), false,
+                                      c10::IValue()});
+  for (auto& a : run.ops[0].dump.args)
+    if (a.isDevice()) a = c10::IValue(std::string("cpu"));
+  const auto r = probe::replay::replay_run(run);
+  EXPECT_TRUE(r.replays_bitwise && *r.replays_bitwise);
+  EXPECT_EQ(r.families, std::vector<probe::replay::Family>({probe::replay::Family::cast}));
+}
+
 TEST(ReplayVerdict, RecordedDtypeReplayIsBitwise) {
   Recorder rec;
   RunRegion run;

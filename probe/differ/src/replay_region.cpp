@@ -11,9 +11,6 @@
 namespace probe::differ {
 namespace {
 
-// Ops in a region at most: beyond it the runs part too widely for a replay to say why.
-constexpr std::size_t kMaxRegionOps = 64;
-
 bool in_both(const Pair& p) { return p.base.present && p.test.present; }
 
 bool same_place(const Pair& a, const Pair& b) { return a.mb == b.mb && phase_of(a) == phase_of(b); }
@@ -30,11 +27,30 @@ std::unordered_set<std::uint64_t> common_values(const std::vector<Pair>& pairs, 
   return common;
 }
 
-// One run's side of the step's op pairs: which pair made each output hash (the last to).
+// One run's side of the step's op pairs: which pairs made each output hash.
 struct RunOps {
   bool base = true;
-  std::unordered_map<std::uint64_t, std::size_t> producer;
+  std::unordered_map<std::uint64_t, std::vector<std::size_t>> producers;
   const Side& side(const Pair& p) const { return base ? p.base : p.test; }
+  const std::vector<std::optional<std::uint64_t>>& inputs(std::size_t k, const std::vector<Pair>& pairs) const {
+    return side(pairs[k]).m.rec.inputs;
+  }
+  // The op that made `value` for the op `consumer`: not the consumer itself, and not an op that
+  // hands on the value it takes (a view, a contiguous copy: the hash has no shape); the last
+  // such before it, else any. Nullopt where no traced op made it.
+  std::optional<std::size_t> producer(std::uint64_t value, std::optional<std::size_t> consumer,
+                                      const std::vector<Pair>& pairs) const {
+    const auto it = producers.find(value);
+    if (it == producers.end()) return std::nullopt;
+    std::optional<std::size_t> chosen;
+    for (std::size_t k : it->second) {
+      if (k == consumer) continue;
+      const auto& in = inputs(k, pairs);
+      if (std::find(in.begin(), in.end(), std::optional(value)) != in.end()) continue;
+      if (!chosen || !consumer || k < *consumer) chosen = k;
+    }
+    return chosen;
+  }
 };
 
 RunOps run_ops(const std::vector<Pair>& pairs, const Pair& at, bool base) {
@@ -44,7 +60,7 @@ RunOps run_ops(const std::vector<Pair>& pairs, const Pair& at, bool base) {
     const Pair& p = pairs[k];
     if (p.kind != Kind::op || !ops.side(p).present || !same_place(p, at) || (p.set_aside && in_both(p))) continue;
     output_hashes(ops.side(p).m, hashes);
-    for (std::uint64_t h : hashes) ops.producer[h] = k;
+    for (std::uint64_t h : hashes) ops.producers[h].push_back(k);
   }
   return ops;
 }
@@ -52,7 +68,8 @@ RunOps run_ops(const std::vector<Pair>& pairs, const Pair& at, bool base) {
 ReplayOp replay_op_of(const Pair& p, const Merged& m) {
   ReplayOp op;
   op.name = p.name;
-  op.rank = m.ranks.empty() ? 0 : m.ranks.front();
+  // The rank whose record `m` holds (where replicas disagree, the first of those it came from).
+  op.rank = !m.value_ranks.empty() ? m.value_ranks.front() : m.ranks.empty() ? 0 : m.ranks.front();
   op.dump = m.rec.dump;
   op.output = m.rec.stats.hash;
   op.inputs = m.rec.inputs;
@@ -70,25 +87,37 @@ struct Walk {
   std::vector<std::size_t> order;  // pair indices, producers first
   std::unordered_set<std::size_t> seen;
   std::vector<std::uint64_t> inputs;
+  bool inputs_differ = false;
+  bool too_wide = false;
 
-  void from(std::uint64_t value) {
-    const auto it = ops.producer.find(value);
-    if (common.count(value) || it == ops.producer.end()) {
+  // `value`, taken by the op `consumer` (nullopt: the region's end).
+  void from(std::uint64_t value, std::optional<std::size_t> consumer) {
+    const auto k = common.count(value) ? std::nullopt : ops.producer(value, consumer, pairs);
+    if (!k) {
       inputs.push_back(value);
       return;
     }
-    const std::size_t k = it->second;
-    if (!seen.insert(k).second || order.size() >= kMaxRegionOps) return;
-    if (k == stop)
+    if (seen.count(*k)) return;
+    if (seen.size() >= ReplayRegion::kMaxOps) {
+      too_wide = true;
+      return;
+    }
+    seen.insert(*k);
+    if (*k == stop)
       inputs_of_stop();
     else
-      for (const auto& in : ops.side(pairs[k]).m.rec.inputs)
-        if (in) from(*in);
-    order.push_back(k);
+      for (const auto& in : ops.inputs(*k, pairs))
+        if (in) from(*in, k);
+    order.push_back(*k);
   }
-  void inputs_of_stop() {  // `stop`'s own inputs, not looked behind
-    for (const auto& in : ops.side(pairs[*stop]).m.rec.inputs)
-      if (in) inputs.push_back(*in);
+  // `stop`'s own inputs, not looked behind: one a traced op made that the runs do not hold alike
+  // is a difference the region inherits.
+  void inputs_of_stop() {
+    for (const auto& in : ops.inputs(*stop, pairs)) {
+      if (!in) continue;
+      inputs.push_back(*in);
+      if (!common.count(*in) && ops.producer(*in, stop, pairs)) inputs_differ = true;
+    }
   }
 };
 
@@ -135,15 +164,15 @@ ReplayRegion replay_region(std::int64_t step, const std::vector<Pair>& pairs, st
   // made its differing input.
   const bool starts = starts_here || (in_both(s) && inputs_agree(s.base.m, s.test.m));
   const std::optional<std::size_t> end = starts ? end_after(pairs, start) : std::optional<std::size_t>(start);
-  Walk base{pairs, base_ops, common, starts ? std::optional(start) : std::nullopt, {}, {}, {}};
-  Walk test{pairs, test_ops, common, base.stop, {}, {}, {}};
+  Walk base{pairs, base_ops, common, starts ? std::optional(start) : std::nullopt, {}, {}, {}, false, false};
+  Walk test{pairs, test_ops, common, base.stop, {}, {}, {}, false, false};
   if (end) {
     const Pair& e = pairs[*end];
     const std::size_t i = first_differing_input(e.base.m, e.test.m);
     const auto b = input_hash(e.base.m, i), t = input_hash(e.test.m, i);
     if (b && t) {
-      base.from(*b);
-      test.from(*t);
+      base.from(*b, std::nullopt);
+      test.from(*t, std::nullopt);
       region.end = e.name;
       region.base_output = *b;
       region.test_output = *t;
@@ -156,6 +185,7 @@ ReplayRegion replay_region(std::int64_t step, const std::vector<Pair>& pairs, st
     for (Walk* w : {&base, &test}) {
       w->order = {start};
       w->inputs.clear();
+      w->inputs_differ = w->too_wide = false;
       w->inputs_of_stop();
     }
     region.end.clear();
@@ -164,6 +194,8 @@ ReplayRegion replay_region(std::int64_t step, const std::vector<Pair>& pairs, st
   }
   finish_side(base, base_ops, region.base, region.base_inputs);
   finish_side(test, test_ops, region.test, region.test_inputs);
+  region.inputs_differ = base.inputs_differ || test.inputs_differ;
+  region.too_wide = base.too_wide || test.too_wide;
   return region;
 }
 

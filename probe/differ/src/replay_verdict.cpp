@@ -2,7 +2,10 @@
 // diff_logs.
 #include "differ/replay_verdict.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -14,14 +17,28 @@ namespace {
 
 constexpr const char* kSchema = "numprobe.replay/1";
 
+// JSON has no infinity or NaN: such a figure (a run off by inf) is written as "inf", "-inf", "nan".
+nlohmann::json number_json(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+double number_of(const nlohmann::json& j) {
+  if (!j.is_string()) return j.get<double>();
+  const std::string s = j.get<std::string>();
+  if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  if (s == "inf" || s == "-inf") return s == "inf" ? INFINITY : -INFINITY;
+  throw nlohmann::json::type_error::create(302, "a number expected, not \"" + s + "\"", &j);
+}
+
 nlohmann::json figures_json(const std::optional<ReplayRunFigures>& f) {
   if (!f) return nullptr;
   return {{"dtype", f->dtype},
-          {"units", f->units},
-          {"tolerance", f->tolerance},
+          {"units", number_json(f->units)},
+          {"tolerance", number_json(f->tolerance)},
           {"element", f->element},
-          {"recorded", f->recorded},
-          {"reference", f->reference},
+          {"recorded", number_json(f->recorded)},
+          {"reference", number_json(f->reference)},
           {"replays_bitwise", f->replays_bitwise ? nlohmann::json(*f->replays_bitwise) : nlohmann::json(nullptr)},
           {"replay_note", f->replay_note},
           {"families", f->families}};
@@ -31,11 +48,11 @@ std::optional<ReplayRunFigures> figures_of(const nlohmann::json& j) {
   if (j.is_null()) return std::nullopt;
   ReplayRunFigures f;
   f.dtype = j.at("dtype").get<std::string>();
-  f.units = j.at("units").get<double>();
-  f.tolerance = j.at("tolerance").get<double>();
+  f.units = number_of(j.at("units"));
+  f.tolerance = number_of(j.at("tolerance"));
   f.element = j.at("element").get<std::vector<std::int64_t>>();
-  f.recorded = j.at("recorded").get<double>();
-  f.reference = j.at("reference").get<double>();
+  f.recorded = number_of(j.at("recorded"));
+  f.reference = number_of(j.at("reference"));
   if (!j.at("replays_bitwise").is_null()) f.replays_bitwise = j.at("replays_bitwise").get<bool>();
   f.replay_note = j.at("replay_note").get<std::string>();
   f.families = j.at("families").get<std::vector<std::string>>();
@@ -44,12 +61,15 @@ std::optional<ReplayRunFigures> figures_of(const nlohmann::json& j) {
 
 template <typename T>
 nlohmann::json optional_json(const std::optional<T>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  if constexpr (std::is_same_v<T, double>) return v ? number_json(*v) : nlohmann::json(nullptr);
+  else return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
 template <typename T>
 std::optional<T> optional_of(const nlohmann::json& j) {
-  return j.is_null() ? std::nullopt : std::optional<T>(j.get<T>());
+  if (j.is_null()) return std::nullopt;
+  if constexpr (std::is_same_v<T, double>) return number_of(j);
+  else return j.get<T>();
 }
 
 std::string shell_quoted(const std::string& s) {

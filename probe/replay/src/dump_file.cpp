@@ -39,8 +39,12 @@ DumpedOp load_dump(const std::string& file) {
   return op;
 }
 
+bool is_undefined_tensor(const c10::IValue& v) { return v.isString() && v.toStringRef() == "<undefined>"; }
+
 void flatten_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
-  if (v.isTensor()) {
+  if (is_undefined_tensor(v)) {
+    out.emplace_back();
+  } else if (v.isTensor()) {
     out.push_back(v.toTensor());
   } else if (v.isTuple()) {
     for (const auto& e : v.toTupleRef().elements()) flatten_tensors(e, out);

@@ -20,8 +20,10 @@ struct DumpedOp {
 // Throws std::runtime_error naming the file where it cannot be read or is no op dump.
 DumpedOp load_dump(const std::string& file);
 
-// Every tensor in `v`, tuples and lists flattened in order: the op record's inputs
-// (Record::inputs) are the hashes of its arguments' tensors in this order.
+// Every tensor in `v`, tuples and lists flattened in order, an undefined tensor (dumped as
+// "<undefined>") as an undefined at::Tensor: the op record's inputs (Record::inputs) are the
+// hashes of its arguments' tensors in this order.
 void flatten_tensors(const c10::IValue& v, std::vector<at::Tensor>& out);
+bool is_undefined_tensor(const c10::IValue& v);
 
 }  // namespace probe::replay

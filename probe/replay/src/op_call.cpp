@@ -12,6 +12,7 @@ namespace {
 
 // Ops that draw random numbers, some without a Generator argument (native_dropout).
 bool random_op(const std::string& name) {
+  if (name.ends_with("_backward")) return false;  // native_dropout_backward: a mask given
   static const char* kRandom[] = {"dropout", "bernoulli", "rand", "normal", "uniform", "multinomial", "poisson",
                                   "exponential", "geometric", "cauchy", "log_normal", "random_", "rrelu"};
   for (const char* r : kRandom)
@@ -25,9 +26,16 @@ bool is_scalar_type(const c10::TypePtr& type) {
   return false;
 }
 
+// A Scalar or float argument: its magnitude is what an op on magnitudes takes (not an int: a dim).
 bool is_number_type(const c10::TypePtr& type) {
   const auto k = type->kind();
-  return k == c10::TypeKind::NumberType || k == c10::TypeKind::FloatType || k == c10::TypeKind::IntType;
+  return k == c10::TypeKind::NumberType || k == c10::TypeKind::FloatType;
+}
+
+bool is_device_type(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::DeviceObjType) return true;
+  if (auto opt = type->cast<c10::OptionalType>()) return opt->getElementType()->kind() == c10::TypeKind::DeviceObjType;
+  return false;
 }
 
 // A dumped value (lists as tuples) as the schema's type wants it, tensors through the policy.
@@ -45,12 +53,14 @@ struct Converter {
     const auto kind = elem->kind();
     if (kind == c10::TypeKind::TensorType) {
       c10::List<at::Tensor> out;
-      for (const auto& e : items) out.push_back(tensor(e.toTensor()));
+      for (const auto& e : items) out.push_back(tensor(is_undefined_tensor(e) ? at::Tensor() : e.toTensor()));
       return out;
     }
     if (auto opt = elem->cast<c10::OptionalType>(); opt && opt->getElementType()->kind() == c10::TypeKind::TensorType) {
       c10::List<std::optional<at::Tensor>> out;
-      for (const auto& e : items) out.push_back(e.isNone() ? std::nullopt : std::optional(tensor(e.toTensor())));
+      for (const auto& e : items)
+        out.push_back(e.isNone() ? std::nullopt
+                                 : std::optional(tensor(is_undefined_tensor(e) ? at::Tensor() : e.toTensor())));
       return out;
     }
     if (kind == c10::TypeKind::IntType || kind == c10::TypeKind::SymIntType) {
@@ -76,6 +86,9 @@ struct Converter {
   c10::IValue value(const c10::IValue& v, const c10::TypePtr& type) {
     if (v.isNone()) return v;
     if (v.isTensor()) return tensor(v.toTensor());
+    if (is_undefined_tensor(v)) return tensor(at::Tensor());
+    // Dumped by name; the replay runs on the host.
+    if (v.isString() && is_device_type(type)) return c10::Device(c10::kCPU);
     const c10::TypePtr inner = type->kind() == c10::TypeKind::OptionalType ? type->castRaw<c10::OptionalType>()->getElementType() : type;
     if (v.isTuple() && inner->kind() == c10::TypeKind::ListType)
       return list(v, inner->castRaw<c10::ListType>()->getElementType());
@@ -132,8 +145,15 @@ std::vector<c10::IValue> call_op(const c10::FunctionSchema& schema, const std::v
     // real_type: a ScalarType argument's type() is int.
     stack.push_back(convert.value(args[i], params[i].real_type()));
     // An in-place op writes into its argument: a copy, so the replay's other values stay.
-    if (params[i].alias_info() && params[i].alias_info()->isWrite() && stack.back().isTensor())
-      stack.back() = stack.back().toTensor().clone();
+    if (params[i].alias_info() && params[i].alias_info()->isWrite()) {
+      if (stack.back().isTensor()) {
+        stack.back() = stack.back().toTensor().clone();
+      } else if (stack.back().isTensorList()) {
+        c10::List<at::Tensor> copies;
+        for (const at::Tensor& t : stack.back().toTensorVector()) copies.push_back(t.defined() ? t.clone() : t);
+        stack.back() = copies;
+      }
+    }
   }
   try {
     const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(op_name.c_str(), overload.c_str());

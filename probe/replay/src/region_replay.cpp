@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <c10/core/DefaultDtype.h>
+
 #include <cstring>
 #include <unordered_map>
 
@@ -20,6 +22,21 @@ constexpr double kPropagationMargin = 2;
 
 enum class Mode { float64, recorded };
 
+// Float64 as the default dtype while a reference is computed: an op that makes a floating tensor
+// from integers (true division, a creation op without a dtype) makes it in float64 too.
+class DefaultDtype {
+ public:
+  explicit DefaultDtype(bool float64) : saved_(c10::get_default_dtype()) {
+    if (float64) c10::set_default_dtype(caffe2::TypeMeta::Make<double>());
+  }
+  ~DefaultDtype() { c10::set_default_dtype(saved_); }
+  DefaultDtype(const DefaultDtype&) = delete;
+  DefaultDtype& operator=(const DefaultDtype&) = delete;
+
+ private:
+  caffe2::TypeMeta saved_;
+};
+
 struct Chain {
   const RunRegion& region;
   Mode mode;
@@ -31,6 +48,7 @@ struct Chain {
   std::vector<at::Tensor>* bounds = nullptr;
 
   at::Tensor run() const {
+    const DefaultDtype dtype(mode == Mode::float64);
     std::unordered_map<std::uint64_t, at::Tensor> values;
     for (std::size_t k = 0; k < region.ops.size(); ++k) {
       const RegionOp& op = region.ops[k];
@@ -49,7 +67,8 @@ struct Chain {
       at::Tensor out = output_tensor(call_op(*op.schema, op.dump.args, policy), op.output_index);
       if (!out.defined()) throw NotReplayable(op.name + ": its replay returned no output " + std::to_string(op.output_index));
       if (outputs) outputs->push_back(out);
-      if (bounds) bounds->push_back(own_bound(family_of(op.schema->name()), *op.schema, op.dump.args, given, out));
+      if (bounds)
+        bounds->push_back(own_bound(family_of(op.schema->name()), *op.schema, op.dump.args, given, out, op.output_index));
       if (override_op == k) out = override_value;
       values[op.output] = out;
     }
@@ -88,7 +107,9 @@ at::Tensor propagated(const RunRegion& region, const std::vector<at::Tensor>& ou
   at::Tensor total = at::zeros_like(reference);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(0x7265706c6179ull);  // its own: no draw from the default
   for (std::size_t k = 0; k + 1 < region.ops.size(); ++k) {
-    if (!bounds[k].defined() || bounds[k].abs().max().item<double>() == 0) continue;
+    if (!bounds[k].defined() || bounds[k].numel() == 0 || !outputs[k].is_floating_point() ||
+        bounds[k].abs().max().item<double>() == 0)
+      continue;
     at::Tensor spread = at::zeros_like(reference);
     for (int trial = 0; trial < kPropagationTrials; ++trial) {
       Chain c{region, Mode::float64, k, outputs[k] + kPropagation * bounds[k] * signs(bounds[k], trial, gen)};

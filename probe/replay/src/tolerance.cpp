@@ -23,6 +23,9 @@ constexpr double kPerturbation = 1.0 / (1u << 30);
 constexpr int kPerturbTrials = 4;
 constexpr double kPerturbMargin = 2;
 
+// Ops that are not in the table are estimated, among them those whose kernels cancel inside
+// (gelu's 1 + erf(x / sqrt 2) for x << 0, hardswish's x + 3, logit near 1/2, lerp, addcmul,
+// addcdiv) and those that sum into their output (index_put with accumulate, scatter with reduce).
 const std::unordered_map<std::string, Family>& families() {
   static const std::unordered_map<std::string, Family> table = [] {
     std::unordered_map<std::string, Family> t;
@@ -30,21 +33,24 @@ const std::unordered_map<std::string, Family>& families() {
                           "expand_as", "slice", "select", "narrow", "index", "index_select", "gather", "embedding",
                           "take", "take_along_dim", "cat", "stack", "split", "split_with_sizes", "chunk", "unbind",
                           "unsqueeze", "squeeze", "flatten", "unflatten", "contiguous", "clone", "copy", "detach",
-                          "alias", "view_as", "reshape_as", "repeat", "roll", "flip", "masked_fill", "masked_select",
-                          "where", "neg", "abs", "relu", "max", "min", "amax", "amin", "maximum", "minimum", "clamp",
-                          "clamp_min", "clamp_max", "topk", "sort", "argmax", "argmin", "scatter", "index_put",
-                          "zeros_like", "ones_like", "empty_like", "full_like", "fill", "zero", "triu", "tril", "eq",
-                          "ne", "lt", "le", "gt", "ge", "constant_pad_nd", "lift_fresh", "sign", "movedim",
+                          "alias", "view_as", "reshape_as", "repeat", "roll", "flip", "masked_select",
+                          "neg", "abs", "relu", "max", "min", "amax", "amin", "maximum", "minimum",
+                          "topk", "sort", "argmax", "argmin",
+                          "zeros_like", "ones_like", "empty_like", "zero", "triu", "tril", "eq",
+                          "ne", "lt", "le", "gt", "ge", "lift_fresh", "sign", "movedim",
                           "as_strided", "diagonal", "unfold", "floor_divide", "floor", "ceil", "round", "trunc"})
       t[n] = Family::exact;
     for (const char* n : {"to", "_to_copy", "type_as", "_autocast_to_reduced_precision", "_autocast_to_full_precision"})
       t[n] = Family::cast;
-    for (const char* n : {"mul", "div", "true_divide", "reciprocal", "square"}) t[n] = Family::rounding;
+    // A scalar operand (a clamp's bound, a fill value) rounds into the dtype as a result does.
+    for (const char* n : {"mul", "div", "true_divide", "reciprocal", "square", "clamp", "clamp_min", "clamp_max",
+                          "masked_fill", "fill", "full_like", "where", "constant_pad_nd"})
+      t[n] = Family::rounding;
     for (const char* n : {"add", "sub"}) t[n] = Family::add;
     for (const char* n : {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid",
                           "silu", "gelu", "erf", "erfc", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh",
-                          "cosh", "pow", "softplus", "mish", "elu", "selu", "celu", "logit", "hardswish",
-                          "hardsigmoid", "log_sigmoid", "leaky_relu", "addcmul", "addcdiv", "lerp", "hypot"})
+                          "cosh", "pow", "softplus", "mish", "elu", "selu", "celu", "log_sigmoid", "leaky_relu",
+                          "hypot"})
       t[n] = Family::elementwise;
     for (const char* n : {"sum", "mean", "nansum", "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "linear", "dot",
                           "vdot", "mv", "addmv", "cumsum"})
@@ -66,14 +72,14 @@ std::int64_t wrap_dim(std::int64_t dim, std::int64_t rank) { return dim < 0 ? di
 // The op on the magnitudes of its tensors and scalars: for a sum or a product of sums (a
 // matmul), sum |terms|, what its rounding error is proportional to.
 at::Tensor on_magnitudes(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                         const std::vector<at::Tensor>& inputs) {
+                         const std::vector<at::Tensor>& inputs, std::size_t output_index) {
   ArgPolicy policy;
   policy.tensor = [&](std::size_t i, const at::Tensor&) { return inputs[i].defined() ? inputs[i].abs() : inputs[i]; };
   policy.abs_scalars = true;
   policy.float64 = true;
   // a - alpha * b rounds like a + alpha * b.
   const std::string name = base_name(schema.name()) == "sub" ? std::string("aten::add") : std::string();
-  return output_tensor(call_op(schema, args, policy, name), 0).abs();
+  return output_tensor(call_op(schema, args, policy, name), output_index).abs();
 }
 
 // Terms summed per output element.
@@ -118,7 +124,7 @@ at::Tensor random_signs(const at::Tensor& like, at::Generator& gen) {
 // kPerturbation in random directions, as a multiple of that relative change (the op's
 // condition), applied to one rounding of each input, plus kElementwiseUnits for its own.
 at::Tensor estimated_bound(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                           const std::vector<at::Tensor>& inputs, const at::Tensor& output) {
+                           const std::vector<at::Tensor>& inputs, const at::Tensor& output, std::size_t output_index) {
   // A generator of its own: the replay draws nothing from the default one.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(0x6e756d70726f6265ull);
   at::Tensor spread = at::zeros_like(output);
@@ -130,7 +136,7 @@ at::Tensor estimated_bound(const c10::FunctionSchema& schema, const std::vector<
       if (!x.defined() || !x.is_floating_point()) return x;
       return x * (1 + kPerturbation * random_signs(x, gen));
     };
-    const at::Tensor moved = output_tensor(call_op(schema, args, policy), 0);
+    const at::Tensor moved = output_tensor(call_op(schema, args, policy), output_index);
     spread = at::maximum(spread, at::nan_to_num((moved - output).abs() / kPerturbation));
   }
   return kElementwiseUnits * output.abs() + kPerturbMargin * spread;
@@ -159,27 +165,31 @@ Family family_of(const std::string& op_name) {
 }
 
 at::Tensor own_bound(Family family, const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                     const std::vector<at::Tensor>& inputs, const at::Tensor& output) {
+                     const std::vector<at::Tensor>& inputs, const at::Tensor& output, std::size_t output_index) {
   const std::string op = base_name(schema.name());
+  // Indices, masks, counts: no rounding (and nothing to move in a propagation).
+  if (!output.is_floating_point() || output.numel() == 0) return at::zeros_like(output, output.options().dtype(at::kDouble));
   switch (family) {
     case Family::exact:
     case Family::cast:
       return at::zeros_like(output);
     case Family::rounding:
-      return output.abs();
+      // One rounding, or two where a division by a scalar multiplies by its rounded reciprocal.
+      return 2 * output.abs();
     case Family::add:
-      return 2 * on_magnitudes(schema, args, inputs);
+      return 2 * on_magnitudes(schema, args, inputs, output_index);
     case Family::elementwise:
       return kElementwiseUnits * output.abs();
     case Family::reduction:
       // Recursive summation of n terms errs by at most gamma_n sum|terms| ~ n u sum|terms|
       // (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 3.5 and 4.4);
       // pairwise and blocked orders err less. +2: the result's rounding and a scaling.
-      return static_cast<double>(reduction_length(op, args, inputs, output) + 2) * on_magnitudes(schema, args, inputs);
+      return static_cast<double>(reduction_length(op, args, inputs, output) + 2) *
+             on_magnitudes(schema, args, inputs, output_index);
     case Family::softmax:
       return softmax_bound(op, args, inputs[0], output);
     case Family::estimated:
-      return estimated_bound(schema, args, inputs, output);
+      return estimated_bound(schema, args, inputs, output, output_index);
   }
   return at::zeros_like(output);
 }

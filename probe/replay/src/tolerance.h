@@ -27,9 +27,10 @@ const char* family_name(Family f);
 Family family_of(const std::string& op_name);  // "aten::softmax" -> softmax
 
 // One op's own bound at its float64 inputs (`args` as dumped, `inputs` the float64 tensors the
-// replay gave it, in flatten_tensors' order) and float64 output.
+// replay gave it, in flatten_tensors' order) and float64 output `output_index`; zeros for an
+// output that is not floating (indices, masks).
 at::Tensor own_bound(Family family, const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                     const std::vector<at::Tensor>& inputs, const at::Tensor& output);
+                     const std::vector<at::Tensor>& inputs, const at::Tensor& output, std::size_t output_index);
 
 // The unit roundoff of a floating dtype (2^-p, p its significand's bits); 0 for the others.
 double unit_roundoff(c10::ScalarType dtype);

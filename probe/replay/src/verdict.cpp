@@ -56,8 +56,25 @@ at::Tensor difference(const at::Tensor& a, const at::Tensor& b) {
   return at::where(same, at::zeros_like(d), at::where(at::isnan(d), at::full_like(d, INFINITY), d));
 }
 
+// |a - b| against what is allowed, per element: 0 where they are equal, infinite where a
+// difference meets no finite allowance.
+at::Tensor ratio_of(const at::Tensor& d, const at::Tensor& allowed) {
+  const at::Tensor r = d / allowed;
+  return at::where(d == 0, at::zeros_like(d), at::where(at::isnan(r), at::full_like(d, INFINITY), r));
+}
+
 // The element where `ratio` is largest.
 std::int64_t worst(const at::Tensor& ratio) { return ratio.reshape({-1}).argmax().item<std::int64_t>(); }
+
+// One step of the dtype's subnormals: a correct result that underflows may be off by it.
+double subnormal_step(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Double: return std::numeric_limits<double>::denorm_min();
+    case c10::ScalarType::Half: return std::ldexp(1.0, -24);
+    case c10::ScalarType::BFloat16: return std::ldexp(1.0, -133);
+    default: return std::numeric_limits<float>::denorm_min();
+  }
+}
 
 double at_flat(const at::Tensor& t, std::int64_t i) { return t.reshape({-1})[i].item<double>(); }
 
@@ -77,12 +94,14 @@ ReplayRunFigures measure(const RunReplay& r, const std::vector<std::string>& nam
   for (Family fam : r.families) f.families.push_back(family_name(fam));
   (void)names;
   const double u = unit_roundoff(dtype);
+  if (r.reference.numel() == 0) {  // nothing to be off
+    beyond = false;
+    return f;
+  }
   const at::Tensor y = r.recorded.to(at::kDouble);
   const at::Tensor d = difference(y, r.reference);
-  // One step of the dtype's subnormals is allowed everywhere (a result that underflows).
-  const double floor = u > 0 ? std::numeric_limits<float>::denorm_min() : 0;
-  const at::Tensor allowed = r.bound * (u > 0 ? u : 0) + floor;
-  const at::Tensor ratio = at::where(d == 0, at::zeros_like(d), d / allowed);
+  const at::Tensor allowed = r.bound * (u > 0 ? u : 0) + (u > 0 ? subnormal_step(dtype) : 0);
+  const at::Tensor ratio = ratio_of(d, allowed);
   const std::int64_t i = worst(ratio);
   beyond = at_flat(ratio, i) > 1;
   const double ref = at_flat(r.reference, i);
@@ -110,15 +129,20 @@ std::string run_line(const char* run, const ReplayRunFigures& f, bool beyond) {
 }  // namespace
 
 void judge(const RunRegion& base, const RunRegion& test, ReplayVerdict& v) {
-  RunReplay b, t;
   try {
-    b = replay_run(base);
-    t = replay_run(test);
-  } catch (const NotReplayable& e) {
+    judge_replays(replay_run(base), replay_run(test), v);
+  } catch (const std::exception& e) {  // NotReplayable, or an op the measure cannot take
     v.verdict = "not replayable";
     v.reason = e.what();
-    return;
+    v.evidence.clear();
+    v.base.reset();
+    v.test.reset();
+    v.references_rel_diff.reset();
+    v.references_bound.reset();
   }
+}
+
+void judge_replays(const RunReplay& b, const RunReplay& t, ReplayVerdict& v) {
   v.evidence.push_back("base ops: " + families_text(v.base_ops, b.families));
   v.evidence.push_back("test ops: " + families_text(v.test_ops, t.families));
   if (!b.reference.sizes().equals(t.reference.sizes())) {
@@ -127,12 +151,17 @@ void judge(const RunRegion& base, const RunRegion& test, ReplayVerdict& v) {
                index_text(t.reference.sizes().vec()) + ") from the same inputs";
     return;
   }
+  if (b.reference.numel() == 0) {
+    v.verdict = "noise";
+    v.evidence.push_back("the region hands on an empty tensor: nothing to differ");
+    return;
+  }
   // The references: one function or two.
   const double u64 = unit_roundoff(at::kDouble);
   const at::Tensor d = difference(b.reference, t.reference);
   const at::Tensor allowed = kReferenceMargin * u64 * (b.bound + t.bound) + std::numeric_limits<double>::denorm_min();
   const at::Tensor scale = at::maximum(b.reference.abs(), t.reference.abs()).clamp_min(std::numeric_limits<double>::min());
-  const at::Tensor ratio = at::where(d == 0, at::zeros_like(d), d / allowed);
+  const at::Tensor ratio = ratio_of(d, allowed);
   const std::int64_t i = worst(ratio);
   v.references_rel_diff = at_flat(d, i) / at_flat(scale, i);
   v.references_bound = at_flat(allowed, i) / at_flat(scale, i);

@@ -13,6 +13,9 @@ inline constexpr double kReferenceMargin = 4;
 
 // The verdict on two runs' regions whose inputs agree: noise, precision: base|test|both,
 // different math, or not replayable. Fills v.verdict, v.reason, v.evidence and the figures.
+// Exceptions (NotReplayable, an op that fails) become `not replayable` with the reason.
 void judge(const RunRegion& base, const RunRegion& test, differ::ReplayVerdict& v);
+// The same on replays already made.
+void judge_replays(const RunReplay& base, const RunReplay& test, differ::ReplayVerdict& v);
 
 }  // namespace probe::replay

@@ -76,11 +76,17 @@ std::string hashes_text(const std::vector<std::uint64_t>& hashes) {
 }
 
 void replay(const d::ReplayRegion& region, d::ReplayVerdict& v) {
-  if (region.base_inputs != region.test_inputs) {
+  if (region.inputs_differ) {
     v.verdict = "inputs differ";
     v.reason = "the runs start from other values (base " + hashes_text(region.base_inputs) + ", test " +
                hashes_text(region.test_inputs) + "): " + region.root_cause +
                " inherits the difference, it is not where the runs part";
+    return;
+  }
+  if (region.too_wide) {
+    v.verdict = "not replayable";
+    v.reason = "the runs part over more than " + std::to_string(d::ReplayRegion::kMaxOps) +
+               " ops: too wide a region for a replay to say why";
     return;
   }
   try {
@@ -92,7 +98,7 @@ void replay(const d::ReplayRegion& region, d::ReplayVerdict& v) {
     if (base.ops.empty()) base.handed_on = value_in(test, base.output);
     if (test.ops.empty()) test.handed_on = value_in(base, test.output);
     r::judge(base, test, v);
-  } catch (const r::NotReplayable& e) {
+  } catch (const std::exception& e) {  // NotReplayable, a dump torch cannot read
     v.verdict = "not replayable";
     v.reason = e.what();
   }

@@ -25,7 +25,8 @@ std::string schema_of(const at::RecordFunction& fn) {
 c10::IValue dumpable(const c10::IValue& v) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
-    if (!t.defined()) return c10::IValue();
+    // An undefined tensor keeps its place among the op's tensors (the record's `in` counts it).
+    if (!t.defined()) return c10::IValue(std::string(kUndefinedTensor));
     return t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
   }
   if (v.isList() || v.isTuple()) {

@@ -227,6 +227,11 @@ struct ReplayRegion {
   std::vector<ReplayOp> base, test;
   std::vector<std::uint64_t> base_inputs, test_inputs;  // distinct, ascending
   std::uint64_t base_output = 0, test_output = 0;
+  // An input a traced op made and the runs do not hold alike (an op asked for by name that
+  // inherits the difference): the region is not where the runs part.
+  bool inputs_differ = false;
+  static constexpr std::size_t kMaxOps = 64;
+  bool too_wide = false;   // a run's ops went past kMaxOps: not all of them are listed
   bool dumped() const;     // every op has a dump file
 };
 
