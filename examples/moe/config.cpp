@@ -49,7 +49,7 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--probe", c.probe, "probe on or off")->capture_default_str();
   app.add_option("--probe-kinds", c.probe_kinds, "kinds to record: all, a list, or -kind to drop one")->capture_default_str();
   app.add_option("--fault", c.fault,
-                 "none, grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>, init=<param>, "
+                 "none, grads-none, pp-grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>, init=<param>, "
                  "lr=<step>:<factor>, op=<layer>, op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>; "
                  "under --tp: tp-no-reduce=<layer>; "
                  "under --sp: sp-norm-unreduced, sp-dropout-seed; under --ep: ep-permute=<layer>, ep-grad-scale=<layer>")->capture_default_str();

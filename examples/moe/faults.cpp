@@ -89,6 +89,7 @@ std::string why_no_effect(const Fault& fault, const Config& c, const ProcessGrou
     why = "with --tp 1 attention's output is no sum of partial products";
   if ((fault.kind == Kind::sp_norm_unreduced || fault.kind == Kind::sp_dropout_seed) && !c.sp)
     why = "without --sp no rank holds a sequence shard";
+  if (fault.kind == Kind::pp_grads_none && groups.stages == 1) why = "with one pipeline stage no schedule runs the backward";
   if ((fault.kind == Kind::ep_permute || fault.kind == Kind::ep_grad_scale) && groups.ep_size == 1)
     why = "with --ep 1 no token is dispatched to another rank's experts";
   return why;
@@ -102,6 +103,8 @@ Fault Fault::parse(const std::string& text) {
   if (text == "none") return f;
   if (text == "grads-none") {
     f.kind = Kind::grads_none;
+  } else if (text == "pp-grads-none") {
+    f.kind = Kind::pp_grads_none;
   } else if (text == "rng-per-rank") {
     f.kind = Kind::rng_per_rank;
   } else if (text.starts_with("nan=") && value("nan=").find(':') != std::string::npos) {
@@ -123,7 +126,7 @@ Fault Fault::parse(const std::string& text) {
     f.kind = Kind::sp_dropout_seed;
   } else {
     throw std::invalid_argument("--fault '" + text +
-                                "': expected none, grads-none, rng-per-rank, nan=<step>:<param>, "
+                                "': expected none, grads-none, pp-grads-none, rng-per-rank, nan=<step>:<param>, "
                                 "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, op=<layer>, "
                                 "op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>, tp-no-reduce=<layer>, "
                                 "sp-norm-unreduced, sp-dropout-seed, "

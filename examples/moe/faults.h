@@ -24,7 +24,9 @@ struct Fault {
     // Under tensor / sequence parallelism only (accepted, and without effect, elsewhere).
     tp_no_reduce, sp_norm_unreduced, sp_dropout_seed,
     // Under expert parallelism only.
-    ep_permute, ep_grad_scale
+    ep_permute, ep_grad_scale,
+    // Under pipelining only: grads-none where a pipeline schedule runs the backward.
+    pp_grads_none
   } kind = Kind::none;
   std::int64_t step = -1;
   std::int64_t layer = -1;  // op, op_backward, op_wrong, op_lowp, tp_no_reduce, ep_permute, ep_grad_scale

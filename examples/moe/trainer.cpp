@@ -166,7 +166,8 @@ class Trainer {
   // The loss scalar, the optimizer's update and the step's end in the probe (every accumulated
   // gradient, the optimizer state after the update), then the gradients cleared.
   void update_and_log(std::int64_t step, double loss) {
-    if (fault_.kind == Fault::Kind::grads_none) {
+    if (fault_.kind == Fault::Kind::grads_none ||
+        (fault_.kind == Fault::Kind::pp_grads_none && groups_.stages > 1)) {
       // The bug this project was started for: gradients logged after the optimizer step had
       // already cleared them, so every logged gradient is `none`.
       optimizer_step(step);

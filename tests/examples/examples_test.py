@@ -5,11 +5,12 @@
                                   fault-skip-reduce, fault-init, fault-lr, noise-or-bug, fault-op,
                                   fault-op-backward, weights-zero3-pp-ddp, killed-rank, probe-off,
                                   html-report, tensor-parallel, fault-tensor-parallel,
-                                  op-trace-tensor-parallel, op-dumps, replay-verdict,
+                                  op-trace-tensor-parallel, op-dumps, replay-verdict, bisect-sp,
+                                  bisect-pp, bisect-op, bisect-bad-input, bisect-interrupt,
                                   expert-parallel, fault-expert-parallel)
 
-Environment (set by ctest): MOE_TRAIN, DIFF_LOGS, NUMPROBE_REPLAY, TORCHRUN, WORK (a scratch
-directory).
+Environment (set by ctest): MOE_TRAIN, DIFF_LOGS, NUMPROBE_REPLAY, NUMPROBE_BISECT, TORCHRUN,
+WORK (a scratch directory).
 Each case prints what it ran and why it failed; the exit status is the verdict.
 """
 import itertools
@@ -22,6 +23,7 @@ import sys
 MOE_TRAIN = os.environ["MOE_TRAIN"]
 DIFF_LOGS = os.environ["DIFF_LOGS"]
 NUMPROBE_REPLAY = os.environ.get("NUMPROBE_REPLAY", "")
+NUMPROBE_BISECT = os.environ.get("NUMPROBE_BISECT", "")
 TORCHRUN = os.environ["TORCHRUN"]
 WORK = os.environ["WORK"]
 STEPS = "2"
@@ -732,6 +734,121 @@ def case_replay_verdict():
     if v["verdict"] != "not replayable" or "not dumped" not in v["reason"]:
         fail(f"a trace without dumps: {v['verdict']} {v['reason']}")
     print(f"OK without dumps: not replayable ({v['reason']})", flush=True)
+
+
+def bisect_launch(flags):
+    """The example as numprobe_bisect's --launch template: dp, tp, pp (and sp, f) its degrees."""
+    return (f"{TORCHRUN} --standalone --nproc-per-node {{world}} --no-python {MOE_TRAIN} --setup pp-ddp "
+            f"--stages {{pp}} --steps 2 --out {{out}} {flags}")
+
+
+def bisect(name, launch, world, base, test, expect):
+    """Runs numprobe_bisect; returns (its output, its JSON answer)."""
+    out = os.path.join(WORK, name)
+    shutil.rmtree(out, ignore_errors=True)
+    js = os.path.join(WORK, name + ".json")
+    cmd = [NUMPROBE_BISECT, "--launch", launch, "--world", world, "--base", base, "--test", test, "--out", out,
+           "--json", js]
+    print("$ " + " ".join(cmd), flush=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    print(proc.stdout, flush=True)
+    if proc.returncode != expect:
+        fail(f"numprobe_bisect exited {proc.returncode}, expected {expect}")
+    answer = None
+    if os.path.exists(js):
+        with open(js) as f:
+            answer = json.load(f)
+    return proc.stdout, answer
+
+
+def case_bisect_sp():
+    """The issue's acceptance: dp=4,tp=1,pp=1,sp=0 against dp=2,tp=2,pp=2,sp=1, every run with the
+    norm gradients unreduced under sequence parallelism: the culprit is sp (tp is what it needs to
+    run), the headline the norm weight's gradient; without the fault, noise."""
+    launch = bisect_launch("--tp {tp} $([ {sp} = 1 ] && echo --sp)")
+    text, answer = bisect("bisect_sp", launch + " --fault sp-norm-unreduced", "dp,tp,pp", "dp=4,tp=1,pp=1,sp=0",
+                          "dp=2,tp=2,pp=2,sp=1", expect=1)
+    if "\nCULPRIT  sp 0 -> 1 (at " not in text or answer["culprit"]["degrees"] != ["sp"]:
+        fail(f"the culprit should be sp: {answer and answer['culprit']}")
+    if answer["culprit"]["prerequisites"] != ["tp"]:
+        fail(f"sp needs tp > 1 to run: {answer['culprit']['prerequisites']}")
+    head = answer["comparison"]["first_unexplained_divergence"]
+    if head["kind"] != "grad" or not head["name"].endswith("norm.weight") or "FIRST UNEXPLAINED DIVERGENCE" not in text:
+        fail(f"the headline should be a norm weight's gradient: {head['kind']} {head['name']}")
+    if any(r["config"] == answer["runs"][0]["config"] for r in answer["runs"][1:] if not r["traced"]):
+        fail("a configuration ran twice")
+    print(f"OK sp: {answer['culprit']['text']}, {len(answer['runs'])} runs, {answer['wall_seconds']:.0f} s", flush=True)
+    text, answer = bisect("bisect_sp_clean", launch, "dp,tp,pp", "dp=4,tp=1,pp=1,sp=0", "dp=2,tp=2,pp=2,sp=1", expect=4)
+    if "NO CULPRIT" not in text or len(answer["runs"]) != 2:
+        fail("without the fault: noise, from the two runs alone")
+    print("OK without the fault: noise (exit 4), 2 runs", flush=True)
+
+
+def case_bisect_pp():
+    """Gradients read as None only where a pipeline schedule runs the backward: blamed on pp."""
+    text, answer = bisect("bisect_pp", bisect_launch("--fault pp-grads-none"), "dp,pp", "dp=4,pp=1", "dp=2,pp=2",
+                          expect=1)
+    if answer["culprit"]["degrees"] != ["pp"] or "\nCULPRIT  pp 1 -> 2 (at dp=4,pp=1)" not in text:
+        fail(f"the culprit should be pp at dp=4: {answer['culprit']}")
+    if answer["comparison"]["first_unexplained_divergence"]["class"] != "none_one_side":
+        fail("the headline should be a gradient that is none in the pipelined run")
+    print(f"OK pp: {answer['culprit']['text']}", flush=True)
+
+
+def case_bisect_op():
+    """A code change as a degree (f: layer 2's softmax in float64): blamed, its root-cause op named
+    by the traced re-run, its replay noise."""
+    text, answer = bisect("bisect_op", bisect_launch("$([ {f} = 1 ] && echo --fault op=2)"), "dp,pp",
+                          "dp=4,pp=1,f=0", "dp=2,pp=2,f=1", expect=1)
+    if answer["culprit"]["degrees"] != ["f"]:
+        fail(f"the culprit should be f: {answer['culprit']}")
+    if not answer["root_cause_op"].startswith("layers.2.attention/aten::softmax#0"):
+        fail(f"the root-cause op should be layer 2's softmax: {answer['root_cause_op']}")
+    if NUMPROBE_REPLAY and not answer["verdict"].startswith("noise"):
+        fail(f"the replay should say noise: {answer['verdict']}")
+    if not any(r["traced"] for r in answer["runs"]) or not os.path.exists(answer["report"] or "/"):
+        fail("the traced re-runs and the report are missing")
+    print(f"OK op: {answer['root_cause_op'][:60]}..., verdict {answer['verdict'][:5]}", flush=True)
+
+
+def case_bisect_bad_input():
+    """Bad templates are refused before any run (exit 2); a base run that fails ends it (exit 3)
+    with its command and log."""
+    for launch, base, test, says in [
+            ("train {dp}", "dp=1", "dp=2", "has no {out}"),
+            ("train {dp} --out {out}", "dp=1,tp=1", "dp=2,tp=1", "name tp, which neither"),
+            ("train {dp} {world} --out {out}", "dp=1", "dp=2", "{world} but --world"),
+            ("train {dp} {sp} --out {out}", "dp=1", "dp=2", "{sp}, which --base")]:
+        proc = subprocess.run([NUMPROBE_BISECT, "--launch", launch, "--base", base, "--test", test, "--out",
+                               os.path.join(WORK, "bad")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode != 2 or says not in proc.stdout:
+            fail(f"{launch!r}: exit {proc.returncode}, {proc.stdout!r}; expected 2 saying {says!r}")
+    text, answer = bisect("bisect_fails", bisect_launch("--no-such-flag"), "dp,pp", "dp=4,pp=1", "dp=2,pp=2", expect=3)
+    if "the base run failed" not in text or "command: " not in text or "dp4-pp1.log" not in text:
+        fail("a failed base run should be reported with its command and log")
+    print("OK bad input: exit 2 before any run, a failed base run exit 3 with its command and log", flush=True)
+
+
+def case_bisect_interrupt():
+    """Ctrl-C stops the run under way (its whole process group) and prints what was found."""
+    out = os.path.join(WORK, "bisect_int")
+    shutil.rmtree(out, ignore_errors=True)
+    marker = f"numprobe-bisect-interrupt-{os.getpid()}"
+    launch = f"sh -c 'sleep 60; echo {marker}' {{out}} {{dp}}"
+    proc = subprocess.Popen([NUMPROBE_BISECT, "--launch", launch, "--base", "dp=1", "--test", "dp=2", "--out", out],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    import time, signal
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    text, _ = proc.communicate(timeout=30)
+    print(text, flush=True)
+    if proc.returncode != 130 or "INTERRUPTED" not in text or "RUNS  1 runs" not in text:
+        fail(f"exit {proc.returncode}: Ctrl-C should stop the run and print what was found (exit 130)")
+    left = subprocess.run(["pgrep", "-f", marker], stdout=subprocess.PIPE, text=True).stdout.strip()
+    if left:
+        fail(f"the run's processes were left running: {left}")
+    print("OK Ctrl-C: the run stopped with its children, exit 130", flush=True)
 
 
 def record_fields(run, rank, step, kind, name, mb=None):

@@ -575,6 +575,19 @@ void print_result(const Result& r, std::ostream& out, const Paint& paint) {
 
 }  // namespace
 
+void print_headline(const Result& r, std::ostream& out, const TextOptions& opt) {
+  const Paint paint{opt.color};
+  print_first_unexplained(r, out, paint);
+  // Its cause, where print_first_unexplained leaves it to the likely causes below it.
+  if (r.first_unexplained && r.unexplained_cause && r.first_divergence &&
+      same_pair(*r.first_divergence, *r.first_unexplained))
+    for (const auto& c : r.causes)
+      if (c.rule == r.unexplained_cause->rule && c.message == r.unexplained_cause->message) {
+        print_cause(c, out);
+        out << "\n";
+      }
+}
+
 // The answer first: the result, the headline and its cause, the re-run hint and what noise
 // explains fill the first screen; the counts, the lists and the statistics follow, and the
 // result is repeated last, where a scrolled terminal ends.

@@ -19,6 +19,9 @@ struct TextOptions {
   std::size_t max_series = 20;
 };
 void print_text(const Result& r, std::ostream& out, const TextOptions& opt);
+// The headline alone, as print_text prints it: FIRST UNEXPLAINED DIVERGENCE with its cause (or
+// that every difference is noise).
+void print_headline(const Result& r, std::ostream& out, const TextOptions& opt);
 std::string to_json(const Result& r, const DiffOptions& opt);
 
 }  // namespace probe::differ

@@ -1,0 +1,132 @@
+// numprobe_bisect's search over degrees and its configurations (docs/bisect.md), on stand-in
+// evaluations: which configurations diverge is told, not run.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "configs.h"
+#include "search.h"
+
+namespace b = probe::bisect;
+
+namespace {
+
+// Counts what is asked for; fails a test that asks for a configuration twice.
+struct Oracle {
+  std::function<b::Against(const b::Config&)> rule;
+  std::set<std::string> asked;
+  b::Against operator()(const b::Config& c) {
+    EXPECT_TRUE(asked.insert(c.text()).second) << c.text() << " asked for twice";
+    return rule(c);
+  }
+};
+
+b::Culprit culprit_of(const std::string& base, const std::string& test, Oracle& oracle) {
+  const auto c = b::find_culprit(b::parse_config(base, "--base"), b::parse_config(test, "--test"),
+                                 [&](const b::Config& c) { return oracle(c); });
+  EXPECT_TRUE(c);
+  return c.value_or(b::Culprit{});
+}
+
+}  // namespace
+
+TEST(BisectSearch, ASingleDegreeIsBlamedAtTheBaseOfTheOthers) {
+  Oracle o{[](const b::Config& c) { return c.get("pp") == 2 ? b::Against::bug : b::Against::noise; }, {}};
+  const auto c = culprit_of("dp=4,tp=1,pp=1", "dp=2,tp=1,pp=2", o);
+  EXPECT_EQ(c.degrees, std::vector<std::string>({"pp"}));
+  EXPECT_EQ(c.before.text(), "dp=4,tp=1,pp=1");
+  EXPECT_EQ(c.after.text(), "dp=4,tp=1,pp=2");
+  EXPECT_TRUE(c.prerequisites.empty());
+}
+
+TEST(BisectSearch, TwoDegreesThatDivergeOnlyTogetherAreBlamedTogether) {
+  Oracle o{[](const b::Config& c) {
+    return c.get("tp") == 2 && c.get("sp") == 1 ? b::Against::bug : b::Against::noise;
+  }, {}};
+  const auto c = culprit_of("dp=4,tp=1,sp=0", "dp=2,tp=2,sp=1", o);
+  EXPECT_EQ(c.degrees, std::vector<std::string>({"tp", "sp"}));
+  EXPECT_EQ(c.before.text(), "dp=4,tp=1,sp=0");
+  EXPECT_EQ(c.after.text(), "dp=4,tp=2,sp=1");
+}
+
+TEST(BisectSearch, ADegreeWithoutWhichTheRunFailsIsAPrerequisiteNotTheCulprit) {
+  // sp needs tp > 1 (the trainer refuses); with it, sp alone brings the divergence in.
+  Oracle o{[](const b::Config& c) {
+    if (c.get("sp") == 1 && c.get("tp") == 1) return b::Against::failed;
+    return c.get("sp") == 1 ? b::Against::bug : b::Against::noise;
+  }, {}};
+  const auto c = culprit_of("dp=4,tp=1,pp=1,sp=0", "dp=2,tp=2,pp=2,sp=1", o);
+  EXPECT_EQ(c.degrees, std::vector<std::string>({"sp"}));
+  EXPECT_EQ(c.prerequisites, std::vector<std::string>({"tp"}));
+  EXPECT_EQ(c.before.text(), "dp=4,tp=2,pp=1,sp=0");
+  EXPECT_EQ(c.after.text(), "dp=4,tp=2,pp=1,sp=1");
+}
+
+TEST(BisectSearch, AConfigurationThatFailsOnTheWayIsSkippedAndTheNextStepTellsTheChangesApart) {
+  // dp=2,tp=1 does not run; tp is the culprit, dp is noise.
+  Oracle o{[](const b::Config& c) {
+    if (c.get("dp") == 2 && c.get("tp") == 1) return b::Against::failed;
+    return c.get("tp") == 2 ? b::Against::bug : b::Against::noise;
+  }, {}};
+  const auto c = culprit_of("dp=4,tp=1,pp=1", "dp=2,tp=2,pp=2", o);
+  EXPECT_EQ(c.degrees, std::vector<std::string>({"tp"}));
+  EXPECT_EQ(c.after.get("tp"), 2);
+  EXPECT_EQ(c.after.get("pp"), 1);
+}
+
+TEST(BisectSearch, CheaperConfigurationsAreTriedFirstWhereTheOrderIsFree) {
+  std::vector<std::string> order;
+  Oracle o{[&](const b::Config& c) {
+    order.push_back(c.text());
+    return c.get("sp") == 1 ? b::Against::bug : b::Against::noise;
+  }, {}};
+  const auto base = b::parse_config("dp=1,tp=1,sp=0", "--base"), test = b::parse_config("dp=8,tp=2,sp=1", "--test");
+  const auto world = [](const b::Config& c) { return c.get("dp") * c.get("tp"); };
+  const auto c = b::find_culprit(base, test, [&](const b::Config& c) { return o(c); }, [] { return false; }, world);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->degrees, std::vector<std::string>({"sp"}));
+  // After the walk (dp, tp, sp), undoing dp (2 ranks) comes before undoing tp (8 ranks).
+  ASSERT_GE(order.size(), 5u);
+  EXPECT_EQ(order[3], "dp=1,tp=2,sp=1");
+}
+
+TEST(BisectSearch, AStopEndsTheSearchWithoutAnAnswer) {
+  Oracle o{[](const b::Config& c) { return c.get("pp") == 2 ? b::Against::bug : b::Against::noise; }, {}};
+  const auto c = b::find_culprit(b::parse_config("dp=4,pp=1", "--base"), b::parse_config("dp=2,pp=2", "--test"),
+                                 [&](const b::Config& c) { return o(c); }, [] { return true; });
+  EXPECT_FALSE(c);
+  EXPECT_TRUE(o.asked.empty());
+}
+
+TEST(BisectConfigs, TheTemplateTakesDegreesOutAndWorld) {
+  const b::Launch l{"torchrun --nproc-per-node {world} train --tp {tp} --stages {pp} --out {out} {tp}", {"dp", "tp", "pp"}};
+  const auto c = b::parse_config("dp=2,tp=2,pp=2", "--base");
+  EXPECT_EQ(l.world_size(c), 8);
+  EXPECT_EQ(l.command(c, "o/r"), "torchrun --nproc-per-node 8 train --tp 2 --stages 2 --out o/r 2");
+  EXPECT_EQ(l.placeholders(), std::vector<std::string>({"world", "tp", "pp", "out"}));
+  EXPECT_NO_THROW(b::check(l, c, b::parse_config("dp=4,tp=1,pp=1", "--test")));
+  EXPECT_EQ(c.dir_name(), "dp2-tp2-pp2");
+}
+
+TEST(BisectConfigs, BadInputIsNamed) {
+  const auto base = b::parse_config("dp=2,tp=1", "--base"), test = b::parse_config("dp=1,tp=2", "--test");
+  const auto message = [&](const b::Launch& l, const b::Config& t) {
+    try {
+      b::check(l, base, t);
+    } catch (const b::BadInput& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({"train --tp {tp} --dp {dp}", {}}, test).find("has no {out}"), std::string::npos);
+  EXPECT_NE(message({"train --tp {tp} --out {out}", {}}, test).find("name dp, which neither"), std::string::npos);
+  EXPECT_NE(message({"train {dp} {tp} {world} --out {out}", {}}, test).find("{world} but --world"), std::string::npos);
+  EXPECT_NE(message({"train {dp} {tp} {sp} --out {out}", {}}, test).find("{sp}, which --base"), std::string::npos);
+  EXPECT_NE(message({"train {dp} {tp} --out {out}", {}}, b::parse_config("dp=1", "--test")).find("--test does not"),
+            std::string::npos);
+  EXPECT_NE(message({"train {tp} --out {out}", {"dp", "pp"}}, test).find("--world names pp"), std::string::npos);
+  EXPECT_THROW(b::parse_config("dp=2,dp=3", "--base"), b::BadInput);
+  EXPECT_THROW(b::parse_config("dp=", "--base"), b::BadInput);
+  EXPECT_THROW(b::parse_config("=2", "--base"), b::BadInput);
+  EXPECT_NO_THROW(b::check({"train {tp} --out {out}", {"dp"}}, base, test));  // dp counted through --world
+}
