@@ -90,6 +90,32 @@ TEST(BisectSearch, CheaperConfigurationsAreTriedFirstWhereTheOrderIsFree) {
   EXPECT_EQ(order[3], "dp=1,tp=2,sp=1");
 }
 
+TEST(BisectSearch, TheConfigurationTheCulpritActsOnDoesNotDivergeAlready) {
+  // Undoing a and then b one at a time says nothing of the two together: a=0,b=1,c=0 diverges.
+  const auto rule = [](const b::Config& c) {
+    if (c.get("c") == 1 && c.get("b") == 0) return b::Against::failed;
+    if (c.get("b") == 1 && (c.get("a") == 0 || c.get("c") == 1)) return b::Against::bug;
+    return b::Against::noise;
+  };
+  Oracle o{rule, {}};
+  const auto c = culprit_of("a=0,b=0,c=0", "a=1,b=1,c=1", o);
+  EXPECT_NE(rule(c.before), b::Against::bug) << c.before.text();
+  EXPECT_EQ(rule(c.after), b::Against::bug) << c.after.text();
+  EXPECT_EQ(c.degrees, std::vector<std::string>({"b"}));
+}
+
+TEST(BisectSearch, APrerequisiteAmongChangesThatCameInTogetherIsNotBlamed) {
+  // --test names sp before tp: the walk's sp step does not run, the tp step diverges.
+  Oracle o{[](const b::Config& c) {
+    if (c.get("sp") == 1 && c.get("tp") == 1) return b::Against::failed;
+    return c.get("sp") == 1 ? b::Against::bug : b::Against::noise;
+  }, {}};
+  const auto c = culprit_of("dp=4,sp=0,tp=1", "dp=2,sp=1,tp=2", o);
+  EXPECT_EQ(c.degrees, std::vector<std::string>({"sp"}));
+  EXPECT_EQ(c.prerequisites, std::vector<std::string>({"tp"}));
+  EXPECT_EQ(c.before.get("tp"), 2);
+}
+
 TEST(BisectSearch, AStopEndsTheSearchWithoutAnAnswer) {
   Oracle o{[](const b::Config& c) { return c.get("pp") == 2 ? b::Against::bug : b::Against::noise; }, {}};
   const auto c = b::find_culprit(b::parse_config("dp=4,pp=1", "--base"), b::parse_config("dp=2,pp=2", "--test"),
@@ -129,4 +155,18 @@ TEST(BisectConfigs, BadInputIsNamed) {
   EXPECT_THROW(b::parse_config("dp=", "--base"), b::BadInput);
   EXPECT_THROW(b::parse_config("=2", "--base"), b::BadInput);
   EXPECT_NO_THROW(b::check({"train {tp} --out {out}", {"dp"}}, base, test));  // dp counted through --world
+  EXPECT_NE(message({"train {dp} {tp} --out {out}", {}}, b::parse_config("dp=-1,tp=2", "--test")).find("--test dp=-1"),
+            std::string::npos);
+  EXPECT_THROW(b::check({"train {out} {dp}", {}}, b::parse_config("out=1,dp=1", "--base"),
+                        b::parse_config("out=1,dp=2", "--test")),
+               b::BadInput);
+}
+
+TEST(BisectConfigs, TheShellsOwnBracesAndOddDirectoriesAreLeftToTheShell) {
+  const b::Launch l{"cd ${HOME} && train --tp {tp} --out {out}", {}};
+  EXPECT_EQ(l.placeholders(), std::vector<std::string>({"tp", "out"}));
+  const auto c = b::parse_config("tp=2", "--base");
+  EXPECT_EQ(l.command(c, "runs/a b{world}"), "cd ${HOME} && train --tp 2 --out 'runs/a b{world}'");
+  EXPECT_EQ(b::in_order_of(b::parse_config("tp=2,dp=1", "--test"), b::parse_config("dp=4,tp=1", "--base")).text(),
+            "dp=1,tp=2");
 }

@@ -831,24 +831,40 @@ def case_bisect_bad_input():
 
 
 def case_bisect_interrupt():
-    """Ctrl-C stops the run under way (its whole process group) and prints what was found."""
+    """Ctrl-C stops the run under way, torchrun and every rank (torchrun starts its workers in
+    sessions of their own), and prints what was found."""
+    import signal
+    import time
     out = os.path.join(WORK, "bisect_int")
     shutil.rmtree(out, ignore_errors=True)
-    marker = f"numprobe-bisect-interrupt-{os.getpid()}"
-    launch = f"sh -c 'sleep 60; echo {marker}' {{out}} {{dp}}"
-    proc = subprocess.Popen([NUMPROBE_BISECT, "--launch", launch, "--base", "dp=1", "--test", "dp=2", "--out", out],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    import time, signal
-    time.sleep(2)
+    launch = bisect_launch("").replace("--steps 2", "--steps 100000")
+    js = os.path.join(WORK, "bisect_int.json")
+    proc = subprocess.Popen([NUMPROBE_BISECT, "--launch", launch, "--world", "dp,pp", "--base", "dp=4,pp=1",
+                             "--test", "dp=2,pp=2", "--out", out, "--json", js],
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    ranks = []
+    for _ in range(300):  # the base run's 4 ranks started
+        time.sleep(0.1)
+        ranks = subprocess.run(["pgrep", "-f", f"{MOE_TRAIN} .*--out {out}/"], stdout=subprocess.PIPE,
+                               text=True).stdout.split()
+        if len(ranks) >= 4:
+            break
+    time.sleep(1)
     proc.send_signal(signal.SIGINT)
-    text, _ = proc.communicate(timeout=30)
+    text, _ = proc.communicate(timeout=120)
     print(text, flush=True)
+    if len(ranks) < 4:
+        fail(f"the base run's ranks never started: {ranks}")
     if proc.returncode != 130 or "INTERRUPTED" not in text or "RUNS  1 runs" not in text:
         fail(f"exit {proc.returncode}: Ctrl-C should stop the run and print what was found (exit 130)")
-    left = subprocess.run(["pgrep", "-f", marker], stdout=subprocess.PIPE, text=True).stdout.strip()
+    left = subprocess.run(["pgrep", "-f", f"--out {out}/"], stdout=subprocess.PIPE, text=True).stdout.strip()
     if left:
         fail(f"the run's processes were left running: {left}")
-    print("OK Ctrl-C: the run stopped with its children, exit 130", flush=True)
+    with open(js) as f:
+        if json.load(f)["exit_code"] != 130:
+            fail("the JSON should say the bisection was interrupted")
+    print(f"OK Ctrl-C: torchrun and its {len(ranks)} ranks stopped, exit 130", flush=True)
 
 
 def record_fields(run, rank, step, kind, name, mb=None):

@@ -79,14 +79,44 @@ std::vector<std::string> parse_world(const std::string& text) {
   return names;
 }
 
+namespace {
+
+// Each {NAME} of the template in order, with where it is; a shell ${VAR} is the shell's.
+struct Placeholder {
+  std::size_t at, size;
+  std::string name;
+};
+
+std::vector<Placeholder> parse_placeholders(const std::string& t) {
+  std::vector<Placeholder> found;
+  for (std::size_t at = t.find('{'); at != std::string::npos; at = t.find('{', at + 1)) {
+    if (at > 0 && t[at - 1] == '$') continue;
+    const auto close = t.find('}', at);
+    if (close == std::string::npos) break;
+    const std::string name = t.substr(at + 1, close - at - 1);
+    if (is_name(name)) found.push_back({at, close - at + 1, name});
+  }
+  return found;
+}
+
+// `s` as one shell word.
+std::string shell_word(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@") ==
+                        std::string::npos)
+    return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::string shell_quoted(const std::string& s) { return shell_word(s); }
+
 std::vector<std::string> Launch::placeholders() const {
   std::vector<std::string> names;
-  for (std::size_t at = command_template.find('{'); at != std::string::npos; at = command_template.find('{', at + 1)) {
-    const auto close = command_template.find('}', at);
-    if (close == std::string::npos) break;
-    const std::string name = command_template.substr(at + 1, close - at - 1);
-    if (is_name(name) && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-  }
+  for (const auto& p : parse_placeholders(command_template))
+    if (std::find(names.begin(), names.end(), p.name) == names.end()) names.push_back(p.name);
   return names;
 }
 
@@ -97,16 +127,17 @@ std::int64_t Launch::world_size(const Config& c) const {
 }
 
 std::string Launch::command(const Config& c, const std::string& out) const {
-  std::string cmd = command_template;
-  const auto replace = [&](const std::string& name, const std::string& value) {
-    const std::string key = "{" + name + "}";
-    for (auto at = cmd.find(key); at != std::string::npos; at = cmd.find(key, at + value.size()))
-      cmd.replace(at, key.size(), value);
-  };
-  for (const auto& [n, v] : c.degrees) replace(n, std::to_string(v));
-  replace("out", out);
-  if (!world.empty()) replace("world", std::to_string(world_size(c)));
-  return cmd;
+  // One pass: a value is never read again as a template (an --out holding "{world}").
+  std::string cmd;
+  std::size_t from = 0;
+  for (const auto& p : parse_placeholders(command_template)) {
+    cmd += command_template.substr(from, p.at - from);
+    if (p.name == "out") cmd += shell_word(out);
+    else if (p.name == "world") cmd += std::to_string(world_size(c));
+    else cmd += std::to_string(c.get(p.name));
+    from = p.at + p.size;
+  }
+  return cmd + command_template.substr(from);
 }
 
 void check(const Launch& launch, const Config& base, const Config& test) {
@@ -119,13 +150,20 @@ void check(const Launch& launch, const Config& base, const Config& test) {
     throw BadInput("--launch has no {out}: each run needs a directory of its own for its logs (the template's '--out {out}')");
   if (in_template("world") && launch.world.empty())
     throw BadInput("--launch uses {world} but --world does not say which degrees multiply to it");
+  for (const Config* c : {&base, &test})
+    for (const auto& [n, v] : c->degrees) {
+      const std::string flag = c == &base ? "--base" : "--test";
+      if (n == "out" || n == "world") throw BadInput(flag + " names a degree '" + n + "': {" + n + "} is the tool's");
+      if (v < 0) throw BadInput(flag + " " + n + "=" + std::to_string(v) + ": a degree is no negative number");
+      const bool multiplies = std::find(launch.world.begin(), launch.world.end(), n) != launch.world.end();
+      if (multiplies && v < 1) throw BadInput(flag + " " + n + "=0: a degree --world multiplies is at least 1");
+    }
   for (const auto& [n, v] : base.degrees) {
     bool in_test = false;
     for (const auto& d : test.degrees) in_test |= d.first == n;
     if (!in_test) throw BadInput("--base names " + n + ", --test does not: both name the same degrees");
     if (!in_template(n) && !in_world(n))
       throw BadInput("--base and --test name " + n + ", which neither --launch ({" + n + "}) nor --world uses");
-    if (v < 0) throw BadInput("--base " + n + "=" + std::to_string(v) + ": a degree is no negative number");
   }
   for (const auto& [n, v] : test.degrees) {
     bool in_base = false;
@@ -143,6 +181,12 @@ void check(const Launch& launch, const Config& base, const Config& test) {
     for (const auto& d : base.degrees) named |= d.first == n;
     if (!named) throw BadInput("--world names " + n + ", which --base and --test do not name");
   }
+}
+
+Config in_order_of(const Config& c, const Config& order) {
+  Config out;
+  for (const auto& [n, v] : order.degrees) out.degrees.emplace_back(n, c.get(n));
+  return out;
 }
 
 std::string change_text(const std::string& degree, const Config& from, const Config& to) {

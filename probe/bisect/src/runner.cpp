@@ -1,52 +1,93 @@
 #include "runner.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
 namespace probe::bisect {
 namespace {
 
-volatile sig_atomic_t g_interrupted = 0;
+volatile sig_atomic_t g_interrupts = 0;
 
-void on_signal(int) { g_interrupted = 1; }
+void on_signal(int) { g_interrupts = g_interrupts + 1; }
 
-// In the child, before exec: its own process group, the log as stdout and stderr, the
-// environment as asked.
+// How long a stopped run may take to end on SIGTERM (torchrun gives its workers ~30 s) before
+// SIGKILL; a second Ctrl-C does not wait.
+constexpr auto kGrace = std::chrono::seconds(40);
+
+// In the child, before exec: its own process group, no terminal input, the log as stdout and
+// stderr, the environment as asked.
 [[noreturn]] void exec_child(const std::string& command, const std::map<std::string, std::string>& set,
-                             const std::vector<std::string>& unset, const std::string& log) {
+                             const std::vector<std::string>& unset, int log_fd) {
   setpgid(0, 0);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
-  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) _exit(126);
-  dup2(fd, STDOUT_FILENO);
-  dup2(fd, STDERR_FILENO);
-  close(fd);
+  const int null_fd = open("/dev/null", O_RDONLY);
+  if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+  dup2(log_fd, STDOUT_FILENO);
+  dup2(log_fd, STDERR_FILENO);
   for (const auto& name : unset) unsetenv(name.c_str());
   for (const auto& [name, value] : set) setenv(name.c_str(), value.c_str(), 1);
   execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
   _exit(127);
 }
 
-// The whole group: SIGTERM, then SIGKILL after a grace period.
-void stop_group(pid_t pid, int& status) {
-  kill(-pid, SIGTERM);
-  for (int i = 0; i < 100; ++i) {
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      kill(-pid, SIGKILL);  // ranks the launcher left behind
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+// The processes whose parent is this one: a run's ranks orphaned by their launcher come back
+// here (this process is their subreaper), torchrun's workers in sessions of their own included.
+std::vector<pid_t> children() {
+  std::vector<pid_t> pids;
+  const pid_t self = getpid();
+  DIR* proc = opendir("/proc");
+  if (!proc) return pids;
+  while (const dirent* e = readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == self) pids.push_back(pid);
   }
-  kill(-pid, SIGKILL);
-  waitpid(pid, &status, 0);
+  closedir(proc);
+  return pids;
+}
+
+void reap_all() {
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+// Whatever is left of a run: its process group and the orphans that came back here, SIGTERM
+// then, after the grace period (or a second Ctrl-C), SIGKILL.
+void sweep(pid_t group) {
+  const auto alive = [&] {
+    reap_all();
+    return kill(-group, 0) == 0 || !children().empty();
+  };
+  if (!alive()) return;
+  kill(-group, SIGTERM);
+  for (pid_t p : children()) kill(p, SIGTERM);
+  const auto until = std::chrono::steady_clock::now() + kGrace;
+  const sig_atomic_t interrupts = g_interrupts;
+  while (alive() && std::chrono::steady_clock::now() < until && g_interrupts == interrupts)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  kill(-group, SIGKILL);
+  for (pid_t p : children()) kill(p, SIGKILL);
+  reap_all();
 }
 
 }  // namespace
@@ -57,29 +98,48 @@ void catch_interrupts() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
-bool interrupted() { return g_interrupted != 0; }
+bool interrupted() { return g_interrupts != 0; }
 
 RunOutcome run_command(const std::string& command, const std::map<std::string, std::string>& set,
                        const std::vector<std::string>& unset, const std::string& log) {
+  const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) throw std::runtime_error("cannot write the run's log " + log + ": " + std::strerror(errno));
   const auto start = std::chrono::steady_clock::now();
   RunOutcome out;
   const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("cannot start a run: fork failed");
-  if (pid == 0) exec_child(command, set, unset, log);
+  if (pid < 0) {
+    close(log_fd);
+    throw std::runtime_error("cannot start a run: fork failed");
+  }
+  if (pid == 0) exec_child(command, set, unset, log_fd);
+  close(log_fd);
   setpgid(pid, pid);  // also here: no race with a signal sent before the child's own call
   int status = 0;
   for (;;) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
+    if (waitpid(pid, &status, WNOHANG) == pid) break;
     if (interrupted()) {
-      stop_group(pid, status);
       out.interrupted = true;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  if (out.interrupted) {
+    kill(-pid, SIGTERM);  // the launcher first: torchrun stops its workers on SIGTERM
+    const auto until = std::chrono::steady_clock::now() + kGrace;
+    const sig_atomic_t interrupts = g_interrupts;
+    while (waitpid(pid, &status, WNOHANG) != pid) {
+      if (std::chrono::steady_clock::now() > until || g_interrupts != interrupts) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  sweep(pid);  // ranks left behind, in the group or orphaned
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   return out;

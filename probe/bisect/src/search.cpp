@@ -61,9 +61,53 @@ const char* against_name(Against a) {
   return "?";
 }
 
+namespace {
+
+std::vector<std::string> without(const std::vector<std::string>& all, const std::string& one) {
+  std::vector<std::string> rest;
+  for (const auto& x : all)
+    if (x != one) rest.push_back(x);
+  return rest;
+}
+
+// Several changes came in at once (the configurations between did not run): one alone may do it;
+// else each is undone in turn: one the others do not run without is a prerequisite, one whose
+// undoing keeps the divergence is not needed.
+void narrow_candidates(const Config& base, const Config& test, const Evaluate& once, const std::function<bool()>& stop,
+                       Walked& w, std::vector<std::string>& prerequisites, Culprit& c) {
+  if (w.candidates.size() < 2) return;
+  const Config last_good = with(base, w.context, test);
+  for (const auto& d : w.candidates) {
+    if (stop()) return;
+    const Config one = with(last_good, {d}, test);
+    const Against a = once(one);
+    c.findings.push_back(change_text(d, base, test) + " alone (" + one.text() + "): " + against_name(a));
+    if (a == Against::bug) {
+      w.candidates = {d};
+      return;
+    }
+  }
+  for (const auto& d : std::vector<std::string>(w.candidates)) {
+    if (stop() || w.candidates.size() < 2) return;
+    const auto rest = without(w.candidates, d);
+    const Config trial = with(last_good, rest, test);
+    const Against a = once(trial);
+    c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() + "): " + against_name(a));
+    if (a == Against::bug) {
+      w.candidates = rest;
+    } else if (a == Against::failed) {
+      w.candidates = rest;
+      prerequisites.push_back(d);
+    }
+  }
+}
+
+}  // namespace
+
 std::optional<Culprit> find_culprit(const Config& base, const Config& test, const Evaluate& evaluate,
                                     const std::function<bool()>& stop,
-                                    const std::function<std::int64_t(const Config&)>& cost) {
+                                    const std::function<std::int64_t(const Config&)>& cost,
+                                    const std::vector<std::string>& order) {
   Culprit c;
   // Each configuration asked for once: the walk and the checks after it meet the same ones.
   std::map<std::string, Against> seen;
@@ -71,54 +115,56 @@ std::optional<Culprit> find_culprit(const Config& base, const Config& test, cons
     const auto it = seen.find(cfg.text());
     return it != seen.end() ? it->second : seen.emplace(cfg.text(), evaluate(cfg)).first->second;
   };
-  const auto changed = changed_degrees(base, test);
+  std::vector<std::string> changed;
+  for (const auto& n : order.empty() ? changed_degrees(base, test) : order)
+    if (base.get(n) != test.get(n)) changed.push_back(n);
   auto w = walk(base, test, changed, once, stop, c);
   if (!w) return std::nullopt;
-  // Several changes at once (the configurations between did not run): one alone may do it.
-  const Config last_good = with(base, w->context, test);
-  if (w->candidates.size() > 1)
-    for (const auto& d : w->candidates) {
-      if (stop()) return std::nullopt;
-      const Config one = with(last_good, {d}, test);
-      const Against a = once(one);
-      c.findings.push_back(change_text(d, base, test) + " alone (" + one.text() + "): " + against_name(a));
-      if (a == Against::bug) {
-        w->candidates = {d};
-        break;
-      }
-    }
+  std::vector<std::string> prerequisites;
+  narrow_candidates(base, test, once, stop, *w, prerequisites, c);
   // Which earlier changes it needs: each undone in turn, the cheapest configuration first.
-  std::vector<std::string> context = w->context, combined;
+  std::vector<std::string> context = w->context;
+  const auto trial_of = [&](const std::vector<std::string>& kept) {
+    auto changes = kept;
+    changes.insert(changes.end(), prerequisites.begin(), prerequisites.end());
+    return with(with(base, changes, test), w->candidates, test);
+  };
   if (cost)
     std::stable_sort(context.begin(), context.end(), [&](const std::string& a, const std::string& b) {
-      const auto without = [&](const std::string& n) {
-        std::vector<std::string> rest;
-        for (const auto& x : w->context)
-          if (x != n) rest.push_back(x);
-        return cost(with(with(base, rest, test), w->candidates, test));
-      };
-      return without(a) < without(b);
+      return cost(trial_of(without(w->context, a))) < cost(trial_of(without(w->context, b)));
     });
-  std::vector<std::string> kept = w->context;
+  std::vector<std::string> kept = w->context, combined;
   for (const auto& d : context) {
     if (stop()) return std::nullopt;
-    std::vector<std::string> rest;
-    for (const auto& x : kept)
-      if (x != d) rest.push_back(x);
-    const Config trial = with(with(base, rest, test), w->candidates, test);
+    const auto rest = without(kept, d);
+    const Config trial = trial_of(rest);
     const Against a = once(trial);
     c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() + "): " + against_name(a));
-    if (a == Against::bug) kept = rest;                  // not needed
-    else if (a == Against::failed) c.prerequisites.push_back(d);  // needed to run at all
-    else combined.push_back(d);                          // needed for the divergence
+    if (a == Against::bug) kept = rest;                          // not needed
+    else if (a == Against::failed) prerequisites.push_back(d);   // needed to run at all
+    else combined.push_back(d);                                  // needed for the divergence
   }
   c.degrees = combined;
   c.degrees.insert(c.degrees.end(), w->candidates.begin(), w->candidates.end());
-  std::vector<std::string> before_changes;
+  std::vector<std::string> before_changes = prerequisites;
   for (const auto& d : kept)
-    if (std::find(combined.begin(), combined.end(), d) == combined.end()) before_changes.push_back(d);
+    if (std::find(combined.begin(), combined.end(), d) == combined.end() &&
+        std::find(prerequisites.begin(), prerequisites.end(), d) == prerequisites.end())
+      before_changes.push_back(d);
+  c.prerequisites = prerequisites;
   c.before = with(base, before_changes, test);
   c.after = with(c.before, c.degrees, test);
+  // The configuration it acts on must not diverge already (undoing changes that were "not
+  // needed" one at a time says nothing of them together): where it does, the divergence is
+  // between the base and it.
+  if (stop()) return std::nullopt;
+  const Against at_before = c.before == base ? Against::equal : once(c.before);
+  if (at_before == Against::bug) {
+    c.findings.push_back("the configuration it acts on (" + c.before.text() + ") diverges already: bisecting to it");
+    auto inner = find_culprit(base, c.before, once, stop, cost, order);
+    if (inner) inner->findings.insert(inner->findings.begin(), c.findings.begin(), c.findings.end());
+    return inner;
+  }
   return c;
 }
 

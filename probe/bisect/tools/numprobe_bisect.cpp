@@ -42,8 +42,12 @@ struct Entry {
 
 class Bisect {
  public:
-  Bisect(const Cli& cli, b::Launch launch, b::Config base, b::Config test)
-      : cli_(cli), launch_(std::move(launch)), base_(std::move(base)), test_(std::move(test)) {}
+  // `test` is kept in `base`'s degree order (one name per configuration: the cache's key); the
+  // walk changes degrees in the order --test names them.
+  Bisect(const Cli& cli, b::Launch launch, b::Config base, const b::Config& test)
+      : cli_(cli), launch_(std::move(launch)), base_(std::move(base)), test_(b::in_order_of(test, base_)) {
+    for (const auto& [n, v] : test.degrees) order_of_test_.push_back(n);
+  }
   int run();
 
  private:
@@ -58,6 +62,7 @@ class Bisect {
   const Cli& cli_;
   b::Launch launch_;
   b::Config base_, test_;
+  std::vector<std::string> order_of_test_;
   std::map<std::string, Entry> runs_;  // by config text, "T:" before a traced one
   std::vector<std::string> order_;     // the runs made, in order
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
@@ -77,18 +82,24 @@ Entry& Bisect::launch_run(const b::Config& c, const std::string& trace) {
   e.config = c;
   e.traced = !trace.empty();
   const fs::path root = fs::path(cli_.out) / (e.traced ? "traced" : "runs");
-  fs::create_directories(root);
   e.dir = (root / c.dir_name()).string();
   e.log = e.dir + ".log";
-  fs::remove_all(e.dir);
   e.command = launch_.command(c, e.dir);
   const std::int64_t ranks = launch_.world.empty() ? 0 : launch_.world_size(c);
   std::cout << "[" << order_.size() + 1 << "] " << (e.traced ? "traced " : "") << c.text()
             << (ranks ? " (" + std::to_string(ranks) + " ranks)" : std::string()) << " ..." << std::flush;
   std::map<std::string, std::string> set = {{"PROBE_DIR", e.dir}};
   if (e.traced) set["PROBE_TRACE"] = trace;
-  e.outcome = b::run_command(e.command, set, e.traced ? std::vector<std::string>{} : std::vector<std::string>{"PROBE_TRACE"},
-                             e.log);
+  try {
+    std::error_code ec;
+    fs::remove_all(e.dir, ec);  // an earlier bisection's run of it
+    fs::create_directories(root);
+    e.outcome = b::run_command(e.command, set, e.traced ? std::vector<std::string>{} : std::vector<std::string>{"PROBE_TRACE"},
+                               e.log);
+  } catch (const std::exception& ex) {  // no room for its log: it did not run
+    std::cout << " not started: " << ex.what();
+    e.outcome.exit_code = 126;
+  }
   std::cout << " " << fmt_seconds(e.outcome.seconds) << ", "
             << (e.outcome.interrupted ? std::string("interrupted") : "exit " + std::to_string(e.outcome.exit_code))
             << "  (log " << e.log << ")" << std::endl;
@@ -115,10 +126,16 @@ b::Against Bisect::against_base(const b::Config& c) {
   if (!e.ok()) return *(e.against = b::Against::failed);
   try {
     const d::Result r = compare(runs_.at(base_.text()), e);
-    const int code = r.exit_code();
-    e.against = r.first_unexplained || code == 1 ? b::Against::bug : code == 0 ? b::Against::equal
-                : code == 4                      ? b::Against::noise
-                                                 : b::Against::failed;
+    using V = d::Result::Verdict;
+    switch (r.verdict()) {
+      case V::different:
+      case V::run_errors: e.against = b::Against::bug; break;
+      case V::noise: e.against = b::Against::noise; break;
+      case V::equal:
+      case V::within_tolerance: e.against = b::Against::equal; break;
+      case V::incomplete:  // a rank died and the launcher hid it: no answer from it
+      case V::nothing_compared: e.against = b::Against::failed; break;
+    }
   } catch (const std::exception& ex) {  // a run that wrote no logs
     std::cout << "    not compared: " << ex.what() << std::endl;
     e.against = b::Against::failed;
@@ -171,6 +188,7 @@ void Bisect::write_json(const nlohmann::json& answer, int code) const {
 int Bisect::interrupted_exit(const std::string& where) const {
   std::cout << "\nINTERRUPTED  " << where << "; the run under way was stopped. So far:\n";
   print_runs();
+  write_json({{"interrupted", where}}, 130);
   return 130;
 }
 
@@ -204,18 +222,33 @@ int Bisect::finish(const b::Culprit& culprit) {
     const Entry& tb = launch_run(base_, trace);
     const Entry& ta = launch_run(culprit.after, trace);
     if (tb.ok() && ta.ok()) {
-      grid = d::PairGrid{};
-      result = compare(tb, ta, &grid);
-      traced = true;
+      try {
+        d::PairGrid traced_grid;
+        result = compare(tb, ta, &traced_grid);
+        grid = std::move(traced_grid);
+        traced = true;
+      } catch (const std::exception& ex) {
+        std::cout << "the traced runs could not be compared: " << ex.what() << std::endl;
+        result = plain;
+      }
+    }
+    if (traced) {
       const std::string tool = replay_tool();
       if (result.ops.region && result.ops.region->dumped() && !tool.empty()) {
         const std::string log = (fs::path(cli_.out) / "replay.log").string();
-        const auto r = b::run_command("'" + tool + "' '" + tb.dir + "' '" + ta.dir + "'", {}, {}, log);
-        std::cout << "replayed the region in float64: " << fmt_seconds(r.seconds) << " (log " << log << ")" << std::endl;
+        try {
+          const auto r = b::run_command(
+              b::shell_quoted(tool) + " " + b::shell_quoted(tb.dir) + " " + b::shell_quoted(ta.dir), {}, {}, log);
+          std::cout << "replayed the region in float64: " << fmt_seconds(r.seconds) << ", exit " << r.exit_code
+                    << " (log " << log << ")" << std::endl;
+        } catch (const std::exception& ex) {
+          std::cout << "the replay did not start: " << ex.what() << std::endl;
+        }
         d::attach_replay_verdict(result);
       }
     }
   }
+  if (b::interrupted()) return 130;  // run() reports what was found
   if (result.ops.root_cause) root = result.ops.root_cause->message;
   else if (result.ops.beyond_noise) root = result.ops.beyond_noise->message;
   if (result.replay) verdict = result.replay->verdict + (result.replay->evidence.empty() ? "" : ": " + result.replay->evidence.front());
@@ -278,21 +311,30 @@ int Bisect::run() {
     }
   }
   const b::Against whole = against_base(test_);
+  if (b::interrupted()) return interrupted_exit("while comparing the test run with the base");
+  if (whole == b::Against::failed) {
+    const Entry& t = runs_.at(test_.text());
+    std::cout << "\nthe test run could not be compared with the base (its logs: " << t.dir << ")\n  command: " << t.command
+              << "\n  log: " << t.log << "\n";
+    write_json({{"error", "the test run could not be compared with the base"}}, 3);
+    return 3;
+  }
   if (whole != b::Against::bug) {
-    const int code = whole == b::Against::equal ? 0 : whole == b::Against::noise ? 4 : 3;
+    const int code = whole == b::Against::equal ? 0 : 4;
     std::cout << "\nNO CULPRIT  the test setup against the base: " << b::against_name(whole)
-              << (code == 3 ? "" : ": no unexplained divergence to bisect") << "\n\n";
+              << ": no unexplained divergence to bisect\n\n";
     print_runs();
     write_json({{"culprit", nullptr}, {"against_base", b::against_name(whole)}}, code);
     return code;
   }
   const auto cost = [&](const b::Config& c) { return launch_.world.empty() ? 0 : launch_.world_size(c); };
   const auto culprit = b::find_culprit(base_, test_, [&](const b::Config& c) { return against_base(c); },
-                                       [] { return b::interrupted(); }, cost);
+                                       [] { return b::interrupted(); }, cost, order_of_test_);
   if (b::interrupted()) return interrupted_exit("while bisecting");
-  if (!culprit) {
-    std::cout << "\nNO CULPRIT  no configuration between base and test diverges, though the test does\n";
+  if (!culprit) {  // cannot be: the last step of the walk is the test itself
+    std::cout << "\nNO CULPRIT  the test diverges, but no step of the walk to it did\n";
     print_runs();
+    write_json({{"culprit", nullptr}, {"against_base", b::against_name(whole)}}, 1);
     return 1;
   }
   const int code = finish(*culprit);
@@ -313,7 +355,12 @@ int main(int argc, char** argv) {
   app.add_option("--test", c.test, "the test configuration, naming the same degrees")->required();
   app.add_option("--out", c.out, "where the runs, their logs and the report go")->capture_default_str();
   app.add_option("--json", c.json, "also write the answer as JSON (schema numprobe.bisect/1)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;  // --help; bad usage is 2, as diff_logs'
+  }
   try {
     b::Launch launch{c.launch, b::parse_world(c.world)};
     const b::Config base = b::parse_config(c.base, "--base"), test = b::parse_config(c.test, "--test");
