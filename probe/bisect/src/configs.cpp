@@ -1,5 +1,7 @@
 #include "configs.h"
 
+#include "differ/replay_verdict.h"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -99,19 +101,8 @@ std::vector<Placeholder> parse_placeholders(const std::string& t) {
   return found;
 }
 
-// `s` as one shell word.
-std::string shell_word(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@") ==
-                        std::string::npos)
-    return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 }  // namespace
-
-std::string shell_quoted(const std::string& s) { return shell_word(s); }
 
 std::vector<std::string> Launch::placeholders() const {
   std::vector<std::string> names;
@@ -132,7 +123,7 @@ std::string Launch::command(const Config& c, const std::string& out) const {
   std::size_t from = 0;
   for (const auto& p : parse_placeholders(command_template)) {
     cmd += command_template.substr(from, p.at - from);
-    if (p.name == "out") cmd += shell_word(out);
+    if (p.name == "out") cmd += differ::shell_quoted(out);
     else if (p.name == "world") cmd += std::to_string(world_size(c));
     else cmd += std::to_string(c.get(p.name));
     from = p.at + p.size;

@@ -47,9 +47,6 @@ std::vector<std::string> parse_world(const std::string& text);
 // placeholder other than {out} and {world} is a degree they name; {world} comes with --world.
 void check(const Launch& launch, const Config& base, const Config& test);
 
-// `s` as one shell word (quoted where it has to be).
-std::string shell_quoted(const std::string& s);
-
 // `c`'s degrees in `order`'s order (the same names).
 Config in_order_of(const Config& c, const Config& order);
 

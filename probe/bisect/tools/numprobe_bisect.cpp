@@ -238,7 +238,7 @@ int Bisect::finish(const b::Culprit& culprit) {
         const std::string log = (fs::path(cli_.out) / "replay.log").string();
         try {
           const auto r = b::run_command(
-              b::shell_quoted(tool) + " " + b::shell_quoted(tb.dir) + " " + b::shell_quoted(ta.dir), {}, {}, log);
+              d::shell_quoted(tool) + " " + d::shell_quoted(tb.dir) + " " + d::shell_quoted(ta.dir), {}, {}, log);
           std::cout << "replayed the region in float64: " << fmt_seconds(r.seconds) << ", exit " << r.exit_code
                     << " (log " << log << ")" << std::endl;
         } catch (const std::exception& ex) {

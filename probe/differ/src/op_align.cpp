@@ -102,7 +102,6 @@ std::string made_by_text(const std::string& base_producer, const std::string& te
 std::optional<OpFinding> one_sided_root_cause(std::int64_t step, const Pair& p, std::size_t input,
                                               const std::string& base_producer, const std::string& test_producer,
                                               const StepOps& ops) {
-  // (The replay region is what made `input`: OpAnalysis::add_step.)
   for (const Pair* q : ops.one_sided) {
     if (q->name != test_producer && q->name != base_producer) continue;
     const Phase phase = phase_of(*q);

@@ -72,14 +72,6 @@ std::optional<T> optional_of(const nlohmann::json& j) {
   else return j.get<T>();
 }
 
-std::string shell_quoted(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@") ==
-                        std::string::npos)
-    return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 // Why a verdict file is about another region than the comparison's, "" where it is about it.
 std::string other_region(const ReplayVerdict& v, const ReplayRegion& region) {
@@ -92,6 +84,15 @@ std::string other_region(const ReplayVerdict& v, const ReplayRegion& region) {
 }
 
 }  // namespace
+
+std::string shell_quoted(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@") ==
+                        std::string::npos)
+    return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
 
 std::filesystem::path default_replay_file(const std::filesystem::path& test_run) {
   if (std::filesystem::is_directory(test_run)) return test_run / "replay.json";

@@ -64,4 +64,7 @@ ReplayVerdict parse_replay_verdict(const std::string& text, const std::string& f
 // (r.replay_command) where the region was dumped and no verdict is there.
 void attach_replay_verdict(Result& r);
 
+// `s` as one shell word, quoted where it has to be (the commands the tools print and run).
+std::string shell_quoted(const std::string& s);
+
 }  // namespace probe::differ
