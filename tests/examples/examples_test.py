@@ -831,8 +831,8 @@ def case_bisect_bad_input():
 
 
 def case_bisect_interrupt():
-    """Ctrl-C stops the run under way, torchrun and every rank (torchrun starts its workers in
-    sessions of their own), and prints what was found."""
+    """Ctrl-C stops the run under way, torchrun and every rank (torchrun starts its workers with
+    setsid, outside the run's process group), and prints what was found."""
     import signal
     import time
     out = os.path.join(WORK, "bisect_int")

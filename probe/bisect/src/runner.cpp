@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 
@@ -44,7 +45,8 @@ constexpr auto kGrace = std::chrono::seconds(40);
 }
 
 // The processes whose parent is this one: a run's ranks orphaned by their launcher come back
-// here (this process is their subreaper), torchrun's workers in sessions of their own included.
+// here (this process is their subreaper), torchrun's workers included (it starts them with
+// setsid, outside the run's process group).
 std::vector<pid_t> children() {
   std::vector<pid_t> pids;
   const pid_t self = getpid();
@@ -66,6 +68,18 @@ std::vector<pid_t> children() {
   return pids;
 }
 
+// Waits while `busy` holds, for the grace period at most, or until another Ctrl-C; whether it
+// still holds.
+bool still_busy_after_grace(const std::function<bool()>& busy) {
+  const auto until = std::chrono::steady_clock::now() + kGrace;
+  const sig_atomic_t interrupts = g_interrupts;
+  while (busy()) {
+    if (std::chrono::steady_clock::now() > until || g_interrupts != interrupts) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 void reap_all() {
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
   }
@@ -81,10 +95,7 @@ void sweep(pid_t group) {
   if (!alive()) return;
   kill(-group, SIGTERM);
   for (pid_t p : children()) kill(p, SIGTERM);
-  const auto until = std::chrono::steady_clock::now() + kGrace;
-  const sig_atomic_t interrupts = g_interrupts;
-  while (alive() && std::chrono::steady_clock::now() < until && g_interrupts == interrupts)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  still_busy_after_grace(alive);
   kill(-group, SIGKILL);
   for (pid_t p : children()) kill(p, SIGKILL);
   reap_all();
@@ -128,15 +139,9 @@ RunOutcome run_command(const std::string& command, const std::map<std::string, s
   }
   if (out.interrupted) {
     kill(-pid, SIGTERM);  // the launcher first: torchrun stops its workers on SIGTERM
-    const auto until = std::chrono::steady_clock::now() + kGrace;
-    const sig_atomic_t interrupts = g_interrupts;
-    while (waitpid(pid, &status, WNOHANG) != pid) {
-      if (std::chrono::steady_clock::now() > until || g_interrupts != interrupts) {
-        kill(-pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (still_busy_after_grace([&] { return waitpid(pid, &status, WNOHANG) != pid; })) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
     }
   }
   sweep(pid);  // ranks left behind, in the group or orphaned

@@ -75,13 +75,6 @@ std::string producer_of(const Producers& from, const Merged& m, std::size_t i) {
   return "";
 }
 
-// The first input (argument order) that differs between the runs.
-std::size_t first_differing_input(const Merged& b, const Merged& t) {
-  std::size_t i = 0;
-  while (i < b.rec.inputs.size() && i < t.rec.inputs.size() && same_input(b, t, i)) ++i;
-  return i;
-}
-
 OpFinding root_cause_finding(std::int64_t step, const Pair& p) {
   const Phase phase = phase_of(p);
   return {step, p.mb, phase, p.name,

@@ -121,12 +121,6 @@ struct Walk {
   }
 };
 
-std::size_t first_differing_input(const Merged& b, const Merged& t) {
-  std::size_t i = 0;
-  while (i < b.rec.inputs.size() && i < t.rec.inputs.size() && same_input(b, t, i)) ++i;
-  return i;
-}
-
 std::optional<std::uint64_t> input_hash(const Merged& m, std::size_t i) {
   return i < m.rec.inputs.size() ? m.rec.inputs[i] : std::nullopt;
 }

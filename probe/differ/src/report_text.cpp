@@ -276,7 +276,8 @@ bool same_pair(const Pair& a, const Pair& b) { return a.step == b.step && a.key 
 
 // The headline: the first divergence with a bug-class explanation (unless --strict), then the
 // first divergence of any kind with its noise explanation.
-void print_first_unexplained(const Result& r, std::ostream& out, const Paint& paint) {
+// `with_cause`: its cause even where the likely causes below it list it (the headline alone).
+void print_first_unexplained(const Result& r, std::ostream& out, const Paint& paint, bool with_cause = false) {
   if (r.strict || !r.first_divergence) return;
   if (!r.first_unexplained) {
     out << paint(kBold, "FIRST UNEXPLAINED DIVERGENCE") << "  "
@@ -291,7 +292,7 @@ void print_first_unexplained(const Result& r, std::ostream& out, const Paint& pa
                       std::any_of(r.causes.begin(), r.causes.end(), [&](const Cause& l) {
                         return l.rule == c->rule && l.message == c->message;
                       });
-  if (c && !listed) print_cause(*c, out);
+  if (c && (!listed || with_cause)) print_cause(*c, out);
   out << "\n";
 }
 
@@ -576,16 +577,7 @@ void print_result(const Result& r, std::ostream& out, const Paint& paint) {
 }  // namespace
 
 void print_headline(const Result& r, std::ostream& out, const TextOptions& opt) {
-  const Paint paint{opt.color};
-  print_first_unexplained(r, out, paint);
-  // Its cause, where print_first_unexplained leaves it to the likely causes below it.
-  if (r.first_unexplained && r.unexplained_cause && r.first_divergence &&
-      same_pair(*r.first_divergence, *r.first_unexplained))
-    for (const auto& c : r.causes)
-      if (c.rule == r.unexplained_cause->rule && c.message == r.unexplained_cause->message) {
-        print_cause(c, out);
-        out << "\n";
-      }
+  print_first_unexplained(r, out, Paint{opt.color}, /*with_cause=*/true);
 }
 
 // The answer first: the result, the headline and its cause, the re-run hint and what noise

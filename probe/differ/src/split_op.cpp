@@ -233,6 +233,12 @@ bool same_input(const Merged& a, const Merged& b, std::size_t i) {
   return shares_hash(input_hashes(a, i, sa), input_hashes(b, i, sb));
 }
 
+std::size_t first_differing_input(const Merged& a, const Merged& b) {
+  std::size_t i = 0;
+  while (i < a.rec.inputs.size() && i < b.rec.inputs.size() && same_input(a, b, i)) ++i;
+  return i;
+}
+
 bool inputs_agree(const Merged& a, const Merged& b) {
   if (a.rec.inputs.size() != b.rec.inputs.size()) return false;
   for (std::size_t i = 0; i < a.rec.inputs.size(); ++i)

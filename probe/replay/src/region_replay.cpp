@@ -97,7 +97,7 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
 at::Tensor signs(const at::Tensor& like, int trial, at::Generator& gen) {
   if (trial == 0) return at::ones_like(like);
   if (trial == 1) return -at::ones_like(like);
-  return at::empty_like(like).bernoulli_(0.5, gen).mul_(2).sub_(1);
+  return random_signs(like, gen);
 }
 
 // Each op's own bound carried to the region's output: the op's output moved by its bound (times

@@ -116,10 +116,6 @@ at::Tensor softmax_bound(const std::string& op, const std::vector<c10::IValue>& 
   return at::where(at::isfinite(y), terms + lse + y.abs(), at::zeros_like(y));
 }
 
-at::Tensor random_signs(const at::Tensor& like, at::Generator& gen) {
-  return at::empty_like(like).bernoulli_(0.5, gen).mul_(2).sub_(1);
-}
-
 // An op with no derived bound: its output's change when every floating input moves by a relative
 // kPerturbation in random directions, as a multiple of that relative change (the op's
 // condition), applied to one rounding of each input, plus kElementwiseUnits for its own.
@@ -192,6 +188,10 @@ at::Tensor own_bound(Family family, const c10::FunctionSchema& schema, const std
       return estimated_bound(schema, args, inputs, output, output_index);
   }
   return at::zeros_like(output);
+}
+
+at::Tensor random_signs(const at::Tensor& like, at::Generator& gen) {
+  return at::empty_like(like).bernoulli_(0.5, gen).mul_(2).sub_(1);
 }
 
 double unit_roundoff(c10::ScalarType dtype) {

@@ -32,6 +32,9 @@ Family family_of(const std::string& op_name);  // "aten::softmax" -> softmax
 at::Tensor own_bound(Family family, const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
                      const std::vector<at::Tensor>& inputs, const at::Tensor& output, std::size_t output_index);
 
+// +1 or -1 per element of `like`, drawn from `gen` (the replay's own generator, never the default).
+at::Tensor random_signs(const at::Tensor& like, at::Generator& gen);
+
 // The unit roundoff of a floating dtype (2^-p, p its significand's bits); 0 for the others.
 double unit_roundoff(c10::ScalarType dtype);
 

@@ -24,6 +24,9 @@ void merge_split_op(Group& g, MergeContext& ctx, Merged& m);
 // Whether input `i` of two op records is the same tensor: a hash in common, whole or composed.
 bool same_input(const Merged& a, const Merged& b, std::size_t i);
 bool inputs_agree(const Merged& a, const Merged& b);
+// The first input (argument order) that is not the same tensor; the shorter list's size where
+// every input they both have is.
+std::size_t first_differing_input(const Merged& a, const Merged& b);
 // Whether the outputs may be the same tensor (a hash of one view in common) and whether they
 // may be compared at all (a shape in common, or a partial sum of the other's shape).
 bool outputs_agree(const Merged& a, const Merged& b);
