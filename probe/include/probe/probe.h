@@ -178,8 +178,10 @@ class Probe {
   }
 
   // The pieces forward() is made of, for trainers that run stages by hand (pipelines).
+  // `shards`, `partials`: empty, or one per input (inputs that are pieces of a global tensor).
   void begin_forward(const std::string& name, std::int64_t microbatch,
-                     const std::vector<at::Tensor>& inputs);
+                     const std::vector<at::Tensor>& inputs, const std::vector<Shard>& shards = {},
+                     const std::vector<Partial>& partials = {});
   void record_output(const std::string& name, std::int64_t microbatch, const at::Tensor& output);
 
   // Backward of global microbatch `microbatch`: mb_grad records of this backward carry its id.
@@ -187,6 +189,11 @@ class Probe {
   // inside this call.
   void backward(std::int64_t microbatch, const at::Tensor& root, const at::Tensor& grad = {});
   void set_backward_microbatch(std::int64_t microbatch);
+  // The pieces backward() is made of, for trainers that run autograd themselves (the Python
+  // package): begin_backward() names the microbatch and starts tracing backward ops (when the
+  // trace setting says so), end_backward() stops it. Not nested.
+  void begin_backward(std::int64_t microbatch);
+  void end_backward();
 
   // A named intermediate tensor of the current forward microbatch (see also probe::tap).
   // `partial`: the tensor is that summand of the tapped value (a tensor-parallel rank's partial
@@ -197,12 +204,24 @@ class Probe {
   // A tensor without elements has no value: its record carries the tensor's figures (hash 0).
   void scalar(const std::string& name, double value);
   void scalar(const std::string& name, const at::Tensor& value);
+  // A scalar record of another kind: an optimizer's update count (`optim`) for optimizers whose
+  // state the trainer reads itself (the Python package).
+  void record_scalar(Kind kind, const std::string& name, double value);
+  void record_scalar(Kind kind, const std::string& name, const at::Tensor& value);
 
   // Any tensor under an explicit kind (for trainers with their own hooks). `covers`: empty, or
   // the global microbatches the record covers (see watch_parameter), `microbatch` among them.
   void record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
               const at::Tensor& t, const Shard& shard = {}, Partial partial = {},
               std::vector<std::int64_t> covers = {});
+
+  // A parameter's gradient from a hook of the trainer's own (the Python package's), recorded
+  // as watch_parameter's hook records it: kind `mb_grad`, the running backward's microbatch.
+  void record_mb_grad(const std::string& name, const at::Tensor& grad, const Shard& shard = {},
+                      Partial partial = {});
+  // Whether the current step records `kind` (enabled, in the kinds, a step `every` selects):
+  // lets a trainer's own hooks skip work the probe would drop.
+  bool records(Kind kind) const;
 
   struct Impl;
 

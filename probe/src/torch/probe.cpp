@@ -220,6 +220,7 @@ struct Probe::Impl {
   std::string step_lines;  // end_step's formatted records, reused from step to step
   std::unique_ptr<detail::OpTracer> tracer;  // only with a trace setting
   std::unique_ptr<detail::DumpWriter> dumps;  // only with a trace setting that dumps
+  std::optional<detail::OpTracer::BackwardRegion> backward_region;  // between begin/end_backward
 
   bool recording() const { return writer && !stopped.load(std::memory_order_relaxed); }
 
@@ -445,6 +446,7 @@ void Probe::start_op_trace() {
 }
 
 Probe::~Probe() {
+  impl_->backward_region.reset();  // it refers to the tracer
   impl_->tracer.reset();  // before the records it pushes into go
   for (auto& p : impl_->parameters)
     if (p.hook) p.parameter.remove_hook(*p.hook);
@@ -622,24 +624,33 @@ void Probe::end_step() {
                                             "; no room was left to record the reason in it");
 
     // Nothing more is written: the op trace would only hash ops into records that are dropped.
+    impl.backward_region.reset();
     impl.tracer.reset();
   }
 }
 
 void Probe::begin_forward(const std::string& name, std::int64_t microbatch,
-                          const std::vector<at::Tensor>& inputs) {
+                          const std::vector<at::Tensor>& inputs, const std::vector<Shard>& shards,
+                          const std::vector<Partial>& partials) {
   if (!enabled()) return;
   check_microbatch(microbatch);
   check_name(name, "forward");
+  if ((!shards.empty() && shards.size() != inputs.size()) || (!partials.empty() && partials.size() != inputs.size()))
+    throw std::invalid_argument("numprobe: forward '" + name + "': " + std::to_string(inputs.size()) +
+                                " inputs but " + std::to_string(shards.size()) + " shards and " +
+                                std::to_string(partials.size()) + " partials (none, or one per input)");
   {
     std::lock_guard lock(impl_->mutex);
     impl_->forward_microbatch = microbatch;
     impl_->backward_microbatch.reset();
   }
   impl_->rng_fingerprint(microbatch, inputs);
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    impl_->add(Kind::input, inputs.size() == 1 ? name : name + "." + std::to_string(i), microbatch,
-               inputs[i], {});
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::string input_name = inputs.size() == 1 ? name : name + "." + std::to_string(i);
+    const Partial partial = partials.empty() ? Partial{} : partials[i];
+    check_partial(partial, input_name);
+    impl_->add(Kind::input, input_name, microbatch, inputs[i], shards.empty() ? Shard{} : shards[i], partial);
+  }
 }
 
 void Probe::record_output(const std::string& name, std::int64_t microbatch, const at::Tensor& output) {
@@ -661,14 +672,38 @@ void Probe::set_backward_microbatch(std::int64_t microbatch) {
 }
 
 void Probe::backward(std::int64_t microbatch, const at::Tensor& root, const at::Tensor& grad) {
-  set_backward_microbatch(microbatch);
-  std::optional<detail::OpTracer::BackwardRegion> traced;
-  if (impl_->tracer) traced.emplace(impl_->tracer->backward(step(), microbatch));
+  begin_backward(microbatch);
+  struct End {
+    Probe* probe;
+    ~End() { probe->end_backward(); }
+  } end{this};
   if (grad.defined())
     torch::autograd::backward({root}, {grad});
   else
     torch::autograd::backward({root});
 }
+
+void Probe::begin_backward(std::int64_t microbatch) {
+  set_backward_microbatch(microbatch);
+  impl_->backward_region.reset();  // one left open by a backward that threw
+  if (impl_->tracer) impl_->backward_region.emplace(impl_->tracer->backward(step(), microbatch));
+}
+
+void Probe::end_backward() { impl_->backward_region.reset(); }
+
+void Probe::record_mb_grad(const std::string& name, const at::Tensor& grad, const Shard& shard, Partial partial) {
+  if (!records(Kind::mb_grad)) return;
+  check_name(name, "record_mb_grad");
+  check_partial(partial, name);
+  std::optional<std::int64_t> mb;
+  {
+    std::lock_guard lock(impl_->mutex);
+    mb = impl_->backward_microbatch ? impl_->backward_microbatch : impl_->forward_microbatch;
+  }
+  impl_->add(Kind::mb_grad, name, mb, grad, shard, partial);
+}
+
+bool Probe::records(Kind kind) const { return impl_->wants(kind); }
 
 void Probe::tap(const std::string& name, const at::Tensor& t, const Shard& shard, Partial partial) {
   if (!enabled()) return;
@@ -682,20 +717,24 @@ void Probe::tap(const std::string& name, const at::Tensor& t, const Shard& shard
   impl_->add(Kind::tap, name, mb, t, shard, partial);
 }
 
-void Probe::scalar(const std::string& name, double value) {
-  if (!enabled() || !impl_->wants(Kind::scalar)) return;
+void Probe::scalar(const std::string& name, double value) { record_scalar(Kind::scalar, name, value); }
+
+void Probe::scalar(const std::string& name, const at::Tensor& value) { record_scalar(Kind::scalar, name, value); }
+
+void Probe::record_scalar(Kind kind, const std::string& name, double value) {
+  if (!impl_->wants(kind)) return;
   check_name(name, "scalar");
-  impl_->add_scalar(name, value, {});
+  impl_->add_scalar(name, value, {}, kind);
 }
 
-void Probe::scalar(const std::string& name, const at::Tensor& value) {
-  if (!enabled() || !impl_->wants(Kind::scalar)) return;
+void Probe::record_scalar(Kind kind, const std::string& name, const at::Tensor& value) {
+  if (!impl_->wants(kind)) return;
   check_name(name, "scalar");
   // No elements (a per-expert figure of an expert that received no tokens): no value to read,
   // so the record carries the empty tensor's figures instead, which is what was passed.
-  if (value.defined() && value.numel() == 0) return impl_->add(Kind::scalar, name, std::nullopt, value, {});
+  if (value.defined() && value.numel() == 0) return impl_->add(kind, name, std::nullopt, value, {});
   TORCH_CHECK(value.numel() == 1, "numprobe: scalar '", name, "' has ", value.numel(), " elements");
-  impl_->add_scalar(name, 0, value);
+  impl_->add_scalar(name, 0, value, kind);
 }
 
 void Probe::record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,

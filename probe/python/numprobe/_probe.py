@@ -1,0 +1,316 @@
+"""numprobe.Probe: the C++ probe with Python's modules, optimizers and DTensors.
+
+The C++ probe (numprobe._C.Probe) hashes, computes the statistics, numbers repeated names and
+writes the log; this class decides what to record and when, as probe::Probe does for LibTorch
+modules, so that the two write the same records for the same training."""
+import weakref
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from . import _C
+from ._dtensor import is_dtensor, local_piece
+from ._fsdp import fsdp_params, unsharded_param
+
+Kind = _C.Kind
+_active = None  # weakref to the most recently constructed enabled probe (numprobe.tap)
+
+
+class Probe:
+    """Records, per step, a hash and health statistics of every watched parameter's value,
+    every microbatch's forward input and output, output gradient and per-microbatch parameter
+    gradient, the accumulated gradients, the optimizer's state, taps and scalars, into
+    ``<run_dir>/rank<R>/diff.log``.
+
+    Options are named as the C++ ``ProbeOptions``' fields: ``enabled``, ``run_dir``,
+    ``output_root``, ``every``, ``kinds`` (``"all"``, ``"param,grad"``, ``"-mb_grad"``),
+    ``rank``, ``world_size``, ``setup``, ``torch_hash``, ``model_name``, ``trace``,
+    ``on_error`` (``"report"`` or ``"throw"``). The environment (PROBE_ENABLE, PROBE_DIR,
+    PROBE_EVERY, PROBE_KINDS, PROBE_TORCH_HASH, PROBE_ON_ERROR, PROBE_SETUP, PROBE_TRACE, and
+    torchrun's RANK and WORLD_SIZE) sets those not passed.
+    """
+
+    def __init__(self, run_dir=None, **options):
+        global _active
+        self._c = _C.Probe(run_dir=None if run_dir is None else str(run_dir), **options)
+        self._params = {}  # name -> _Watched, in watch order
+        self._optimizers = []
+        self._scopes = []  # the module scopes open on this thread: (path, _C.Scope)
+        self._scoped_modules = set()
+        if self._c.enabled:
+            _active = weakref.ref(self)
+
+    # What the C++ probe knows.
+    enabled = property(lambda self: self._c.enabled, doc="Whether it records (enabled, and its log has not failed).")
+    log_error = property(lambda self: self._c.log_error, doc="Why recording stopped, or ''.")
+    log_path = property(lambda self: self._c.log_path, doc="<run_dir>/rank<R>/diff.log ('' when disabled).")
+    run_dir = property(lambda self: self._c.run_dir)
+    step = property(lambda self: self._c.step, doc="The current step.")
+    rank = property(lambda self: self._c.rank)
+    world_size = property(lambda self: self._c.world_size)
+
+    def watch(self, module, prefix=""):
+        """Watches every parameter of ``module``, named ``prefix`` + its named_parameters()
+        name: its value at begin_step, its per-microbatch gradient (a tensor hook, before
+        accumulation), its .grad at end_step. DTensor parameters (tensor parallel, FSDP2) are
+        recorded as their local shard with its global offset. Under FSDP2 the per-microbatch
+        gradient is taken from the unsharded parameter, before the reduce-scatter. With an op
+        trace set, every submodule's forward opens a scope named after it."""
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"numprobe: watch() takes a torch.nn.Module, not {type(module).__name__}")
+        if not self._c.enabled:
+            return
+        sharded = fsdp_params(module)
+        for name, parameter in module.named_parameters():
+            fsdp = sharded.get(id(parameter))
+            if self._watch(prefix + name, parameter, hook=fsdp is None) and fsdp is not None:
+                self._hook_unsharded(prefix + name, *fsdp)
+        if self._c.tracing:
+            self._scope_modules(module, prefix)
+
+    def watch_parameter(self, name, parameter):
+        """Watches one tensor as a parameter named ``name`` (see watch())."""
+        if not isinstance(parameter, torch.Tensor):
+            raise TypeError(f"numprobe: watch_parameter('{name}') takes a tensor, not {type(parameter).__name__}")
+        if self._c.enabled:
+            self._watch(name, parameter, hook=True)
+
+    def watch_optimizer(self, optimizer):
+        """Records, at every end_step(), the state of ``optimizer`` (any torch.optim optimizer)
+        for each watched parameter it holds: each state tensor as ``<param>.<state>``
+        (exp_avg, exp_avg_sq, momentum_buffer, ...) and its update count as ``<param>.step``.
+        Call optimizer.step() before end_step()."""
+        if not (hasattr(optimizer, "state") and hasattr(optimizer, "param_groups")):
+            raise TypeError(f"numprobe: watch_optimizer() takes a torch.optim optimizer, not {type(optimizer).__name__}")
+        if self._c.enabled and all(o is not optimizer for o in self._optimizers):
+            self._optimizers.append(optimizer)
+
+    def begin_step(self, step):
+        """Names the step (>= 0, and only forward: ValueError otherwise) and records every
+        watched parameter's value: the weights this step's forward reads."""
+        self._c.begin_step(_index(step, "begin_step", "step"))
+        if self._c.records(Kind.param):
+            for w in self._params.values():
+                self._record(Kind.param, w.name, None, w.parameter)
+
+    def end_step(self):
+        """Records every watched parameter's .grad (or none) and the watched optimizers' state,
+        then writes the step (one flush; the step's only host sync). Call it after the step's
+        backward passes and optimizer.step()."""
+        if self._c.enabled:
+            if self._c.records(Kind.grad):
+                for w in self._params.values():
+                    self._record(Kind.grad, w.name, None, w.parameter.grad)
+            if self._optimizers and self._c.records(Kind.optim):
+                self._record_optimizer_state()
+        self._c.end_step()
+
+    def forward(self, microbatch, module, *args, **kwargs):
+        """Runs ``module(*args, **kwargs)`` for global microbatch ``microbatch`` and returns its
+        output, recording the RNG fingerprint and the tensor inputs before it and the tensor
+        outputs (and their gradients, in backward) after it."""
+        return self.forward_named(self._c.model_name, microbatch, module, *args, **kwargs)
+
+    def forward_named(self, name, microbatch, module, *args, **kwargs):
+        """forward() under another record name (a pipeline stage's)."""
+        microbatch = _index(microbatch, "forward", "microbatch")
+        if not self._c.enabled:
+            return module(*args, **kwargs)
+        inputs = [local_piece(t) for t in _tensors((args, kwargs))]
+        shards = [s for _, s, _ in inputs]
+        partials = [p for _, _, p in inputs]
+        self._c.begin_forward(name, microbatch, [t for t, _, _ in inputs],
+                              shards if any(shards) else [], partials if any(partials) else [])
+        scope = _C.Scope(name, True, 0, 1)
+        try:
+            output = module(*args, **kwargs)
+        finally:
+            scope.close()
+        outputs = _tensors(output)
+        for i, t in enumerate(outputs):
+            self._record_output(name if len(outputs) == 1 else f"{name}.{i}", microbatch, t)
+        return output
+
+    def backward(self, microbatch, loss, grad=None):
+        """``loss.backward(grad)`` for global microbatch ``microbatch``: its per-microbatch
+        gradient records carry that id, and its ops are traced when the trace setting says so."""
+        self._c.begin_backward(_index(microbatch, "backward", "microbatch"))
+        try:
+            torch.autograd.backward(loss, grad)
+        finally:
+            self._c.end_backward()
+
+    def tap(self, name, t, shard=None, partial=None):
+        """A named intermediate tensor of the current forward microbatch. A DTensor is recorded
+        as its local piece; a plain tensor that is a piece of a global one says where it sits,
+        ``shard=(global_shape, offset)``, or which summand it is, ``partial=(index, count)``."""
+        if not self._c.enabled:
+            return
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"numprobe: tap('{name}') takes a tensor, not {type(t).__name__}")
+        if is_dtensor(t):
+            t, shard, partial = local_piece(t)
+        self._c.tap(name, t, shard, partial)
+
+    def scalar(self, name, value):
+        """A named value of this step (loss, grad norm, lr): a number, or a one-element tensor
+        whose value is read with the step's figures at end_step (no host sync now)."""
+        if not self._c.enabled:
+            return
+        if isinstance(value, torch.Tensor):
+            if is_dtensor(value):
+                value, _, partial = local_piece(value)
+                if partial is not None:
+                    raise ValueError(f"numprobe: scalar '{name}' is a partial sum (a DTensor with a Partial "
+                                     "placement): record its full_tensor()")
+            self._c.scalar(name, value.detach())
+        else:
+            self._c.scalar(name, float(value))
+
+    def record(self, kind, name, t, microbatch=None):
+        """Any tensor under an explicit kind (``"tap"``, ``"output"``, ...), for trainers with
+        their own hooks."""
+        try:
+            kind = Kind.__members__[kind] if isinstance(kind, str) else Kind(kind)
+        except KeyError:
+            raise ValueError(f"numprobe: record(): unknown kind '{kind}' (kinds: {', '.join(Kind.__members__)})") from None
+        if microbatch is not None:
+            microbatch = _index(microbatch, "record", "microbatch")
+        if self._c.enabled:
+            self._record(kind, name, microbatch, t)
+
+    # --- recording ---------------------------------------------------------------------
+
+    def _record(self, kind, name, microbatch, t):
+        if t is None:
+            self._c.record(kind, name, microbatch, None, None, None)
+        else:
+            local, shard, partial = local_piece(t)
+            self._c.record(kind, name, microbatch, local, shard, partial)
+
+    def _record_output(self, name, microbatch, t):
+        if not is_dtensor(t):
+            self._c.record_output(name, microbatch, t)  # its gradient by a C++ hook
+            return
+        self._record(Kind.output, name, microbatch, t)
+        # A leaf output (a parameter returned as is) would keep every forward's hook for good.
+        if t.requires_grad and t.grad_fn is not None and self._c.records(Kind.output_grad):
+            ref = weakref.ref(self)
+            t.register_hook(lambda grad: _with(ref, lambda p: p._record(Kind.output_grad, name, microbatch, grad)))
+
+    def _record_optimizer_state(self):
+        # In parameter order, as the C++ probe: the state map's own order differs between runs.
+        for w in self._params.values():
+            for optimizer in self._optimizers:
+                state = optimizer.state.get(w.parameter)
+                if not state:
+                    continue
+                for key, value in state.items():
+                    if key != "step" and isinstance(value, torch.Tensor):
+                        self._record(Kind.optim, f"{w.name}.{key}", None, value)
+                step = state.get("step")
+                if isinstance(step, torch.Tensor):
+                    self._c.record_scalar(Kind.optim, f"{w.name}.step", local_piece(step)[0].detach())
+                elif step is not None:
+                    self._c.record_scalar(Kind.optim, f"{w.name}.step", float(step))
+
+    # --- hooks ---------------------------------------------------------------------------
+
+    def _watch(self, name, parameter, hook):
+        old = self._params.get(name)
+        if old is not None and old.parameter is parameter:
+            return False  # watching again is harmless
+        if old is not None:
+            old.remove()  # a new tensor under the name (a rebuilt model) replaces the old one
+        watched = _Watched(name, parameter)
+        if hook and parameter.requires_grad:
+            watched.handles.append(parameter.register_hook(_mb_grad_hook(weakref.ref(self), name)))
+        self._params[name] = watched
+        return True
+
+    def _hook_unsharded(self, name, owner, fsdp_param):
+        """FSDP2: the sharded parameter's .grad comes after the reduce-scatter (every rank's
+        microbatches summed), so each backward's contribution is taken from the unsharded
+        parameter, which FSDP2 makes at its first all-gather: hooked by a forward pre-hook of
+        the module that owns it, which runs after FSDP2's own (the all-gather)."""
+        ref, watched = weakref.ref(self), self._params[name]
+        hooked = []
+
+        def hook_once(*_):
+            param = unsharded_param(fsdp_param)
+            if hooked and hooked[0] is param or param is None:
+                return
+            hooked[:] = [param]
+            watched.handles.append(param.register_hook(_mb_grad_hook(ref, name)))
+
+        watched.handles.append(owner.register_forward_pre_hook(hook_once))
+
+    def _scope_modules(self, module, prefix):
+        """Each submodule's forward inside a scope named after it (op records' names)."""
+        for path, sub in module.named_modules(prefix=prefix.rstrip(".")):
+            if not path or id(sub) in self._scoped_modules:
+                continue
+            self._scoped_modules.add(id(sub))
+            sub.register_forward_pre_hook(lambda m, a, path=path: self._open_scope(path))
+            sub.register_forward_hook(lambda m, a, o, path=path: self._close_scope(path), always_call=True)
+
+    def _open_scope(self, path):
+        parent = self._scopes[-1][0] if self._scopes else ""
+        # Scopes join with '.': open the part of the path below the enclosing module's.
+        relative = path[len(parent) + 1:] if parent and path.startswith(parent + ".") else path
+        self._scopes.append((path, _C.Scope(relative, False, 0, 1)))
+
+    def _close_scope(self, path):
+        if self._scopes and self._scopes[-1][0] == path:
+            self._scopes.pop()[1].close()
+
+
+class _Watched:
+    __slots__ = ("name", "parameter", "handles")
+
+    def __init__(self, name, parameter):
+        self.name, self.parameter, self.handles = name, parameter, []
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+
+def _mb_grad_hook(ref, name):
+    """Runs before accumulation into .grad, once per backward: one microbatch's contribution.
+    Holds the probe weakly: autograd may run a hook after the probe is gone."""
+    def hook(grad):
+        probe = ref()
+        if probe is None or not probe._c.records(Kind.mb_grad):
+            return None
+        local, shard, partial = local_piece(grad)
+        probe._c.record_mb_grad(name, local, shard, partial)
+        return None
+    return hook
+
+
+def _with(ref, fn):
+    probe = ref()
+    if probe is not None:
+        fn(probe)
+
+
+def _tensors(value):
+    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _index(value, call, what):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"numprobe: {call}(): the {what} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"numprobe: {call}({value}): {what} ids are >= 0")
+    return value
+
+
+def tap(name, t, shard=None, partial=None):
+    """Records ``t`` as a tap of the active probe (the most recently constructed enabled one);
+    nothing when there is none."""
+    probe = _active() if _active else None
+    if probe is not None:
+        probe.tap(name, t, shard, partial)
