@@ -33,9 +33,10 @@ ensure_venv() {
     log "creating $VENV"
     python3 -m venv "$VENV"
   fi
-  if ! "$VENV/bin/python" -c "import torch, xxhash, numpy, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
-    log "installing torch==$TORCH_VERSION, xxhash, numpy into $VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" xxhash numpy
+  if ! "$VENV/bin/python" -c "import torch, xxhash, numpy, pytest, scikit_build_core, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+    log "installing torch==$TORCH_VERSION, xxhash, numpy, pytest, scikit-build-core into $VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" xxhash numpy pytest \
+      "scikit-build-core>=0.10"
   fi
   TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
   export TORCH_PREFIX
@@ -58,6 +59,18 @@ configure_and_build() {
     -DNUMPROBE_PYTHON="$VENV/bin/python" "${launcher[@]}" "$@" >/dev/null
   log "building (LibTorch translation units take a while on 2 cores)"
   cmake --build "$BUILD_DIR" --parallel "$(nproc)"
+}
+
+# The Python package numprobe, built from this checkout into the venv (pyproject.toml), with
+# the flags of build/ so that ccache hands it the LibTorch layer build/ compiled; its build tree
+# is kept in build-python/ so that a second install rebuilds only what changed.
+install_python_package() {
+  local launcher=()
+  command -v ccache >/dev/null && launcher=(-Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  log "installing the Python package numprobe into $VENV (build-python/)"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps \
+    -Cbuild-dir="$NUMPROBE_ROOT/build-python" -Ccmake.build-type=RelWithDebInfo \
+    -Ccmake.define.NUMPROBE_WERROR=ON "${launcher[@]}" "$NUMPROBE_ROOT"
 }
 
 ensure_system_packages

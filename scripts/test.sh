@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command. Installs what is missing (scripts/setup.sh), builds build/, runs every test
-# under ctest, and ends with what ran, what was skipped and why, and what was built but not run.
+# The test command. Installs what is missing (scripts/setup.sh), builds build/ and the Python
+# package (into the venv), runs every test under ctest (the pytest suites too), and ends with
+# what ran, what was skipped and why, and what was built but not run.
 #
 #   scripts/test.sh         set-up, build, every ctest
 #   scripts/test.sh --all   the same, then the checks that cost the most (what .ci/run calls):
@@ -27,6 +28,7 @@ done
 started=$(date +%s)
 source "$(dirname "$0")/setup.sh"
 configure_and_build
+install_python_package  # the pytest suites under ctest test the installed package
 
 SUMMARY=()  # one line per step, printed last
 note() { SUMMARY+=("$*"); }
