@@ -47,7 +47,7 @@ ThreadTrace& thread_trace() {
 
 // What a start callback saw, for its end callback.
 struct OpObservation : at::ObserverContext {
-  enum class What : std::uint8_t { evaluate_function, node, nested, skipped, recorded } what;
+  enum class What : std::uint8_t { evaluate_function, node, nested, skipped, recorded, dataless } what;
   bool pushed_node = false;
   Phase phase = Phase::forward;
   Split split;  // its scope's (forward), its forward op's (backward)
@@ -155,6 +155,17 @@ void record_outputs(OpTracer& tracer, const at::RecordFunction& fn, OpObservatio
   }
 }
 
+// Whether one of `values` is a tensor without data: a tensor subclass that Python dispatches (a
+// DTensor, whose op runs again below on its local tensors), or a meta or fake tensor (DTensor's
+// sharding propagation, run once per op signature: not part of the computation).
+bool has_dataless_tensor(c10::ArrayRef<c10::IValue> values) {
+  std::vector<at::Tensor> tensors;
+  for (const c10::IValue& v : values) append_tensors(tensors, v);
+  return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
+    return t.defined() && (t.key_set().has(c10::DispatchKey::Python) || t.is_meta());
+  });
+}
+
 std::unique_ptr<at::ObserverContext> start_op(OpTracer& tracer, const at::RecordFunction& fn) {
   using What = OpObservation::What;
   ThreadTrace& tt = thread_trace();
@@ -174,6 +185,9 @@ std::unique_ptr<at::ObserverContext> start_op(OpTracer& tracer, const at::Record
   }
   const bool in_backward = !tt.nodes.empty();
   const auto& frames = scope_frames();
+  // Passed through, not counted as an op: the ops a DTensor op runs on its local tensors are
+  // the outermost ones with data, and are recorded in its place.
+  if (tt.op_depth == 0 && has_dataless_tensor(fn.inputs())) return std::make_unique<OpObservation>(What::dataless);
   if (tt.op_depth++ > 0) return std::make_unique<OpObservation>(What::nested);
   if (!in_backward && (frames.empty() || !frames.back().traced))
     return std::make_unique<OpObservation>(What::skipped);  // an untraced scope inside a traced one
@@ -215,6 +229,8 @@ void end_op(OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs) 
     case What::node:
       if (obs.pushed_node && !tt.nodes.empty()) tt.nodes.pop_back();
       return;
+    case What::dataless:
+      return;
     case What::nested:
       --tt.op_depth;
       return;
@@ -225,6 +241,7 @@ void end_op(OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs) 
       break;
   }
   --tt.op_depth;
+  if (has_dataless_tensor(fn.outputs())) return;  // a factory op of fake tensors: not numbered
   const std::string name = tracer.numbered(obs.phase, obs.context.microbatch, obs.prefix);
   if (obs.phase == Phase::forward) {
     const auto seq_end = static_cast<std::int64_t>(at::sequence_number::peek());

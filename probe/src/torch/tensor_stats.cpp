@@ -166,6 +166,12 @@ std::optional<PreparedTensor> prepare(const at::Tensor& t, const Shard& shard, T
     meta.unsupported = "meta tensor (no data)";
     return std::nullopt;
   }
+  // A tensor subclass Python dispatches (a DTensor, a FakeTensor) holds no data of its own, and
+  // its ops would run Python code: its local tensor is what to record.
+  if (t.key_set().has(c10::DispatchKey::Python) || !t.has_storage()) {
+    meta.unsupported = "tensor subclass without data of its own (record its local tensor)";
+    return std::nullopt;
+  }
   if (!shard.empty()) shard.check_fits(meta.shape, "numprobe shard of a " + meta.dtype + " tensor");
   at::Tensor data = t.resolve_conj().resolve_neg();
   PreparedTensor prepared;
