@@ -433,3 +433,31 @@ TEST(PartialSum, ThreeEqualSummandsInBothRunsAreStillARootTwoAreNot) {
     EXPECT_EQ(r.first_divergence->why.rule, tp == 3 ? "partial_sum" : "unexplained") << tp;
   }
 }
+
+TEST(PartialSum, OptimizerStateUpdatedFromAPartialGradIsItsNoiseNotTheOptimizers) {
+  // Tensor parallel with sequence parallel norms: the test run's norm weight grad stays a partial
+  // sum of the 2 ranks' sequence shards (DTensor's Partial) until the optimizer reads it, so it is
+  // set aside; the AdamW state updated from it differs by that reduction's rounding.
+  auto dir = fresh_dir("partial_grad_optim");
+  const std::string w = "layers.0.attention_norm.weight";
+  auto base = std::vector<Record>{tensor(0, Kind::param, w, 1, 1.0), tensor(0, Kind::grad, w, 2, 1.0),
+                                  tensor(0, Kind::optim, w + ".exp_avg", 3, 0.1)};
+  std::vector<std::vector<Record>> test(2);
+  for (int rank = 0; rank < 2; ++rank)
+    test[rank] = {tensor(0, Kind::param, w, 1, 1.0),
+                  summand(tensor(0, Kind::grad, w, 10 + static_cast<std::uint64_t>(rank), 0.7), rank, 2),
+                  tensor(0, Kind::optim, w + ".exp_avg", 4, 0.1 * (1 + 1e-8))};
+  write_run(dir / "a", {base});
+  write_run(dir / "b", test);
+  auto r = diff(dir / "a", dir / "b");
+  EXPECT_FALSE(r.first_unexplained) << text_of(r);
+  EXPECT_EQ(r.exit_code(), 4) << text_of(r);
+  // Beyond what that rounding explains, the update itself differs.
+  auto far = fresh_dir("partial_grad_optim_far");
+  test[0][2] = test[1][2] = tensor(0, Kind::optim, w + ".exp_avg", 4, 0.1 * (1 + 1e-3));
+  write_run(far / "a", {base});
+  write_run(far / "b", test);
+  auto f = diff(far / "a", far / "b");
+  ASSERT_TRUE(f.first_unexplained) << text_of(f);
+  EXPECT_EQ(f.first_unexplained->why.rule, "optimizer");
+}

@@ -178,7 +178,7 @@ Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanat
 // over |p'|), so its bound is --update-amplification times the largest of them, not the
 // forward and backward's wider one; beyond it, the update itself differs.
 Explanation Explainer::from_update(const Pair& p, const Upstream& up) const {
-  if (up.pairs == 0) return bug("optimizer");
+  if (up.pairs == 0 && up.partial_sums == 0) return bug("optimizer");
   if (up.bug) return Explanation{true, kInherited, 0, 0, {}};
   const double bound = options_.update_amplification * up.largest;
   if (p.rel_diff <= bound) return Explanation{false, kInherited, bound, up.roots, {}};
@@ -357,6 +357,9 @@ void Explainer::note_partial_root(const Pair& p) {
   root.partial_what = partial_words(p);
   if (p.mb) by_mb_[*p.mb].add(root);
   step_so_far_.add(root);
+  // A gradient that is a partial sum (a sequence-parallel norm weight's, left Partial by
+  // DTensor until the optimizer reads it) is what its parameter's update is computed from.
+  if (p.kind == Kind::grad) this_step_by_param_[p.name].add(root);
 }
 
 void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pair>& pairs) {
