@@ -123,8 +123,14 @@ def test_bad_use_raises_clear_python_exceptions(tmp_path):
         probe.watch_optimizer(object())
     with pytest.raises(ValueError, match="unknown kind"):
         probe.record("weights", "w", torch.zeros(2))
-    with pytest.raises(RuntimeError, match="elements"):
+    with pytest.raises(ValueError, match="3 elements"):
         probe.scalar("loss", torch.zeros(3))
+    with pytest.raises(TypeError, match="option 'every' must be an int, not str"):
+        numprobe.Probe(tmp_path, every="2")
+    with pytest.raises(TypeError, match="takes a tensor or None"):
+        probe.record("tap", "w", [1.0])
+    with pytest.raises(TypeError, match="must be an integer"):
+        probe.forward(0.5, torch.nn.Identity(), torch.zeros(1))
     with pytest.raises(ValueError, match="does not exist|error"):
         numprobe.diff(tmp_path / "missing", tmp_path / "run")
 
@@ -154,8 +160,16 @@ def test_unsupported_dtypes_are_recorded_as_unsupported(tmp_path):
 def test_scopes_nest_and_name_taps_of_the_active_probe(tmp_path):
     with numprobe.Scope("layers.3") as outer:
         with numprobe.Scope("attention") as inner:
-            assert inner.name == "layers.3.attention"
+            assert inner.name == "layers.3.attention" == numprobe.current_scope()
         assert outer.name == "layers.3"
+    assert numprobe.current_scope() == ""
+    outer, inner = numprobe.Scope("a"), numprobe.Scope("b")
+    outer.__enter__()
+    inner.__enter__()
+    with pytest.raises(RuntimeError, match="reverse order"):
+        outer.__exit__(None, None, None)
+    inner.__exit__(None, None, None)
+    outer.__exit__(None, None, None)
     with pytest.raises(ValueError):
         numprobe.Scope("")
     numprobe.tap("nowhere", torch.ones(2))  # no probe yet in this process is fine either way
@@ -175,3 +189,13 @@ def test_diff_returns_the_json_document(tmp_path):
     assert result["exit_code"] == 0 and result["result"] == "equal"
     assert result["records_compared"] > 0 and "RESULT: equal" in result["text"]
     assert (tmp_path / "r.html").stat().st_size > 1000
+
+
+def test_close_removes_every_hook(tmp_path):
+    model = small_model()
+    with numprobe.Probe(tmp_path, trace="steps=0;scopes=.*") as probe:
+        probe.watch(model)
+        hooked = sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())
+        assert hooked > 0 and all(p._backward_hooks for p in model.parameters())
+    assert sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules()) == 0
+    assert not any(p._backward_hooks for p in model.parameters())

@@ -191,7 +191,7 @@ class Probe {
   void set_backward_microbatch(std::int64_t microbatch);
   // The pieces backward() is made of, for trainers that run autograd themselves (the Python
   // package): begin_backward() names the microbatch and starts tracing backward ops (when the
-  // trace setting says so), end_backward() stops it. Not nested.
+  // trace setting says so), end_backward() stops it. One at a time, on one thread.
   void begin_backward(std::int64_t microbatch);
   void end_backward();
 

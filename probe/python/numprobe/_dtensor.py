@@ -1,12 +1,28 @@
 """A tensor as the probe records it: the local tensor, where it sits in the global one (a
 shard), and whether it is one summand of it (a partial sum). DTensors say so by their
 placements on their mesh; plain tensors are whole."""
+import warnings
 
 try:
     from torch.distributed.tensor import DTensor, Partial, Shard
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-except ImportError:  # a torch built without distributed
-    DTensor = None
+except ImportError:
+    try:  # torch < 2.5 keeps DTensor here
+        from torch.distributed._tensor import DTensor, Partial, Shard
+    except ImportError:  # a torch built without distributed: no DTensor to meet
+        DTensor = None
+if DTensor is not None:
+    try:
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    except ImportError:
+        from torch.distributed._tensor._utils import compute_local_shape_and_global_offset
+    try:
+        from torch.distributed.tensor.placement_types import _StridedShard
+    except ImportError:
+        _StridedShard = None
+
+
+class Unrecordable(ValueError):
+    """A DTensor whose placements the log format cannot describe."""
 
 
 def is_dtensor(t):
@@ -15,17 +31,39 @@ def is_dtensor(t):
 
 def local_piece(t):
     """(local tensor, shard, partial): shard is (global_shape, offset) or None for the whole
-    tensor; partial is (index, count) or None. Reads no data and sends nothing."""
+    tensor; partial is (index, count) or None. Reads no data and sends nothing. Raises
+    Unrecordable for placements no shard or partial sum describes."""
     if not is_dtensor(t):
         return t, None, None
     mesh, placements = t.device_mesh, t.placements
+    _check_strided(placements)
     local = t._local_tensor  # to_local() would add an autograd node; this is the same tensor
-    global_shape = list(t.shape)
     shard = None
-    if any(isinstance(p, Shard) for p in placements):
+    if any(_is_shard(p) for p in placements):
         _, offset = compute_local_shape_and_global_offset(t.shape, mesh, placements)
-        shard = (global_shape, list(offset))
+        shard = (list(t.shape), list(offset))
     return local, shard, _partial_of(mesh, placements)
+
+
+def warn_unrecordable(name, error):
+    warnings.warn(f"numprobe: '{name}' is not recorded: {error}", RuntimeWarning, stacklevel=3)
+
+
+def _is_shard(placement):
+    return isinstance(placement, Shard) or (_StridedShard is not None and isinstance(placement, _StridedShard))
+
+
+def _check_strided(placements):
+    """A strided shard (FSDP2 over a tensor-parallel shard of the same dim) is one block of the
+    global tensor only when a plain Shard of that dim on a later mesh dim cuts inside it."""
+    if _StridedShard is None:
+        return
+    for i, placement in enumerate(placements):
+        if isinstance(placement, _StridedShard) and not any(
+                isinstance(later, Shard) and not isinstance(later, _StridedShard) and later.dim == placement.dim
+                for later in placements[i + 1:]):
+            raise Unrecordable(f"placements {placements}: a strided shard is no single block of the global "
+                               "tensor, which the log's shards are")
 
 
 def _partial_of(mesh, placements):
@@ -35,6 +73,9 @@ def _partial_of(mesh, placements):
     coordinate = None
     for dim, placement in enumerate(placements):
         if isinstance(placement, Partial):
+            if placement.reduce_op != "sum":
+                raise Unrecordable(f"placements {placements}: a Partial('{placement.reduce_op}') piece is no "
+                                   "summand (only partial sums are recorded as such)")
             if coordinate is None:
                 coordinate = mesh.get_coordinate()
             size = mesh.size(dim)

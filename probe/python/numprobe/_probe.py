@@ -3,13 +3,15 @@
 The C++ probe (numprobe._C.Probe) hashes, computes the statistics, numbers repeated names and
 writes the log; this class decides what to record and when, as probe::Probe does for LibTorch
 modules, so that the two write the same records for the same training."""
+import operator
+import threading
 import weakref
 
 import torch
 from torch.utils._pytree import tree_leaves
 
 from . import _C
-from ._dtensor import is_dtensor, local_piece
+from ._dtensor import Unrecordable, is_dtensor, local_piece, warn_unrecordable
 from ._fsdp import fsdp_params, unsharded_param
 
 Kind = _C.Kind
@@ -35,8 +37,10 @@ class Probe:
         self._c = _C.Probe(run_dir=None if run_dir is None else str(run_dir), **options)
         self._params = {}  # name -> _Watched, in watch order
         self._optimizers = []
-        self._scopes = []  # the module scopes open on this thread: (path, _C.Scope)
-        self._scoped_modules = set()
+        self._handles = []  # module hooks (scopes, FSDP2's unsharded parameters)
+        self._scoped_modules = weakref.WeakSet()
+        self._threads = threading.local()  # .scopes: the module scopes open on a thread
+        self._tracing = self._c.tracing
         if self._c.enabled:
             _active = weakref.ref(self)
 
@@ -48,6 +52,22 @@ class Probe:
     step = property(lambda self: self._c.step, doc="The current step.")
     rank = property(lambda self: self._c.rank)
     world_size = property(lambda self: self._c.world_size)
+
+    def close(self):
+        """Removes every hook the probe installed (it stops watching; its log stays as
+        written). Also what leaving ``with numprobe.Probe(...) as probe:`` does."""
+        for w in self._params.values():
+            w.remove()
+        for handle in self._handles:
+            handle.remove()
+        self._params, self._optimizers, self._handles = {}, [], []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     def watch(self, module, prefix=""):
         """Watches every parameter of ``module``, named ``prefix`` + its named_parameters()
@@ -116,7 +136,7 @@ class Probe:
         microbatch = _index(microbatch, "forward", "microbatch")
         if not self._c.enabled:
             return module(*args, **kwargs)
-        inputs = [local_piece(t) for t in _tensors((args, kwargs))]
+        inputs = [self._input_piece(name, t) for t in _tensors((args, kwargs))]
         shards = [s for _, s, _ in inputs]
         partials = [p for _, _, p in inputs]
         self._c.begin_forward(name, microbatch, [t for t, _, _ in inputs],
@@ -148,9 +168,13 @@ class Probe:
             return
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"numprobe: tap('{name}') takes a tensor, not {type(t).__name__}")
-        if is_dtensor(t):
-            t, shard, partial = local_piece(t)
-        self._c.tap(name, t, shard, partial)
+        with self._untraced():
+            if is_dtensor(t):
+                piece = self._piece(name, t)
+                if piece is None:
+                    return
+                t, shard, partial = piece
+            self._c.tap(name, t, shard, partial)
 
     def scalar(self, name, value):
         """A named value of this step (loss, grad norm, lr): a number, or a one-element tensor
@@ -163,6 +187,9 @@ class Probe:
                 if partial is not None:
                     raise ValueError(f"numprobe: scalar '{name}' is a partial sum (a DTensor with a Partial "
                                      "placement): record its full_tensor()")
+            if value.numel() > 1:
+                raise ValueError(f"numprobe: scalar '{name}' has {value.numel()} elements (a scalar has one; "
+                                 "tap() records a tensor)")
             self._c.scalar(name, value.detach())
         else:
             self._c.scalar(name, float(value))
@@ -176,23 +203,44 @@ class Probe:
             raise ValueError(f"numprobe: record(): unknown kind '{kind}' (kinds: {', '.join(Kind.__members__)})") from None
         if microbatch is not None:
             microbatch = _index(microbatch, "record", "microbatch")
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"numprobe: record('{name}') takes a tensor or None, not {type(t).__name__}")
         if self._c.enabled:
-            self._record(kind, name, microbatch, t)
+            with self._untraced():
+                self._record(kind, name, microbatch, t)
 
     # --- recording ---------------------------------------------------------------------
 
     def _record(self, kind, name, microbatch, t):
         if t is None:
             self._c.record(kind, name, microbatch, None, None, None)
-        else:
-            local, shard, partial = local_piece(t)
-            self._c.record(kind, name, microbatch, local, shard, partial)
+            return
+        piece = self._piece(name, t)
+        if piece is not None:
+            self._c.record(kind, name, microbatch, *piece)
+
+    def _piece(self, name, t):
+        """local_piece(t), or None (and a warning) for placements the log cannot describe."""
+        try:
+            return local_piece(t)
+        except Unrecordable as e:
+            warn_unrecordable(name, e)
+            return None
+
+    def _input_piece(self, name, t):
+        piece = self._piece(name, t)
+        return piece if piece is not None else (t._local_tensor, None, None)  # then as a whole
+
+    def _untraced(self):
+        """While an op trace is set, the observer's own ATen calls are not traced."""
+        return _C.Untraced() if self._tracing else _NOTHING
 
     def _record_output(self, name, microbatch, t):
         if not is_dtensor(t):
             self._c.record_output(name, microbatch, t)  # its gradient by a C++ hook
             return
-        self._record(Kind.output, name, microbatch, t)
+        with self._untraced():
+            self._record(Kind.output, name, microbatch, t)
         # A leaf output (a parameter returned as is) would keep every forward's hook for good.
         if t.requires_grad and t.grad_fn is not None and self._c.records(Kind.output_grad):
             ref = weakref.ref(self)
@@ -223,7 +271,7 @@ class Probe:
         if old is not None:
             old.remove()  # a new tensor under the name (a rebuilt model) replaces the old one
         watched = _Watched(name, parameter)
-        if hook and parameter.requires_grad:
+        if hook and parameter.requires_grad and self._c.kinds_contain(Kind.mb_grad):
             watched.handles.append(parameter.register_hook(_mb_grad_hook(weakref.ref(self), name)))
         self._params[name] = watched
         return True
@@ -243,26 +291,38 @@ class Probe:
             hooked[:] = [param]
             watched.handles.append(param.register_hook(_mb_grad_hook(ref, name)))
 
-        watched.handles.append(owner.register_forward_pre_hook(hook_once))
+        if self._c.kinds_contain(Kind.mb_grad):
+            watched.handles.append(owner.register_forward_pre_hook(hook_once))
 
     def _scope_modules(self, module, prefix):
         """Each submodule's forward inside a scope named after it (op records' names)."""
+        ref = weakref.ref(self)
         for path, sub in module.named_modules(prefix=prefix.rstrip(".")):
-            if not path or id(sub) in self._scoped_modules:
+            if not path or sub in self._scoped_modules:
                 continue
-            self._scoped_modules.add(id(sub))
-            sub.register_forward_pre_hook(lambda m, a, path=path: self._open_scope(path))
-            sub.register_forward_hook(lambda m, a, o, path=path: self._close_scope(path), always_call=True)
+            self._scoped_modules.add(sub)
+            self._handles.append(sub.register_forward_pre_hook(
+                lambda m, a, path=path: _with(ref, lambda p: p._open_scope(path))))
+            self._handles.append(sub.register_forward_hook(
+                lambda m, a, o, path=path: _with(ref, lambda p: p._close_scope(path)), always_call=True))
+
+    def _scope_stack(self):
+        stack = getattr(self._threads, "scopes", None)
+        if stack is None:
+            stack = self._threads.scopes = []
+        return stack
 
     def _open_scope(self, path):
-        parent = self._scopes[-1][0] if self._scopes else ""
+        stack = self._scope_stack()
+        parent = stack[-1][0] if stack else ""
         # Scopes join with '.': open the part of the path below the enclosing module's.
         relative = path[len(parent) + 1:] if parent and path.startswith(parent + ".") else path
-        self._scopes.append((path, _C.Scope(relative, False, 0, 1)))
+        stack.append((path, _C.Scope(relative, False, 0, 1)))
 
     def _close_scope(self, path):
-        if self._scopes and self._scopes[-1][0] == path:
-            self._scopes.pop()[1].close()
+        stack = self._scope_stack()
+        if stack and stack[-1][0] == path:
+            stack.pop()[1].close()
 
 
 class _Watched:
@@ -284,10 +344,23 @@ def _mb_grad_hook(ref, name):
         probe = ref()
         if probe is None or not probe._c.records(Kind.mb_grad):
             return None
-        local, shard, partial = local_piece(grad)
-        probe._c.record_mb_grad(name, local, shard, partial)
+        with probe._untraced():
+            piece = probe._piece(name, grad)
+            if piece is not None:
+                probe._c.record_mb_grad(name, *piece)
         return None
     return hook
+
+
+class _Nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NOTHING = _Nothing()
 
 
 def _with(ref, fn):
@@ -301,8 +374,10 @@ def _tensors(value):
 
 
 def _index(value, call, what):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"numprobe: {call}(): the {what} must be an int, not {type(value).__name__}")
+    try:
+        value = operator.index(value)  # an int, a numpy integer, a 0-dim integer tensor
+    except TypeError:
+        raise TypeError(f"numprobe: {call}(): the {what} must be an integer, not {type(value).__name__}") from None
     if value < 0:
         raise ValueError(f"numprobe: {call}({value}): {what} ids are >= 0")
     return value

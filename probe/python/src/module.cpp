@@ -1,10 +1,14 @@
 // numprobe._C: the C++ probe (probe::Probe, probe::Scope) for Python. The Python package
 // (probe/python/numprobe) finds parameters, hooks modules and unwraps DTensors; every hash,
 // statistic, log line and op record is made here, by the same library a LibTorch trainer links.
+#include <ATen/record_function.h>
 #include <torch/csrc/utils/pybind.h>
+#include <torch/version.h>
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -32,6 +36,18 @@ probe::Partial to_partial(const PyPartial& p, const std::string& name) {
 
 at::Tensor or_undefined(const std::optional<at::Tensor>& t) { return t ? *t : at::Tensor(); }
 
+// One keyword argument as the option's type; a value of another type is a TypeError naming
+// the option (pybind11's own says only which C++ type it wanted).
+template <class T>
+T option(const std::string& name, const py::handle& value, const char* expected) {
+  try {
+    return py::cast<T>(value);
+  } catch (const py::cast_error&) {
+    throw py::type_error("numprobe.Probe(): option '" + name + "' must be " + expected + ", not " +
+                         std::string(py::str(py::type::handle_of(value).attr("__name__"))));
+  }
+}
+
 // ProbeOptions from the environment (PROBE_*, RANK, WORLD_SIZE), then the keyword arguments
 // the trainer passed, which win: they are what its code says.
 probe::ProbeOptions options_from(const py::dict& kwargs) {
@@ -39,19 +55,21 @@ probe::ProbeOptions options_from(const py::dict& kwargs) {
   for (const auto& [key, value] : kwargs) {
     const std::string name = py::cast<std::string>(key);
     if (value.is_none()) continue;  // the default (or the environment's)
-    if (name == "enabled") o.enabled = py::cast<bool>(value);
-    else if (name == "run_dir") o.run_dir = py::cast<std::string>(py::str(value));
-    else if (name == "output_root") o.output_root = py::cast<std::string>(py::str(value));
-    else if (name == "every") o.every = py::cast<std::int64_t>(value);
-    else if (name == "kinds") o.kinds = probe::KindSet::parse(py::cast<std::string>(value));
-    else if (name == "rank") o.rank = py::cast<int>(value);
-    else if (name == "world_size") o.world_size = py::cast<int>(value);
-    else if (name == "setup") o.setup = py::cast<std::string>(value);
-    else if (name == "torch_hash") o.torch_hash = py::cast<bool>(value);
-    else if (name == "model_name") o.model_name = py::cast<std::string>(value);
-    else if (name == "trace") o.trace = py::cast<std::string>(value);
+    const auto text = [&] { return option<std::string>(name, value, "a str"); };
+    const auto path = [&] { return std::string(py::str(value)); };  // a str or an os.PathLike
+    if (name == "enabled") o.enabled = option<bool>(name, value, "a bool");
+    else if (name == "run_dir") o.run_dir = path();
+    else if (name == "output_root") o.output_root = path();
+    else if (name == "every") o.every = option<std::int64_t>(name, value, "an int");
+    else if (name == "kinds") o.kinds = probe::KindSet::parse(text());
+    else if (name == "rank") o.rank = option<int>(name, value, "an int");
+    else if (name == "world_size") o.world_size = option<int>(name, value, "an int");
+    else if (name == "setup") o.setup = text();
+    else if (name == "torch_hash") o.torch_hash = option<bool>(name, value, "a bool");
+    else if (name == "model_name") o.model_name = text();
+    else if (name == "trace") o.trace = text();
     else if (name == "on_error") {
-      const std::string mode = py::cast<std::string>(value);
+      const std::string mode = text();
       if (mode == "report") o.on_error = probe::ProbeOptions::OnError::report;
       else if (mode == "throw") o.on_error = probe::ProbeOptions::OnError::throw_error;
       else throw std::invalid_argument("numprobe: on_error='" + mode + "' is not 'report' or 'throw'");
@@ -64,18 +82,45 @@ probe::ProbeOptions options_from(const py::dict& kwargs) {
   return o;
 }
 
-// A probe::Scope Python opens and closes (the context manager numprobe.Scope).
+// A probe::Scope Python opens and closes (the context manager numprobe.Scope). Scopes are a
+// per-thread stack: closing one on another thread would pop that thread's.
 class PyScope {
  public:
   PyScope(const std::string& name, bool root, int split_rank, int split_size) {
-    if (root) scope_.emplace(probe::Scope::Root{}, name);
-    else scope_.emplace(name, probe::Split{split_rank, split_size});
+    if (root) scope_ = std::make_unique<probe::Scope>(probe::Scope::Root{}, name);
+    else scope_ = std::make_unique<probe::Scope>(name, probe::Split{split_rank, split_size});
   }
-  void close() { scope_.reset(); }
+  ~PyScope() {
+    // Collected on another thread: leave that thread's stack alone (the frame stays open).
+    if (scope_ && std::this_thread::get_id() != owner_) static_cast<void>(scope_.release());
+  }
+  PyScope(const PyScope&) = delete;
+  PyScope& operator=(const PyScope&) = delete;
+
+  void close() {
+    if (scope_ && std::this_thread::get_id() != owner_)
+      throw std::runtime_error("numprobe: scope '" + scope_->name() + "' closed on another thread than it was opened on");
+    if (scope_ && probe::current_scope() != scope_->name())
+      throw std::runtime_error("numprobe: scope '" + scope_->name() + "' closed while '" + probe::current_scope() +
+                               "' inside it is still open (scopes close in the reverse order they open)");
+    scope_.reset();
+  }
   std::string name() const { return scope_ ? scope_->name() : std::string(); }
 
  private:
-  std::optional<probe::Scope> scope_;
+  std::unique_ptr<probe::Scope> scope_;
+  std::thread::id owner_ = std::this_thread::get_id();
+};
+
+// The observer's own ATen calls (a DTensor's offsets, detaching a tapped tensor) are no ops of
+// the model: while one of these is held on a thread, no op there is traced.
+class Untraced {
+ public:
+  void enter() { guard_ = std::make_unique<at::DisableRecordFunctionGuard>(); }
+  void exit() { guard_.reset(); }
+
+ private:
+  std::unique_ptr<at::DisableRecordFunctionGuard> guard_;
 };
 
 void bind_probe(py::module_& m) {
@@ -93,6 +138,7 @@ void bind_probe(py::module_& m) {
         return p.enabled() && !p.options().trace.empty() && p.options().kinds.contains(probe::Kind::op);
       })
       .def("records", &probe::Probe::records)
+      .def("kinds_contain", [](const probe::Probe& p, probe::Kind k) { return p.options().kinds.contains(k); })
       .def("begin_step", &probe::Probe::begin_step)
       .def("end_step", &probe::Probe::end_step, py::call_guard<py::gil_scoped_release>())
       .def("begin_forward",
@@ -141,5 +187,10 @@ PYBIND11_MODULE(_C, m) {
            py::arg("split_rank") = 0, py::arg("split_size") = 1)
       .def("close", &PyScope::close)
       .def_property_readonly("name", &PyScope::name);
+  py::class_<Untraced>(m, "Untraced")
+      .def(py::init<>())
+      .def("__enter__", &Untraced::enter)
+      .def("__exit__", [](Untraced& u, const py::args&) { u.exit(); });
   m.def("current_scope", &probe::current_scope);
+  m.attr("torch_version") = TORCH_VERSION;
 }

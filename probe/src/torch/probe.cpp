@@ -672,11 +672,10 @@ void Probe::set_backward_microbatch(std::int64_t microbatch) {
 }
 
 void Probe::backward(std::int64_t microbatch, const at::Tensor& root, const at::Tensor& grad) {
-  begin_backward(microbatch);
-  struct End {
-    Probe* probe;
-    ~End() { probe->end_backward(); }
-  } end{this};
+  set_backward_microbatch(microbatch);
+  // This call's own region: backward() may run on several threads at once.
+  std::optional<detail::OpTracer::BackwardRegion> traced;
+  if (impl_->tracer) traced.emplace(impl_->tracer->backward(step(), microbatch));
   if (grad.defined())
     torch::autograd::backward({root}, {grad});
   else

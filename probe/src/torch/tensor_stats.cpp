@@ -168,8 +168,12 @@ std::optional<PreparedTensor> prepare(const at::Tensor& t, const Shard& shard, T
   }
   // A tensor subclass Python dispatches (a DTensor, a FakeTensor) holds no data of its own, and
   // its ops would run Python code: its local tensor is what to record.
-  if (t.key_set().has(c10::DispatchKey::Python) || !t.has_storage()) {
+  if (t.key_set().has(c10::DispatchKey::Python)) {
     meta.unsupported = "tensor subclass without data of its own (record its local tensor)";
+    return std::nullopt;
+  }
+  if (!t.has_storage()) {  // a backend that keeps its data elsewhere (lazy, XLA, functorch wrappers)
+    meta.unsupported = "tensor without storage";
     return std::nullopt;
   }
   if (!shard.empty()) shard.check_fits(meta.shape, "numprobe shard of a " + meta.dtype + " tensor");
