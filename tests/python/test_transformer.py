@@ -60,6 +60,11 @@ def single(runs):
 def test_clean_setup_agrees_with_single(single, runs, name, nproc, flags):
     result, report = compare(single, train(runs / name, nproc, *flags))
     assert result["exit_code"] in (0, 4), report
+    # Every microbatch's gradient recorded on both sides and paired (FSDP2: taken from the
+    # unsharded parameter, before the reduce-scatter), none on one side only.
+    mb_grads = result["summary"]["mb_grad"]
+    paired = mb_grads["equal"] + mb_grads["within_tol"] + mb_grads["different"]
+    assert paired > 0 and mb_grads["only_base"] == mb_grads["only_test"] == 0, report
 
 
 def test_adamw_under_sequence_parallel_agrees_with_single(runs):
