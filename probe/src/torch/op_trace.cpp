@@ -158,7 +158,9 @@ void record_outputs(OpTracer& tracer, const at::RecordFunction& fn, OpObservatio
 // Whether one of `values` is a tensor without data: a tensor subclass that Python dispatches (a
 // DTensor, whose op runs again below on its local tensors), or a meta or fake tensor (DTensor's
 // sharding propagation, run once per op signature: not part of the computation).
-bool has_dataless_tensor(c10::ArrayRef<c10::IValue> values) {
+// A template: RecordFunction's inputs() and outputs() are ranges of other types across versions.
+template <class Values>
+bool has_dataless_tensor(const Values& values) {
   std::vector<at::Tensor> tensors;
   for (const c10::IValue& v : values) append_tensors(tensors, v);
   return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
