@@ -61,6 +61,7 @@ class Probe:
         for handle in self._handles:
             handle.remove()
         self._params, self._optimizers, self._handles = {}, [], []
+        self._scoped_modules = weakref.WeakSet()  # watch() again scopes them again
 
     def __enter__(self):
         return self
@@ -85,7 +86,7 @@ class Probe:
             fsdp = sharded.get(id(parameter))
             if self._watch(prefix + name, parameter, hook=fsdp is None) and fsdp is not None:
                 self._hook_unsharded(prefix + name, *fsdp)
-        if self._c.tracing:
+        if self._tracing:
             self._scope_modules(module, prefix)
 
     def watch_parameter(self, name, parameter):
