@@ -77,8 +77,12 @@ def test_adamw_under_sequence_parallel_agrees_with_single(runs):
     assert result["partial_records"], report  # the partial grads were there to be set aside
 
 
-def test_unreduced_sequence_parallel_norm_grad_is_headlined(single, runs):
-    test = train(runs / "tp-norm-unreduced", 2, "--setup", "tp", "--sp", "--fault", "tp-norm-unreduced")
+@pytest.mark.parametrize("name, nproc, flags", [
+    ("tp", 2, ["--setup", "tp"]),
+    ("fsdp-tp", 4, ["--setup", "fsdp-tp", "--tp", "2"]),
+])
+def test_unreduced_sequence_parallel_norm_grad_is_headlined(single, runs, name, nproc, flags):
+    test = train(runs / f"{name}-norm-unreduced", nproc, *flags, "--sp", "--fault", "tp-norm-unreduced")
     result, report = compare(single, test)
     assert result["exit_code"] == 1, report
     pair = headline(result)
