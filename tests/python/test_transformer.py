@@ -13,17 +13,19 @@ import pytest
 
 import numprobe  # the package under test: its absence is a failure, not a skip
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TRAINER = os.path.join(REPO, "examples", "python", "transformer.py")
+from conftest import ROOT
+
+TRAINER = str(ROOT / "examples" / "python" / "transformer.py")
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 STEPS = "2"
 
 
-def train(out, nproc, *flags):
-    """Runs the trainer on nproc ranks with tiny default sizes; returns its run directory."""
+def train(out, nproc, *flags, steps=STEPS, env=None):
+    """Runs the trainer on nproc ranks with tiny default sizes (and `env` added to the
+    environment); returns its run directory."""
     cmd = [TORCHRUN, "--standalone", "--nproc-per-node", str(nproc), TRAINER,
-           "--steps", STEPS, "--out", str(out), *flags]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+           "--steps", steps, "--out", str(out), *flags]
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
     assert done.returncode == 0, f"$ {' '.join(cmd)}\nexited {done.returncode}:\n{done.stdout[-4000:]}"
     return out
@@ -107,12 +109,8 @@ def test_op_trace_under_tensor_parallel_records_the_local_ops(runs):
     """PROBE_TRACE with DTensors: DTensor ops are passed through (no data of their own) and the
     ops they run on the local shards are recorded; the sharding propagation's fake tensors are
     not. The trace must never stop training."""
-    out = runs / "tp2-traced"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PROBE_TRACE=r"steps=0;scopes=^layers\.0(\.|$);mb=0")
-    cmd = [TORCHRUN, "--standalone", "--nproc-per-node", "2", TRAINER, "--steps", "1", "--out", str(out),
-           "--setup", "tp"]
-    done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-4000:]
+    out = train(runs / "tp2-traced", 2, "--setup", "tp", steps="1",
+                env={"PROBE_TRACE": r"steps=0;scopes=^layers\.0(\.|$);mb=0"})
     with open(out / "rank0" / "diff.log") as f:
         ops = [line for line in f if " kind=op " in line]
     names = [line.split(" name=")[1].split()[0] for line in ops]

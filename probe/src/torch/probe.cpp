@@ -224,6 +224,12 @@ struct Probe::Impl {
 
   bool recording() const { return writer && !stopped.load(std::memory_order_relaxed); }
 
+  // The microbatch a gradient arriving now belongs to: the running backward's, else the latest
+  // forward's. Called with `mutex` held.
+  std::optional<std::int64_t> gradient_microbatch() const {
+    return backward_microbatch ? backward_microbatch : forward_microbatch;
+  }
+
   bool wants(Kind kind) const {
     return recording() && options.kinds.contains(kind) && step % options.every == 0;
   }
@@ -528,7 +534,7 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
     {
       std::lock_guard lock(impl->mutex);
       if (!impl->wants(Kind::mb_grad)) return;  // a step not recorded: copy nothing
-      mb = impl->backward_microbatch ? impl->backward_microbatch : impl->forward_microbatch;
+      mb = impl->gradient_microbatch();
       const auto& watched = impl->parameters[index];
       name = watched.name;
       shard = watched.shard;
@@ -697,7 +703,7 @@ void Probe::record_mb_grad(const std::string& name, const at::Tensor& grad, cons
   std::optional<std::int64_t> mb;
   {
     std::lock_guard lock(impl_->mutex);
-    mb = impl_->backward_microbatch ? impl_->backward_microbatch : impl_->forward_microbatch;
+    mb = impl_->gradient_microbatch();
   }
   impl_->add(Kind::mb_grad, name, mb, grad, shard, partial);
 }
