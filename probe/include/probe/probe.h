@@ -178,10 +178,13 @@ class Probe {
   }
 
   // The pieces forward() is made of, for trainers that run stages by hand (pipelines).
-  // `shards`, `partials`: empty, or one per input (inputs that are pieces of a global tensor).
   void begin_forward(const std::string& name, std::int64_t microbatch,
-                     const std::vector<at::Tensor>& inputs, const std::vector<Shard>& shards = {},
-                     const std::vector<Partial>& partials = {});
+                     const std::vector<at::Tensor>& inputs);
+  // `shards`, `partials`: empty, or one per input (inputs that are pieces of a global tensor).
+  // An overload, not default arguments: trainers built against the three-argument one keep it.
+  void begin_forward(const std::string& name, std::int64_t microbatch,
+                     const std::vector<at::Tensor>& inputs, const std::vector<Shard>& shards,
+                     const std::vector<Partial>& partials);
   void record_output(const std::string& name, std::int64_t microbatch, const at::Tensor& output);
 
   // Backward of global microbatch `microbatch`: mb_grad records of this backward carry its id.

@@ -636,6 +636,11 @@ void Probe::end_step() {
 }
 
 void Probe::begin_forward(const std::string& name, std::int64_t microbatch,
+                          const std::vector<at::Tensor>& inputs) {
+  begin_forward(name, microbatch, inputs, {}, {});
+}
+
+void Probe::begin_forward(const std::string& name, std::int64_t microbatch,
                           const std::vector<at::Tensor>& inputs, const std::vector<Shard>& shards,
                           const std::vector<Partial>& partials) {
   if (!enabled()) return;
