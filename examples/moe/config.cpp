@@ -50,7 +50,7 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--probe-kinds", c.probe_kinds, "kinds to record: all, a list, or -kind to drop one")->capture_default_str();
   app.add_option("--fault", c.fault,
                  "none, grads-none, pp-grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>, init=<param>, "
-                 "lr=<step>:<factor>, op=<layer>, op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>; "
+                 "lr=<step>:<factor>, grad-scale=<step>:<param>:<factor>, op=<layer>, op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>; "
                  "under --tp: tp-no-reduce=<layer>; "
                  "under --sp: sp-norm-unreduced, sp-dropout-seed; under --ep: ep-permute=<layer>, ep-grad-scale=<layer>")->capture_default_str();
   app.add_option("--params-out", c.params_out, "write a fingerprint of the final parameters to DIR/rank<R>.txt");

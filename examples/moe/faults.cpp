@@ -63,6 +63,21 @@ void parse_layer_fault(const std::string& text, Fault& f) {
     throw std::invalid_argument("--fault '" + text + "': the layer must be a non-negative integer");
 }
 
+// "<step>:<param>:<factor>" (grad-scale): the step and the factor whole, the parameter between.
+bool parse_grad_scale(const std::string& v, Fault& f) {
+  const auto first = v.find(':'), last = v.rfind(':');
+  if (first == std::string::npos || first == last || last == first + 1) return false;
+  try {
+    std::size_t used_step = 0, used_factor = 0;
+    f.step = std::stoll(v.substr(0, first), &used_step);
+    f.factor = std::stod(v.substr(last + 1), &used_factor);
+    f.param = v.substr(first + 1, last - first - 1);
+    return used_step == first && used_factor == v.size() - last - 1 && f.step >= 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 // "nan=<step>:<param>".
 void parse_nan(const std::string& v, Fault& f) {
   const auto colon = v.find(':');
@@ -85,6 +100,8 @@ std::string why_no_effect(const Fault& fault, const Config& c, const ProcessGrou
   if (fault.kind == Kind::init && fault.param.ends_with("norm.weight")) why = "norm weights start at 1 whatever the seed";
   if (fault.kind == Kind::lr && fault.step >= c.steps) why = past_last();
   if (fault.kind == Kind::lr && fault.factor == 1) why = "a factor of 1 leaves the learning rate as it is";
+  if (fault.kind == Kind::grad_scale && fault.step >= c.steps) why = past_last();
+  if (fault.kind == Kind::grad_scale && fault.factor == 1) why = "a factor of 1 leaves the gradient as it is";
   if (fault.kind == Kind::tp_no_reduce && groups.tp_size == 1)
     why = "with --tp 1 attention's output is no sum of partial products";
   if ((fault.kind == Kind::sp_norm_unreduced || fault.kind == Kind::sp_dropout_seed) && !c.sp)
@@ -118,6 +135,8 @@ Fault Fault::parse(const std::string& text) {
     f.param = value("init=");
   } else if (text.starts_with("lr=") && parse_lr(value("lr="), f)) {
     f.kind = Kind::lr;
+  } else if (text.starts_with("grad-scale=") && parse_grad_scale(value("grad-scale="), f)) {
+    f.kind = Kind::grad_scale;
   } else if (names_layer(text)) {
     parse_layer_fault(text, f);
   } else if (text == "sp-norm-unreduced") {
@@ -127,7 +146,7 @@ Fault Fault::parse(const std::string& text) {
   } else {
     throw std::invalid_argument("--fault '" + text +
                                 "': expected none, grads-none, pp-grads-none, rng-per-rank, nan=<step>:<param>, "
-                                "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, op=<layer>, "
+                                "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, grad-scale=<step>:<param>:<factor>, op=<layer>, "
                                 "op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>, tp-no-reduce=<layer>, "
                                 "sp-norm-unreduced, sp-dropout-seed, "
                                 "ep-permute=<layer> or ep-grad-scale=<layer>");
@@ -200,6 +219,13 @@ void inject_nan_if_due(const Fault& fault, std::int64_t step, std::vector<Param>
   for (auto& p : params)
     if (p.name == fault.param && p.compute.grad().defined())
       p.compute.grad().view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+}
+
+void scale_gradient_if_due(const Fault& fault, std::int64_t step, std::vector<Param>& params,
+                           const ProcessGroups& groups) {
+  if (fault.kind != Fault::Kind::grad_scale || fault.step != step || groups.dp_rank != 0) return;
+  for (auto& p : params)
+    if (p.name == fault.param && p.compute.grad().defined()) p.compute.mutable_grad().mul_(fault.factor);
 }
 
 void die_if_due(const Config& c, std::int64_t step, const ProcessGroups& groups) {

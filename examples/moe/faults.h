@@ -20,7 +20,8 @@ namespace moe {
 
 struct Fault {
   enum class Kind {
-    none, grads_none, rng_per_rank, nan, skip_reduce, init, lr, op, op_backward, op_wrong, op_lowp,
+    none, grads_none, rng_per_rank, nan, skip_reduce, init, lr, grad_scale, op, op_backward, op_wrong,
+    op_lowp,
     // Under tensor / sequence parallelism only (accepted, and without effect, elsewhere).
     tp_no_reduce, sp_norm_unreduced, sp_dropout_seed,
     // Under expert parallelism only.
@@ -31,7 +32,7 @@ struct Fault {
   std::int64_t step = -1;
   std::int64_t layer = -1;  // op, op_backward, op_wrong, op_lowp, tp_no_reduce, ep_permute, ep_grad_scale
   std::string param;
-  double factor = 1;  // lr
+  double factor = 1;  // lr, grad_scale
 
   static Fault parse(const std::string& text);
 
@@ -71,6 +72,11 @@ void apply_init_fault(const Fault& fault, torch::nn::Module& model, std::uint64_
 // nan=<step>:<param>: at that step a NaN enters the parameter's gradient on the first
 // data-parallel rank that holds it, before the gradient reduction spreads it.
 void inject_nan_if_due(const Fault& fault, std::int64_t step, std::vector<Param>& params, const ProcessGroups& groups);
+
+// grad-scale=<step>:<param>:<factor>: data-parallel rank 0's gradient of `param` at `step` times
+// `factor`, before the reduction (one rank's contribution wrong; with one rank, the gradient).
+void scale_gradient_if_due(const Fault& fault, std::int64_t step, std::vector<Param>& params,
+                           const ProcessGroups& groups);
 
 // --die-after-step N: --die-rank SIGKILLs itself in step N+1, after its collectives and before
 // it logs the step, so its peers log a step it does not (tests).

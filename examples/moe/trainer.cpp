@@ -138,6 +138,7 @@ class Trainer {
     auto losses = at::zeros({config_.microbatches}, at::kDouble);
     pipeline_.run(step, losses);
     inject_nan_if_due(fault_, step, params_, groups_);
+    scale_gradient_if_due(fault_, step, params_, groups_);
     reduce_gradients(params_, groups_, zero3_, fault_.unreduced_param(), fault_.kind == Fault::Kind::sp_norm_unreduced);
     scale_expert_gradients_if_due(fault_, params_, groups_);
     if (zero3_) release_parameters(params_);

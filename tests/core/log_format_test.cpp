@@ -58,6 +58,11 @@ void expect_same_record(const Record& a, const Record& b, const std::string& wha
     EXPECT_TRUE(std::memcmp(&u, &v, sizeof u) == 0 || (std::isnan(u) && std::isnan(v))) << what;
   EXPECT_EQ(x.nan, y.nan) << what;
   EXPECT_EQ(x.inf, y.inf) << what;
+  EXPECT_EQ(x.l1.has_value(), y.l1.has_value()) << what;
+  if (x.l1 && y.l1) {
+    EXPECT_TRUE(std::memcmp(&*x.l1, &*y.l1, sizeof(double)) == 0 || (std::isnan(*x.l1) && std::isnan(*y.l1))) << what;
+  }
+  EXPECT_EQ(x.mhash, y.mhash) << what;
   EXPECT_EQ(x.dtype, y.dtype) << what;
   EXPECT_EQ(x.shape, y.shape) << what;
   EXPECT_EQ(x.nnz, y.nnz) << what;
@@ -169,13 +174,14 @@ TEST(LogFormat, HeaderRoundTripsAndRejectsOtherVersions) {
   EXPECT_EQ(lf::parse_header("#numprobe format=5 hash_spec=1 rank=0 world_size=1").format_version, 5);
   EXPECT_EQ(lf::parse_header("#numprobe format=6 hash_spec=1 rank=0 world_size=1").format_version, 6);
   EXPECT_EQ(lf::parse_header("#numprobe format=7 hash_spec=1 rank=0 world_size=1").format_version, 7);
-  for (const char* other : {"#numprobe format=8 hash_spec=1 rank=0 world_size=1",
+  EXPECT_EQ(lf::parse_header("#numprobe format=8 hash_spec=1 rank=0 world_size=1").format_version, 8);
+  for (const char* other : {"#numprobe format=9 hash_spec=1 rank=0 world_size=1",
                             "#numprobe format=0 hash_spec=1 rank=0 world_size=1"}) {
     try {
       lf::parse_header(other);
       ADD_FAILURE() << "accepted " << other;
     } catch (const lf::ParseError& e) {
-      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 7)"),
+      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 8)"),
                 std::string::npos)
           << e.what();
     }
@@ -588,7 +594,7 @@ TEST(LogFormat, Version6CoversRoundTripsAndBadOnesSayWhatIsWrong) {
 // Version 7: an op record of a split scope carries its rank of the split and its output's and
 // inputs' hashes as shards along each dim; other op records are written as before.
 TEST(LogFormat, Version7SplitOpRoundTripsAndBadOnesSayWhatIsWrong) {
-  EXPECT_EQ(lf::kVersion, 7);
+  EXPECT_GE(lf::kVersion, 7);
   Record r = tensor_record();
   r.kind = Kind::op;
   r.name = "layers.0.attention/aten::softmax#0";
@@ -638,4 +644,34 @@ TEST(LogFormat, Version7SplitOpRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(record_error_of("step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
                        "dtype=float32 shape=[2] split=0/2" + cand),
             "split= belongs to op records");
+}
+
+// Version 8: a tensor record carries l1 and mhash after inf; both parsers read them, and a record
+// without them (format 7 and older) reads with neither, not with zeros.
+TEST(LogFormat, Version8OrderIndependentFiguresRoundTripAndAreAbsentInOlderRecords) {
+  EXPECT_EQ(lf::kVersion, 8);
+  Record r = tensor_record();
+  r.stats.l1 = 12.5;
+  r.stats.mhash = 0x0123456789abcdefULL;
+  const std::string line = lf::format_record(r);
+  EXPECT_NE(line.find(" inf=2 l1=12.5 mhash=0123456789abcdef dtype="), std::string::npos) << line;
+  Record general;
+  lf::parse_any_order_into(line, general);
+  for (const Record& back : {lf::parse_record(line), general}) {
+    ASSERT_TRUE(back.stats.l1 && back.stats.mhash) << line;
+    EXPECT_EQ(*back.stats.l1, 12.5);
+    EXPECT_EQ(*back.stats.mhash, 0x0123456789abcdefULL);
+  }
+  Record old = tensor_record();
+  const std::string v7 = lf::format_record(old);
+  EXPECT_EQ(v7.find("l1="), std::string::npos) << v7;
+  const Record read = lf::parse_record(v7);
+  EXPECT_FALSE(read.stats.l1.has_value());
+  EXPECT_FALSE(read.stats.mhash.has_value());
+  // A reused record forgets the figures of the line before.
+  Record reused = lf::parse_record(line);
+  lf::parse_record_into(v7, reused);
+  EXPECT_FALSE(reused.stats.l1.has_value());
+  EXPECT_FALSE(reused.stats.mhash.has_value());
+  EXPECT_THROW(lf::parse_record(lf::format_record(r).replace(line.find("mhash=") + 6, 16, "xyz")), lf::ParseError);
 }

@@ -42,8 +42,10 @@ std::vector<std::uint16_t> random_finite_halves(std::size_t n, int exponent_bits
 void expect_same_bits(const k::StatsPartial& a, const k::StatsPartial& b, const std::string& what) {
   auto bits = [](double x) { return std::bit_cast<std::uint64_t>(x == 0 ? 0.0 : x); };
   EXPECT_EQ(a.hash, b.hash) << what;
+  EXPECT_EQ(a.mhash, b.mhash) << what;
   EXPECT_EQ(bits(a.sum_squares), bits(b.sum_squares)) << what;
   EXPECT_EQ(bits(a.sum), bits(b.sum)) << what;
+  EXPECT_EQ(bits(a.sum_abs), bits(b.sum_abs)) << what;
   EXPECT_EQ(bits(a.min), bits(b.min)) << what;
   EXPECT_EQ(bits(a.max), bits(b.max)) << what;
   EXPECT_EQ(a.nan, b.nan) << what;

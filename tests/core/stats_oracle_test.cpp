@@ -90,18 +90,30 @@ double decode(k::ElementType type, const unsigned char* p) {
 }
 
 struct Figures {
-  std::uint64_t hash = 0;
-  double sum_squares = 0, sum = 0, min = INFINITY, max = -INFINITY;
+  std::uint64_t hash = 0, mhash = 0;
+  double sum_squares = 0, sum = 0, sum_abs = 0, min = INFINITY, max = -INFINITY;
   std::int64_t nan = 0, inf = 0;
 };
 
+// docs/hash-spec.md, "Order-independent figures": an element's term of mhash, from its bits.
+std::uint64_t order_free_term(const unsigned char* p, int size) {
+  std::uint64_t z = 0;
+  for (int b = size - 1; b >= 0; --b) z = (z << 8) | p[b];  // little-endian, zero-extended
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 // docs/hash-spec.md, "Statistics computed in the same pass": sums over non-NaN values for the
 // mean, min/max over non-NaN values, squares of every value (a NaN makes the norm NaN).
-void add(Figures& f, double x, std::uint64_t term) {
+void add(Figures& f, double x, std::uint64_t term, std::uint64_t order_free) {
   f.hash += term;
+  f.mhash += order_free;
   f.sum_squares += x * x;
   if (!std::isnan(x)) {
     f.sum += x;
+    f.sum_abs += std::fabs(x);
     f.min = std::fmin(f.min, x);
     f.max = std::fmax(f.max, x);
   }
@@ -111,8 +123,10 @@ void add(Figures& f, double x, std::uint64_t term) {
 
 void merge(Figures& into, const Figures& f) {
   into.hash += f.hash;
+  into.mhash += f.mhash;
   into.sum_squares += f.sum_squares;
   into.sum += f.sum;
+  into.sum_abs += f.sum_abs;
   into.min = std::fmin(into.min, f.min);
   into.max = std::fmax(into.max, f.max);
   into.nan += f.nan;
@@ -126,7 +140,8 @@ Figures oracle_chunk(const Type& t, const unsigned char* data, std::int64_t coun
   for (std::int64_t i = 0; i < count; ++i) {
     const unsigned char* p = data + i * t.size;
     add(lanes[static_cast<std::size_t>(i % kLanes)], decode(t.type, p),
-        XXH3_64bits_withSeed(p, static_cast<std::size_t>(t.size), first + static_cast<std::uint64_t>(i)));
+        XXH3_64bits_withSeed(p, static_cast<std::size_t>(t.size), first + static_cast<std::uint64_t>(i)),
+        order_free_term(p, t.size));
   }
   Figures chunk;
   for (const auto& lane : lanes) merge(chunk, lane);
@@ -167,8 +182,10 @@ std::uint64_t bits(double x) {
 
 void expect_same(const Figures& o, const k::StatsPartial& p, const std::string& what) {
   EXPECT_EQ(o.hash, p.hash) << what;
+  EXPECT_EQ(o.mhash, p.mhash) << what;
   EXPECT_EQ(bits(o.sum_squares), bits(p.sum_squares)) << what;
   EXPECT_EQ(bits(o.sum), bits(p.sum)) << what;
+  EXPECT_EQ(bits(o.sum_abs), bits(p.sum_abs)) << what;
   EXPECT_EQ(bits(o.min), bits(p.min)) << what;
   EXPECT_EQ(bits(o.max), bits(p.max)) << what;
   EXPECT_EQ(o.nan, p.nan) << what;

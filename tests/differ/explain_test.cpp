@@ -219,3 +219,68 @@ TEST(NoiseOrBug, WeightsAfterAnAgreeingStepAreTheOptimizers) {
   EXPECT_FALSE(n.first_unexplained) << text_of(n);
   EXPECT_EQ(n.exit_code(), 4);
 }
+
+TEST(NoiseOrBug, ValuesChangedBelowWhatTheFiguresResolveAreNoMove) {
+  // The grad's hash differs with every figure bitwise equal, and its order-independent hash
+  // differs too: values changed (a last bit of a tiny element), not moved. Its mb_grads are
+  // equal: summation order, of size 0.
+  auto dir = fresh_dir("noise_below_figures");
+  auto a = reduction_step(0, 8, 8.0, 1);
+  auto b = reduction_step(0, 8, 8.0, 2);
+  b.back().stats.mhash = *a.back().stats.mhash + 1;
+  auto r = compare(dir, a, b);
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_EQ(r.first_divergence->why.rule, "summation_order") << text_of(r);
+  EXPECT_FALSE(r.first_unexplained) << text_of(r);
+  EXPECT_EQ(r.exit_code(), 4);
+}
+
+TEST(NoiseOrBug, WithoutTheOrderIndependentHashAHashOnlyDifferenceCannotBeTold) {
+  // A log of format 7 or older (no mhash): moved or changed, nothing tells. Not a bug: exit 4,
+  // with the reason in the label.
+  auto dir = fresh_dir("noise_cannot_tell");
+  auto a = reduction_step(0, 8, 8.0, 1);
+  auto b = reduction_step(0, 8, 8.0, 2);
+  for (auto* run : {&a, &b})
+    for (auto& rec : *run) rec.stats.mhash.reset();
+  auto r = compare(dir, a, b);
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_FALSE(r.first_divergence->why.bug);
+  EXPECT_EQ(r.first_divergence->why.rule, "cannot_tell");
+  EXPECT_FALSE(r.first_unexplained);
+  EXPECT_EQ(r.exit_code(), 4);
+  EXPECT_TRUE(says(text_of(r), "cannot tell: the hash differs while every figure is bitwise equal")) << text_of(r);
+  // Where the initialization differs it is a bug whichever it is.
+  auto pa = a, pb = b;
+  pa.push_back(tensor(0, Kind::param, "w", 5, 1.0));
+  pb.push_back(tensor(0, Kind::param, "w", 6, 1.0));
+  pa.back().stats.mhash.reset();
+  pb.back().stats.mhash.reset();
+  auto init = compare(fresh_dir("noise_cannot_tell_init"), pa, pb);
+  ASSERT_TRUE(init.first_unexplained);
+  EXPECT_EQ(init.first_unexplained->why.rule, "init");
+}
+
+TEST(NoiseOrBug, AnUpdateIsHeldToWhatItsInputsMayDifferByNotToTheirNormsDifference) {
+  // Step 0's grad differs by summation order with a norm difference far below one rounding: its
+  // elements may still differ by up to the derived bound (a norm difference only bounds the
+  // difference from below). The weights updated from it are held to 10 x that bound.
+  auto base = reduction_step(0, 8, 8.0, 1);
+  base.push_back(tensor(0, Kind::param, "w", 5, 1.0));
+  base.push_back(tensor(1, Kind::param, "w", 7, 1.0));
+  auto test_with = [&](const char* name, double param_rel) {
+    auto t = reduction_step(0, 8, 8.0 * (1 + 1e-9), 2);
+    t.push_back(tensor(0, Kind::param, "w", 5, 1.0));
+    t.push_back(tensor(1, Kind::param, "w", 8, 1.0 * (1 + param_rel)));
+    return compare(fresh_dir(name), base, t);
+  };
+  // 5x the bound's size: more than 10 x the grad's own difference (or one rounding), within 10 x
+  // its ceiling (kBound8).
+  auto within = test_with("update_within_ceiling", 5 * kBound8);
+  EXPECT_FALSE(within.first_unexplained) << text_of(within);
+  EXPECT_EQ(within.exit_code(), 4);
+  auto beyond = test_with("update_beyond_ceiling", 20 * kBound8);
+  ASSERT_TRUE(beyond.first_unexplained) << text_of(beyond);
+  EXPECT_EQ(beyond.first_unexplained->why.rule, "optimizer");
+  EXPECT_DOUBLE_EQ(beyond.first_unexplained->why.bound, 10 * kBound8);
+}

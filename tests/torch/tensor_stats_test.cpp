@@ -290,6 +290,9 @@ void expect_same_figures(const probe::TensorStats& got, const probe::TensorStats
   EXPECT_EQ(std::bit_cast<std::uint64_t>(got.mean), std::bit_cast<std::uint64_t>(dense.mean)) << what << " mean " << got.mean << " vs " << dense.mean;
   EXPECT_EQ(got.nan, dense.nan) << what;
   EXPECT_EQ(got.inf, dense.inf) << what;
+  EXPECT_EQ(got.mhash, dense.mhash) << what;
+  ASSERT_TRUE(got.l1 && dense.l1) << what;
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(*got.l1), std::bit_cast<std::uint64_t>(*dense.l1)) << what << " l1 " << *got.l1 << " vs " << *dense.l1;
   EXPECT_EQ(got.dtype, dense.dtype) << what;
   EXPECT_EQ(got.shape, dense.shape) << what;
   EXPECT_EQ(got.shard, dense.shard) << what;
@@ -447,6 +450,9 @@ TEST(TensorStats, AtenDeviceFallbackAgreesWithCpuKernel) {
       EXPECT_EQ(meta.nan, cpu.nan);
       EXPECT_EQ(meta.inf, cpu.inf);
       EXPECT_NEAR(meta.mean, cpu.mean, 1e-12 * std::max(1.0, std::abs(cpu.max) + std::abs(cpu.min)));
+      ASSERT_TRUE(meta.mhash && cpu.mhash && meta.l1 && cpu.l1) << at::toString(type);
+      EXPECT_EQ(*meta.mhash, *cpu.mhash) << at::toString(type);
+      EXPECT_NEAR(*meta.l1, *cpu.l1, 1e-12 * *cpu.l1) << at::toString(type);
       if (torch_hash) {
         ASSERT_TRUE(meta.torch_hash);
         EXPECT_EQ(*meta.torch_hash, torch_hash_of(whole));
@@ -565,4 +571,30 @@ TEST(StatsBatch, MisuseIsAClearError) {
   expect_error([&] { batch.scalar(tensor); }, "is a tensor, not a scalar");
   expect_error([&] { batch.stats(scalar); }, "is a scalar, not a tensor");
   expect_error([&] { batch.stats(7); }, "has no entry 7");
+}
+
+// mhash holds the values, not their places: a permutation keeps it (and l1), the positional hash
+// changes; one element moved by one ulp changes mhash, whatever the figures show.
+TEST(TensorStats, OrderIndependentHashSeesValuesNotPlaces) {
+  at::manual_seed(5);
+  for (auto type : {at::kFloat, at::kBFloat16, at::kDouble, at::kHalf, at::kInt}) {
+    const at::Tensor t = random_of(type, {64, 33});
+    const at::Tensor permuted = t.flatten().flip(0).reshape({64, 33}).contiguous();
+    const auto a = probe::tensor_stats(t), b = probe::tensor_stats(permuted);
+    ASSERT_TRUE(a.mhash && b.mhash) << at::toString(type);
+    EXPECT_NE(a.hash, b.hash) << at::toString(type);
+    EXPECT_EQ(*a.mhash, *b.mhash) << at::toString(type);
+    at::Tensor nudged = t.clone();
+    auto flat = nudged.view(-1);
+    if (at::isFloatingType(type))
+      flat[7] = at::nextafter(flat[7], flat[7] * 2 + 1);
+    else
+      flat[7] = flat[7] + 1;
+    const auto c = probe::tensor_stats(nudged);
+    EXPECT_NE(*a.mhash, *c.mhash) << at::toString(type);
+  }
+  const auto empty = probe::tensor_stats(at::empty({0, 3}));
+  ASSERT_TRUE(empty.l1 && empty.mhash);
+  EXPECT_EQ(*empty.l1, 0);
+  EXPECT_EQ(*empty.mhash, 0u);
 }

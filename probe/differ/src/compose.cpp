@@ -81,8 +81,9 @@ void combine_shards_into(const std::vector<const TensorStats*>& shards, TensorSt
   out.shape = shards[0]->shard.global_shape;
   double sum_sq = 0, weighted_mean = 0;
   std::int64_t non_nan = 0;
-  bool all_torch_hash = true;
-  std::uint64_t torch_hash = 0;
+  bool all_torch_hash = true, all_mhash = true, all_l1 = true;
+  std::uint64_t torch_hash = 0, mhash = 0;
+  double l1 = 0;
   for (const TensorStats* s : shards) {
     if (s->unsupported) {
       out.unsupported = *s->unsupported;  // the figures gathered so far go with it
@@ -103,11 +104,18 @@ void combine_shards_into(const std::vector<const TensorStats*>& shards, TensorSt
       torch_hash ^= *s->torch_hash;
     else
       all_torch_hash = false;
+    // The order-independent figures are sums over the elements: the shards' add up.
+    if (s->mhash) mhash += *s->mhash;
+    all_mhash = all_mhash && s->mhash;
+    if (s->l1) l1 += *s->l1;
+    all_l1 = all_l1 && s->l1;
   }
   out.norm = out.nan > 0 ? std::numeric_limits<double>::quiet_NaN() : std::sqrt(sum_sq);
   out.mean = non_nan > 0 ? weighted_mean / static_cast<double>(non_nan)
                          : std::numeric_limits<double>::quiet_NaN();
   if (all_torch_hash) out.torch_hash = torch_hash;
+  if (all_mhash) out.mhash = mhash;
+  if (all_l1) out.l1 = l1;
 }
 
 }  // namespace

@@ -18,8 +18,9 @@ constexpr std::string_view kSummationOrder = "summation_order";
 constexpr std::string_view kInherited = "inherited";
 constexpr std::string_view kUnexplained = "unexplained";
 constexpr std::string_view kPartialSum = "partial_sum";
+constexpr std::string_view kCannotTell = "cannot_tell";
 
-Explanation bug(std::string_view rule) { return Explanation{true, rule, 0, 0, {}}; }
+Explanation bug(std::string_view rule) { return Explanation{true, rule, 0, 0, 0, {}}; }
 
 bool both_tensors(const Pair& p) {
   return p.base.present && p.test.present && p.base.m.rec.state == Record::State::tensor &&
@@ -39,8 +40,18 @@ const std::string& dtype_of(const Pair& p) {
 // while the norm does not still moved a last bit).
 double root_size(const Pair& p) { return std::max(p.rel_diff, unit_roundoff(dtype_of(p))); }
 
+// A summation-order root's bound is derived for its whole difference (each element within
+// n·u·Σ|x_i| of the exact sum), so it is the root's ceiling too.
 Explanation summation_order(const Pair& p, double bound) {
-  return Explanation{false, kSummationOrder, bound, root_size(p), {}};
+  return Explanation{false, kSummationOrder, bound, root_size(p), std::max(root_size(p), bound), {}};
+}
+
+// Inherited noise: within `bound` of the roots it descends from; what is computed from it may
+// inherit up to `ceiling` (the bound of noise grown from those roots, never that of an update
+// it went through: ceilings do not compound from step to step).
+Explanation inherited_noise(std::string_view rule, const Pair& p, double bound, double roots,
+                            double ceiling, std::string detail = {}) {
+  return Explanation{false, rule, bound, roots, std::max(root_size(p), ceiling), std::move(detail)};
 }
 
 std::string mb_text(const Pair& p) { return p.mb ? " mb " + std::to_string(*p.mb) : ""; }
@@ -113,16 +124,26 @@ double summation_order_bound(const Pair& grad, std::int64_t summands, double sum
   return 2.0 * static_cast<double>(summands) * unit_roundoff(dtype) * cancellation;
 }
 
-bool elements_moved(const Pair& p) {
+bool figures_hide_the_difference(const Pair& p) {
   if (!both_tensors(p) || p.pair_class != PairClass::different) return false;
   if (p.base.m.hash_source != HashSource::spec_v1 || p.test.m.hash_source != HashSource::spec_v1)
     return false;
   const TensorStats &a = p.base.m.rec.stats, &b = p.test.m.rec.stats;
   // An Inf or NaN makes the norm (and mean) the same whatever the other elements hold.
   if (!std::isfinite(a.norm) || !std::isfinite(a.mean)) return false;
+  const bool l1_equal = !a.l1 || !b.l1 || same_bits(*a.l1, *b.l1);
   return a.hash != b.hash && same_bits(a.norm, b.norm) && same_bits(a.min, b.min) &&
-         same_bits(a.max, b.max) && same_bits(a.mean, b.mean) && a.nan == b.nan &&
+         same_bits(a.max, b.max) && same_bits(a.mean, b.mean) && l1_equal && a.nan == b.nan &&
          a.inf == b.inf && a.shape == b.shape && a.dtype == b.dtype;
+}
+
+bool elements_moved(const Pair& p) {
+  const auto &a = p.base.m.rec.stats.mhash, &b = p.test.m.rec.stats.mhash;
+  return figures_hide_the_difference(p) && a && b && *a == *b;
+}
+
+bool cannot_tell_moved(const Pair& p) {
+  return figures_hide_the_difference(p) && !(p.base.m.rec.stats.mhash && p.test.m.rec.stats.mhash);
 }
 
 std::string parameter_of_state(const std::string& name) {
@@ -135,7 +156,7 @@ void Upstream::add(const Pair& p) {
   ++pairs;
   bug = bug || p.why.bug;
   roots = std::max(roots, p.why.roots);
-  largest = std::max(largest, root_size(p));
+  largest = std::max({largest, root_size(p), p.why.ceiling});
 }
 
 void Upstream::add(const Upstream& u) {
@@ -163,26 +184,33 @@ Upstream Explainer::carried() const {
 // same summands alike), partial_sum: the first records after a tensor-parallel reduction.
 Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanation none_upstream) const {
   if (up.pairs == 0 && up.partial_sums == 0) return none_upstream;
-  if (up.bug) return Explanation{true, kInherited, 0, 0, {}};
+  if (up.bug) return bug(kInherited);
   // Right after a reduction the difference is its rounding carried through the rest of its
   // module: the direct bound, not the wider one of noise grown through the network.
   const bool after_reduction = up.pairs == 0;
-  const double bound = (after_reduction ? options_.reduction_amplification : options_.noise_amplification) * up.roots;
-  if (p.rel_diff > bound) return Explanation{true, kUnexplained, bound, up.roots, {}};
-  if (after_reduction) return Explanation{false, kPartialSum, bound, up.roots, up.partial_what ? *up.partial_what : ""};
-  return Explanation{false, kInherited, bound, up.roots, {}};
+  const double network_bound = options_.noise_amplification * up.roots;
+  const double bound = after_reduction ? options_.reduction_amplification * up.roots : network_bound;
+  if (p.rel_diff > bound) return Explanation{true, kUnexplained, bound, up.roots, 0, {}};
+  if (after_reduction)
+    return inherited_noise(kPartialSum, p, bound, up.roots, bound, up.partial_what ? *up.partial_what : "");
+  return inherited_noise(kInherited, p, bound, up.roots, network_bound);
 }
 
 // An optimizer update: the new weights (or state) from the step's gradient, the weights and
 // the state before. It scales their differences by factors of order one (SGD: |p| + lr |g|
-// over |p'|), so its bound is --update-amplification times the largest of them, not the
-// forward and backward's wider one; beyond it, the update itself differs.
+// over |p'|), so its bound is --update-amplification times the most they may differ by, not the
+// forward and backward's wider one; beyond it, the update itself differs. The most an input may
+// differ by is its ceiling, not its figures' difference: a norm difference only bounds the
+// difference from below (noise spread over the elements cancels in it), and an element-wise
+// update (Adam's squares and divisions) sees the elements. A root's ceiling is its derived bound;
+// inherited noise's the network's bound of its roots.
 Explanation Explainer::from_update(const Pair& p, const Upstream& up) const {
   if (up.pairs == 0 && up.partial_sums == 0) return bug("optimizer");
-  if (up.bug) return Explanation{true, kInherited, 0, 0, {}};
+  if (up.bug) return bug(kInherited);
   const double bound = options_.update_amplification * up.largest;
-  if (p.rel_diff <= bound) return Explanation{false, kInherited, bound, up.roots, {}};
-  return Explanation{true, "optimizer", bound, up.roots, {}};
+  if (p.rel_diff <= bound)
+    return inherited_noise(kInherited, p, bound, up.roots, options_.noise_amplification * up.roots);
+  return Explanation{true, "optimizer", bound, up.roots, 0, {}};
 }
 
 Explanation Explainer::explain_param(const Pair& p, std::int64_t step, bool first_step) const {
@@ -252,6 +280,20 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
   if (p.kind == Kind::input) return bug("data");
   if (elements_moved(p)) return bug("elements_moved");
   if (constant_factor(p)) return bug("constant_factor");
+  Explanation why = explain_by_dependencies(p, step, first_step);
+  // Moved or changed below what the figures resolve, the log cannot say: what the rules would
+  // call noise (a difference of size 0 is within every bound) is "cannot tell" instead. A bug
+  // they find (the initialization differs, the inputs are equal) is one whichever it is.
+  if (!why.bug && cannot_tell_moved(p)) {
+    why.rule = kCannotTell;
+    why.detail = "the hash differs while every figure is bitwise equal, and a log without the "
+                 "order-independent hash (format 8's mhash) cannot tell moved elements from "
+                 "values changed below what the figures resolve";
+  }
+  return why;
+}
+
+Explanation Explainer::explain_by_dependencies(const Pair& p, std::int64_t step, bool first_step) {
   switch (p.kind) {
     case Kind::param: return explain_param(p, step, first_step);
     case Kind::grad: return explain_grad(p);

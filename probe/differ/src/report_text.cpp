@@ -264,6 +264,7 @@ void print_cause(const Cause& c, std::ostream& out) {
 // wo mb 0 in the test run, added in another order than one rank's product; within 3.4e-06)").
 std::string noise_label(const Pair& p) {
   if (p.why.bug || p.why.rule.empty()) return "";
+  if (p.why.rule == "cannot_tell") return "  cannot tell: " + p.why.detail;
   std::string s = "  noise: " + std::string(p.why.rule);
   if (!p.why.detail.empty())
     s += " (" + p.why.detail + (p.why.bound > 0 ? "; within " + num(p.why.bound) : "") + ")";

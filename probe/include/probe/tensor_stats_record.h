@@ -24,6 +24,10 @@ struct TensorStats {
   double mean = kNaN;      // over non-NaN elements
   std::int64_t nan = 0;    // NaN count
   std::int64_t inf = 0;    // +-Inf count
+  // Format 8's evidence for sound rules (docs/hash-spec.md, "Order-independent figures"); absent
+  // in older logs and in logs of other tools.
+  std::optional<double> l1;            // sum of |x| over non-NaN elements, fp64
+  std::optional<std::uint64_t> mhash;  // sum of value_term(bits) mod 2^64: the values, not places
   std::string dtype;       // torch's name: float32, bfloat16, int64, bool, complex64 ...
   std::vector<std::int64_t> shape;  // local shape (a sparse tensor's dense shape)
   // A sparse tensor's stored elements after coalescing (torch's _nnz(): index entries).
@@ -50,6 +54,8 @@ struct TensorStats {
     swap(a.mean, b.mean);
     swap(a.nan, b.nan);
     swap(a.inf, b.inf);
+    swap(a.l1, b.l1);
+    swap(a.mhash, b.mhash);
     a.dtype.swap(b.dtype);
     a.shape.swap(b.shape);
     swap(a.nnz, b.nnz);

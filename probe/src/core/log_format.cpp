@@ -537,6 +537,14 @@ void append_tensor_fields(std::string& out, const TensorStats& s, const std::vec
     append_int(out, s.nan);
     out += " inf=";
     append_int(out, s.inf);
+    if (s.l1) {
+      out += " l1=";
+      append_double(out, *s.l1);
+    }
+    if (s.mhash) {
+      out += " mhash=";
+      append_hash(out, *s.mhash);
+    }
   }
   out += " dtype=";
   append_escaped(out, s.dtype);
@@ -611,8 +619,8 @@ Record parse_record(std::string_view line) {
 namespace {
 
 enum class RecordField {
-  step, kind, name, mb, phase, in, value, hash, norm, min, max, mean, nan, inf, dtype, shape,
-  nnz, shard, partial, covers, unsupported, torch_hash, split, cand, incand, dump, unknown
+  step, kind, name, mb, phase, in, value, hash, norm, min, max, mean, nan, inf, l1, mhash, dtype,
+  shape, nnz, shard, partial, covers, unsupported, torch_hash, split, cand, incand, dump, unknown
 };
 
 // By length first: a field name costs one or two short comparisons, not a chain of twenty
@@ -620,7 +628,7 @@ enum class RecordField {
 RecordField record_field(std::string_view k) {
   using F = RecordField;
   switch (k.size()) {
-    case 2: return k == "mb" ? F::mb : k == "in" ? F::in : F::unknown;
+    case 2: return k == "mb" ? F::mb : k == "in" ? F::in : k == "l1" ? F::l1 : F::unknown;
     case 3:
       return k == "min" ? F::min : k == "max" ? F::max : k == "nan" ? F::nan
            : k == "inf" ? F::inf : k == "nnz" ? F::nnz : F::unknown;
@@ -630,7 +638,8 @@ RecordField record_field(std::string_view k) {
            : k == "cand" ? F::cand : k == "dump" ? F::dump : F::unknown;
     case 5:
       return k == "phase" ? F::phase : k == "value" ? F::value : k == "dtype" ? F::dtype
-           : k == "shape" ? F::shape : k == "shard" ? F::shard : k == "split" ? F::split : F::unknown;
+           : k == "shape" ? F::shape : k == "shard" ? F::shard : k == "split" ? F::split
+           : k == "mhash" ? F::mhash : F::unknown;
     case 6: return k == "covers" ? F::covers : k == "incand" ? F::incand : F::unknown;
     case 7: return k == "partial" ? F::partial : F::unknown;
     case 10: return k == "torch_hash" ? F::torch_hash : F::unknown;
@@ -657,6 +666,8 @@ bool read_stats_field(RecordField field, std::string_view k, std::string_view v,
     case F::mean: s.mean = parse_double(v); return true;
     case F::nan: s.nan = parse_int(v, k); return true;
     case F::inf: s.inf = parse_int(v, k); return true;
+    case F::l1: s.l1 = parse_double(v); return true;
+    case F::mhash: s.mhash = parse_hash(v); return true;
     case F::dtype: unescape_value_into(v, s.dtype); seen.dtype = true; return true;
     case F::shape: parse_dims_into(v, k, s.shape); seen.shape = true; return true;
     case F::nnz:
@@ -870,6 +881,8 @@ void reset_record(Record& r) {
   s.norm = 0;
   s.min = s.max = s.mean = TensorStats::kNaN;
   s.nan = s.inf = 0;
+  s.l1.reset();
+  s.mhash.reset();
   s.dtype.clear();
   s.shape.clear();
   s.nnz.reset();

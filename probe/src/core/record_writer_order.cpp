@@ -129,7 +129,7 @@ bool valid_covers(const std::vector<std::int64_t>& covers, const std::optional<s
   return true;
 }
 
-// hash norm min max mean nan inf dtype shape [nnz] [shard] [partial] [covers] [torch_hash],
+// hash norm min max mean nan inf [l1] [mhash] dtype shape [nnz] [shard] [partial] [covers] [torch_hash],
 // after the name.
 bool read_tensor_fields(Cursor& c, Record& r) {
   TensorStats& s = r.stats;
@@ -137,8 +137,19 @@ bool read_tensor_fields(Cursor& c, Record& r) {
   if (!(c.skip(" hash=") && c.hash(s.hash) && c.skip(" norm=") && c.real(s.norm) &&
         c.skip(" min=") && c.real(s.min) && c.skip(" max=") && c.real(s.max) &&
         c.skip(" mean=") && c.real(s.mean) && c.skip(" nan=") && c.integer(s.nan) &&
-        c.skip(" inf=") && c.integer(s.inf) && c.skip(" dtype=") && c.word(dtype) &&
-        c.skip(" shape=") && c.dims_then_end_of_value(s.shape)))
+        c.skip(" inf=") && c.integer(s.inf)))
+    return false;
+  if (c.skip(" l1=")) {
+    double l1 = 0;
+    if (!c.real(l1)) return false;
+    s.l1 = l1;
+  }
+  if (c.skip(" mhash=")) {
+    std::uint64_t h = 0;
+    if (!c.hash(h)) return false;
+    s.mhash = h;
+  }
+  if (!(c.skip(" dtype=") && c.word(dtype) && c.skip(" shape=") && c.dims_then_end_of_value(s.shape)))
     return false;
   s.dtype.assign(dtype);
   if (!c.optional_count(" nnz=", s.nnz)) return false;

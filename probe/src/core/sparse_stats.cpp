@@ -23,6 +23,13 @@ T load(const unsigned char* bytes) {
   return v;
 }
 
+// An element's stored bits, zero-extended (little-endian, as the kernels read them).
+std::uint64_t element_bits(const unsigned char* b, int size) {
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, b, static_cast<std::size_t>(size));
+  return bits;
+}
+
 // An element's value, decoded as the kernels decode it (stats_element.h).
 double element_value(ElementType type, const unsigned char* b) {
   switch (type) {
@@ -52,7 +59,8 @@ double element_value(ElementType type, const unsigned char* b) {
 // (segment), segments of the current chunk, chunks. Skipped zeros would have added +0.
 class DenseOrder {
  public:
-  void add(std::int64_t chunk, std::int64_t segment, int lane, double x, std::uint64_t hash) {
+  void add(std::int64_t chunk, std::int64_t segment, int lane, double x, std::uint64_t hash,
+           std::uint64_t value_hash) {
     if (chunk != chunk_) {
       end_chunk();
       chunk_ = chunk;
@@ -61,7 +69,7 @@ class DenseOrder {
       end_segment();
       segment_ = segment;
     }
-    lanes_[static_cast<std::size_t>(lane)].add(x, hash);
+    lanes_[static_cast<std::size_t>(lane)].add(x, hash, value_hash);
     open_ = true;
   }
 
@@ -128,7 +136,7 @@ TensorStats sparse_stats(const ContiguousLayout& layout, const SparseElements& s
       const std::uint64_t global = layout.global_index(local);
       const std::int64_t segment = layout.segment_first(local);
       order.add(local / kChunkElements, segment, static_cast<int>((local - segment) % kLanes), x,
-                hash_spec::element_hash(bytes, size, global));
+                hash_spec::element_hash(bytes, size, global), value_term(element_bits(bytes, size)));
       stored_zero_terms += hash_spec::element_hash(kZero, size, global);
     }
   }
@@ -136,7 +144,9 @@ TensorStats sparse_stats(const ContiguousLayout& layout, const SparseElements& s
   // The implicit zeros, merged last: their hash terms, and a 0 for min and max.
   StatsPartial zeros;
   zeros.hash = zero_hash - stored_zero_terms;
-  if (numel > stored.nnz * stored.block_elements) zeros.min = zeros.max = 0;
+  const std::int64_t implicit = numel - stored.nnz * stored.block_elements;
+  zeros.mhash = static_cast<std::uint64_t>(implicit) * value_term(0);
+  if (implicit > 0) zeros.min = zeros.max = 0;
   chunks.push_back(zeros);
   return finish_stats(chunks, numel);
 }

@@ -137,23 +137,40 @@ PROBE_HOST_DEVICE inline double float8_to_double(std::uint8_t b, ElementType typ
   return sign ? -v : v;
 }
 
+// The order-independent term of an element (format 8's `mhash`, docs/hash-spec.md): splitmix64's
+// finalizer of its stored bits, zero-extended, plus the golden-ratio increment. The figure is
+// the sum of the terms mod 2^64: the same for the same values in any places, so two tensors
+// whose positional hashes differ and whose mhash agree hold the same values elsewhere (moved),
+// and any value changed by one bit changes it but for a 2^-64 chance.
+PROBE_HOST_DEVICE inline std::uint64_t value_term(std::uint64_t bits) {
+  std::uint64_t z = bits + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 // Running figures of a set of elements; merge() is exact for every field but the floating
 // sums, whose order the caller fixes.
 struct StatsPartial {
   std::uint64_t hash = 0;
+  std::uint64_t mhash = 0;  // sum of value_term(bits)
   double sum_squares = 0;
-  double sum = 0;  // of non-NaN values
+  double sum = 0;      // of non-NaN values
+  double sum_abs = 0;  // of non-NaN magnitudes: the L1 norm error bounds are written in
   double min = kInf;
   double max = -kInf;
   std::int64_t nan = 0;
   std::int64_t inf = 0;
 
-  // One element of value `x` whose hash-spec term is `element_hash`.
-  PROBE_HOST_DEVICE void add(double x, std::uint64_t element_hash) {
+  // One element of value `x` whose hash-spec term is `element_hash` and whose order-independent
+  // term is `value_hash` (value_term of its bits).
+  PROBE_HOST_DEVICE void add(double x, std::uint64_t element_hash, std::uint64_t value_hash) {
     const bool is_nan = x != x;
     hash += element_hash;
+    mhash += value_hash;
     sum_squares = add_rn(sum_squares, mul_rn(x, x));
     sum = add_rn(sum, is_nan ? 0.0 : x);
+    sum_abs = add_rn(sum_abs, is_nan ? 0.0 : (x < 0 ? -x : x));
     min = x < min ? x : min;  // NaN compares false: skipped
     max = x > max ? x : max;
     nan += is_nan;
@@ -162,8 +179,10 @@ struct StatsPartial {
 
   PROBE_HOST_DEVICE void merge(const StatsPartial& other) {
     hash += other.hash;
+    mhash += other.mhash;
     sum_squares = add_rn(sum_squares, other.sum_squares);
     sum = add_rn(sum, other.sum);
+    sum_abs = add_rn(sum_abs, other.sum_abs);
     min = other.min < min ? other.min : min;
     max = other.max > max ? other.max : max;
     nan += other.nan;

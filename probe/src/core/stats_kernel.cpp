@@ -177,6 +177,8 @@ TensorStats finish_stats(const std::vector<StatsPartial>& chunks, std::int64_t n
   for (const auto& c : chunks) total.merge(c);
   TensorStats s;
   s.hash = total.hash;
+  s.mhash = total.mhash;
+  s.l1 = total.sum_abs;
   s.norm = std::sqrt(total.sum_squares);
   s.nan = total.nan;
   s.inf = total.inf;

@@ -65,7 +65,7 @@ class ContiguousLayout {
 // Merges chunk partials in order and finishes the figures (norm, mean, NaN min/max when empty).
 TensorStats finish_stats(const std::vector<StatsPartial>& chunks, std::int64_t numel);
 
-// The element figures (hash, norm, min, max, mean, NaN and Inf counts) of `figures` into
+// The element figures (hash, norm, min, max, mean, NaN and Inf counts, l1, mhash) of `figures` into
 // `stats`, whose description (dtype, shape, shard, nnz, torch_hash) stays.
 inline void copy_figures(const TensorStats& figures, TensorStats& stats) {
   stats.hash = figures.hash;
@@ -75,6 +75,8 @@ inline void copy_figures(const TensorStats& figures, TensorStats& stats) {
   stats.mean = figures.mean;
   stats.nan = figures.nan;
   stats.inf = figures.inf;
+  stats.l1 = figures.l1;
+  stats.mhash = figures.mhash;
 }
 
 // Which vector ISA stats_run dispatched to on this CPU ("avx512", "avx2" or "generic").

@@ -26,6 +26,8 @@ __device__ StatsPartial shfl_down(const StatsPartial& p, int delta) {
   constexpr unsigned kAll = 0xffffffffU;
   StatsPartial q;
   q.hash = __shfl_down_sync(kAll, static_cast<unsigned long long>(p.hash), delta);
+  q.mhash = __shfl_down_sync(kAll, static_cast<unsigned long long>(p.mhash), delta);
+  q.sum_abs = __shfl_down_sync(kAll, p.sum_abs, delta);
   q.sum_squares = __shfl_down_sync(kAll, p.sum_squares, delta);
   q.sum = __shfl_down_sync(kAll, p.sum, delta);
   q.min = __shfl_down_sync(kAll, p.min, delta);
@@ -84,6 +86,8 @@ __device__ void write_packed(const StatsPartial& p, std::int64_t* packed) {
   packed[kNanCount] = p.nan;
   packed[kInfCount] = p.inf;
   packed[kTorchHash] = 0;
+  packed[kMhash] = static_cast<std::int64_t>(p.mhash);
+  packed[kSumAbs] = __double_as_longlong(p.sum_abs);
 }
 
 // One block per tile. Writes the block's partial to partials[blockIdx.x], or, when the tensor

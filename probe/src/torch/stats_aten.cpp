@@ -3,6 +3,7 @@
 // tensors (two's complement wraps the same way); logical shifts are arithmetic shifts masked.
 // It allocates several temporaries per element: the fused CUDA kernel replaces it on CUDA.
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/abs.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/amax.h>
 #include <ATen/ops/amin.h>
@@ -109,6 +110,19 @@ at::Tensor element_hashes(const PreparedTensor& p) {
   return rrmxmx(bxor(hi + shl(lo, 32), bitflip), static_cast<std::uint64_t>(size));
 }
 
+// kernels::value_term of every element's bits, zero-extended (the order-independent hash).
+at::Tensor value_terms(const PreparedTensor& p) {
+  const int size = kernels::element_size(p.type);
+  const at::ScalarType bits_type = size == 1 ? at::kByte : size == 2 ? at::kShort
+                                 : size == 4 ? at::kInt : at::kLong;
+  at::Tensor z = p.data.view(bits_type).to(at::kLong);
+  if (size < 8) z = band(z, (1ULL << (8 * size)) - 1);
+  z = z + u64(0x9e3779b97f4a7c15ULL);
+  z = bxor(z, lsr(z, 30)) * u64(0xbf58476d1ce4e5b9ULL);
+  z = bxor(z, lsr(z, 27)) * u64(0x94d049bb133111ebULL);
+  return bxor(z, lsr(z, 31));
+}
+
 }  // namespace
 
 void write_empty_figures(const at::Tensor& out) {
@@ -135,6 +149,8 @@ void packed_figures_aten(const PreparedTensor& view, bool torch_hash, const at::
       at::sum(nan, at::kLong),
       at::sum(at::isinf(x), at::kLong),
       at::zeros({}, hash.options()),
+      at::sum(value_terms(p)),
+      at::sum(at::where(nan, 0.0, x.abs())).view(at::kLong),
   };
 #if NUMPROBE_TORCH_AT_LEAST(2, 9)
   if (torch_hash) figures[kTorchHash] = at::hash_tensor(p.data).view(at::kLong);

@@ -19,7 +19,7 @@ namespace probe::detail {
 
 // Slots of the packed int64 figures a device path leaves on the device (doubles bit-cast).
 enum PackedSlot : int {
-  kHash, kSumSquares, kSum, kMin, kMax, kNanCount, kInfCount, kTorchHash, kPackedSlots
+  kHash, kSumSquares, kSum, kMin, kMax, kNanCount, kInfCount, kTorchHash, kMhash, kSumAbs, kPackedSlots
 };
 
 // A tensor made ready for hashing: conj/neg resolved, complex seen as real. It may still be a

@@ -192,7 +192,11 @@ std::optional<PreparedTensor> prepare(const at::Tensor& t, const Shard& shard, T
     meta.unsupported = "dtype " + meta.dtype + " (sub-byte or packed)";
     return std::nullopt;
   }
-  if (t.numel() == 0) return std::nullopt;  // meta already holds an empty tensor's figures
+  if (t.numel() == 0) {  // meta holds an empty tensor's figures: those of no element
+    meta.l1 = 0;
+    meta.mhash = 0;
+    return std::nullopt;
+  }
   prepared.type = *type;
   prepared.data = data;  // each path copies a strided view only if it cannot read it in place
   return prepared;
@@ -207,6 +211,8 @@ void unpack_figures(const std::int64_t* packed, bool torch_hash, TensorStats& st
   p.max = std::bit_cast<double>(packed[kMax]);
   p.nan = packed[kNanCount];
   p.inf = packed[kInfCount];
+  p.mhash = static_cast<std::uint64_t>(packed[kMhash]);
+  p.sum_abs = std::bit_cast<double>(packed[kSumAbs]);
   kernels::copy_figures(kernels::finish_stats({p}, stats.numel()), stats);
   if (torch_hash) stats.torch_hash = static_cast<std::uint64_t>(packed[kTorchHash]);
 }

@@ -155,6 +155,10 @@ struct Explanation {
   std::string_view rule;  // summation_order, inherited, partial_sum, unreduced_gradient, ... (static text)
   double bound = 0;       // the noise bound the pair was held to (0: none applied)
   double roots = 0;       // inherited: the largest relative difference of the noise it descends from
+  // Noise: the largest relative difference it may hold, as far as what is computed from it can
+  // tell (its figures show a lower bound of its difference; its rule's bound is what is known
+  // above): a derived bound for a root, the network's bound of its roots for inherited noise.
+  double ceiling = 0;
   // partial_sum: the partial sum it descends from, in words ("the sum of 2 partial products of
   // tap wo mb 0 in the test run"); empty for every other rule.
   std::string detail;

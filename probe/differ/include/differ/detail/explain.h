@@ -22,7 +22,9 @@ struct Upstream {
   std::int64_t pairs = 0;  // divergent pairs among them
   bool bug = false;        // one of them has a bug-class explanation
   double roots = 0;        // the largest relative difference of the noise they descend from
-  double largest = 0;      // their own largest relative difference (at least a rounding)
+  // The most any of them may differ by: a noise pair's ceiling (Explanation::ceiling), at least
+  // its own relative difference and a rounding. What an update computed from them is held to.
+  double largest = 0;
   // Partial sums among them (noise roots where the other run does not sum alike, partial_sum_root),
   // the largest root's size and its words (kept by the Explainer).
   std::int64_t partial_sums = 0;
@@ -45,9 +47,15 @@ double summation_order_bound(const Pair& grad, std::int64_t summands, double sum
                              const DiffOptions& o);
 double unit_roundoff(const std::string& dtype);
 
-// The hash differs while every statistic is bitwise equal: the same values in other places
-// (a wrong shard offset, a permutation). Rounding noise moves the norm; this never is noise.
+// The hash differs while every statistic is bitwise equal (norm, min, max, mean, NaN/Inf counts,
+// l1): the elements moved, or values changed by less than the figures resolve (a float32 element
+// of 1e-5 moved by one ulp changes a float64 sum of squares below its last bit).
+bool figures_hide_the_difference(const Pair& p);
+// ... and both runs' order-independent hashes (mhash) agree: the same values in other places (a
+// wrong shard offset, a permutation). A fact, not a guess: never noise.
 bool elements_moved(const Pair& p);
+// ... and either run's log has no mhash (format < 8): moved or changed, nothing tells.
+bool cannot_tell_moved(const Pair& p);
 
 class Explainer {
  public:
@@ -81,6 +89,8 @@ class Explainer {
   void index_mb_grads(const std::vector<Pair>& pairs);
   static void add_covered_pieces(const Pair& p, MbGrads& mb);
   Explanation explain(const Pair& p, std::int64_t step, bool first_step);
+  // The rules that read what the pair depends on, by its kind.
+  Explanation explain_by_dependencies(const Pair& p, std::int64_t step, bool first_step);
   Explanation explain_param(const Pair& p, std::int64_t step, bool first_step) const;
   Explanation explain_grad(const Pair& p);
   Explanation explain_optim(const Pair& p) const;
