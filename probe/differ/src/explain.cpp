@@ -40,10 +40,12 @@ const std::string& dtype_of(const Pair& p) {
 // while the norm does not still moved a last bit).
 double root_size(const Pair& p) { return std::max(p.rel_diff, unit_roundoff(dtype_of(p))); }
 
-// A summation-order root's bound is derived for its whole difference (each element within
-// n·u·Σ|x_i| of the exact sum), so it is the root's ceiling too.
+// A summation-order root's ceiling is its own size: its derived bound holds each element within
+// n·u·Σ|x_i| of the exact sum, but where the mb_grads cancel (Σ‖x_i‖ >> ‖g‖) that bound is far
+// above what one reduction's rounding moves, and an update held to 10 x it would hide a learning
+// rate halved on the step (the example's lr=0:0.5 between data-parallel degrees).
 Explanation summation_order(const Pair& p, double bound) {
-  return Explanation{false, kSummationOrder, bound, root_size(p), std::max(root_size(p), bound), {}};
+  return Explanation{false, kSummationOrder, bound, root_size(p), root_size(p), {}};
 }
 
 // Inherited noise: within `bound` of the roots it descends from; what is computed from it may
@@ -208,8 +210,10 @@ Explanation Explainer::from_update(const Pair& p, const Upstream& up) const {
   if (up.pairs == 0 && up.partial_sums == 0) return bug("optimizer");
   if (up.bug) return bug(kInherited);
   const double bound = options_.update_amplification * up.largest;
+  // What is updated from it may inherit up to the update's bound, capped at the network's
+  // bound of its roots: over many steps the ceilings grow to that cap, never past it.
   if (p.rel_diff <= bound)
-    return inherited_noise(kInherited, p, bound, up.roots, options_.noise_amplification * up.roots);
+    return inherited_noise(kInherited, p, bound, up.roots, std::min(bound, options_.noise_amplification * up.roots));
   return Explanation{true, "optimizer", bound, up.roots, 0, {}};
 }
 
