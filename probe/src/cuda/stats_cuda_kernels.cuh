@@ -26,8 +26,6 @@ __device__ StatsPartial shfl_down(const StatsPartial& p, int delta) {
   constexpr unsigned kAll = 0xffffffffU;
   StatsPartial q;
   q.hash = __shfl_down_sync(kAll, static_cast<unsigned long long>(p.hash), delta);
-  q.mhash = __shfl_down_sync(kAll, static_cast<unsigned long long>(p.mhash), delta);
-  q.sum_abs = __shfl_down_sync(kAll, p.sum_abs, delta);
   q.sum_squares = __shfl_down_sync(kAll, p.sum_squares, delta);
   q.sum = __shfl_down_sync(kAll, p.sum, delta);
   q.min = __shfl_down_sync(kAll, p.min, delta);
@@ -86,8 +84,9 @@ __device__ void write_packed(const StatsPartial& p, std::int64_t* packed) {
   packed[kNanCount] = p.nan;
   packed[kInfCount] = p.inf;
   packed[kTorchHash] = 0;
-  packed[kMhash] = static_cast<std::int64_t>(p.mhash);
-  packed[kSumAbs] = __double_as_longlong(p.sum_abs);
+  // Not computed here (StatsPartial::add_positional): a NaN sum of magnitudes says so.
+  packed[kMhash] = 0;
+  packed[kSumAbs] = __double_as_longlong(__longlong_as_double(0x7ff8000000000000LL));
 }
 
 // One block per tile. Writes the block's partial to partials[blockIdx.x], or, when the tensor

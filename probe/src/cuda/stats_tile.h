@@ -176,14 +176,12 @@ PROBE_HOST_DEVICE inline void fold_group(StatsPartial& p, const Bits<T>* values,
   if constexpr (kSingleRun) {
     const std::uint64_t g = layout.base_global_index + static_cast<std::uint64_t>(first);
     for (int v = 0; v < count; ++v)
-      p.add(element_value<T>(values[v], float8_table), element_hash<T>(values[v], g + v),
-            value_term(values[v]));
+      p.add_positional(element_value<T>(values[v], float8_table), element_hash<T>(values[v], g + v));
   } else {
     std::int64_t run = first / layout.run_length, pos = first % layout.run_length;
     std::uint64_t g = layout.run_first_global_index(run) + static_cast<std::uint64_t>(pos);
     for (int v = 0; v < count; ++v) {
-      p.add(element_value<T>(values[v], float8_table), element_hash<T>(values[v], g),
-            value_term(values[v]));
+      p.add_positional(element_value<T>(values[v], float8_table), element_hash<T>(values[v], g));
       ++g;
       if (++pos == layout.run_length) {
         pos = 0;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -214,6 +215,10 @@ void unpack_figures(const std::int64_t* packed, bool torch_hash, TensorStats& st
   p.mhash = static_cast<std::uint64_t>(packed[kMhash]);
   p.sum_abs = std::bit_cast<double>(packed[kSumAbs]);
   kernels::copy_figures(kernels::finish_stats({p}, stats.numel()), stats);
+  if (std::isnan(p.sum_abs)) {  // a device kernel without the order-independent figures (CUDA)
+    stats.l1.reset();
+    stats.mhash.reset();
+  }
   if (torch_hash) stats.torch_hash = static_cast<std::uint64_t>(packed[kTorchHash]);
 }
 
