@@ -10,12 +10,13 @@
 #     - every torch translation unit compiled against the oldest supported LibTorch's headers,
 #       2.4 (scripts/torch_min_check.sh),
 #     - the CUDA path compiled against a CUDA build of torch, where nvcc is present
-#       (scripts/cuda_compile_check.sh; nothing runs on a GPU: scripts/gpu_check.sh does that).
-#   Any of the three can be left out of --all: NUMPROBE_SANITIZE=0, NUMPROBE_TORCH_MIN_CHECK=0,
-#   NUMPROBE_CUDA_CHECK=0.
+#       (scripts/cuda_compile_check.sh; nothing runs on a GPU: scripts/gpu_check.sh does that),
+#     - the verdict's calibration, its full matrix (scripts/calibrate.sh, docs/calibration.md).
+#   Any of the four can be left out of --all: NUMPROBE_SANITIZE=0, NUMPROBE_TORCH_MIN_CHECK=0,
+#   NUMPROBE_CUDA_CHECK=0, NUMPROBE_CALIBRATE=0.
 set -euo pipefail
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 all=0
 for arg in "$@"; do
   case "$arg" in
@@ -126,6 +127,12 @@ if [ "$all" = 1 ]; then
   else
     step "CUDA compile check (build-cuda/)" "$NUMPROBE_ROOT/scripts/cuda_compile_check.sh"
     if [ "$rc_all" = 0 ]; then CUDA_COMPILED=1; fi
+  fi
+  if [ "${NUMPROBE_CALIBRATE:-1}" != "0" ]; then
+    step "calibration, full matrix (out/calibration/calibration.md)" env NUMPROBE_CALIBRATE_BUILD=0 \
+      "$NUMPROBE_ROOT/scripts/calibrate.sh" --out "$NUMPROBE_ROOT/out/calibration"
+  else
+    note "calibration, full matrix: left out (NUMPROBE_CALIBRATE=0)"
   fi
 fi
 note_not_run

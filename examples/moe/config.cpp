@@ -42,6 +42,10 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--optimizer", c.optimizer, "sgd (momentum 0.9) or adamw (LibTorch's)")->capture_default_str();
   app.add_option("--lr", c.lr, "learning rate (default 0.1 for sgd, 1e-3 for adamw)");
   app.add_option("--weight-decay", c.weight_decay, "adamw's weight decay")->capture_default_str();
+  app.add_option("--dtype", c.dtype,
+                 "float32, or bfloat16: parameters and activations in bfloat16, float32 master weights and gradient "
+                 "reductions")
+      ->capture_default_str();
   app.add_option("--device", c.device, "cpu (Gloo) or cuda (NCCL, CUDA builds)")->capture_default_str();
   app.add_flag("--backend-at-one-rank", c.backend_at_one_rank,
                "build the process groups through Gloo/NCCL even with one rank (runs NCCL on one GPU)");
@@ -50,7 +54,7 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--probe-kinds", c.probe_kinds, "kinds to record: all, a list, or -kind to drop one")->capture_default_str();
   app.add_option("--fault", c.fault,
                  "none, grads-none, pp-grads-none, rng-per-rank, nan=<step>:<param>, skip-reduce=<param>, init=<param>, "
-                 "lr=<step>:<factor>, grad-scale=<step>:<param>:<factor>, op=<layer>, op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>; "
+                 "lr=<step>:<factor>, grad-scale=<step>:<param>:<factor>, out-scale=<layer>:<factor>, op=<layer>, op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>; "
                  "under --tp: tp-no-reduce=<layer>; "
                  "under --sp: sp-norm-unreduced, sp-dropout-seed; under --ep: ep-permute=<layer>, ep-grad-scale=<layer>")->capture_default_str();
   app.add_option("--params-out", c.params_out, "write a fingerprint of the final parameters to DIR/rank<R>.txt");
@@ -115,6 +119,12 @@ int stages_for(const Config& c, int world_size) {
   const int stages = stages_of_setup(c, world_size);
   check_expert_parallel(c, world_size);
   return stages;
+}
+
+c10::ScalarType compute_dtype(const Config& c) {
+  if (c.dtype == "float32") return c10::kFloat;
+  if (c.dtype == "bfloat16") return c10::kBFloat16;
+  throw std::invalid_argument("--dtype '" + c.dtype + "': expected float32 or bfloat16");
 }
 
 c10::Device device_of(const Config& c) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <string>
@@ -30,6 +31,7 @@ struct Config {
   double lr = 0.1, momentum = 0.9;  // lr: 0.1 for sgd, 1e-3 for adamw unless --lr is given
   double weight_decay = 0.01;       // adamw
   std::string device = "cpu";
+  std::string dtype = "float32";  // the forward and backward's: float32, or bfloat16 over float32 masters
   bool backend_at_one_rank = false;  // NCCL/Gloo groups even with one rank (one-GPU checks)
   std::string out;  // probe run dir ("" = next free out/<N>)
   bool probe = true;
@@ -50,6 +52,11 @@ void apply_dependent_defaults(const CLI::App& app, Config& c);
 // The pipeline stages of --setup in a world of `world_size` ranks (the rest is tensor and data
 // parallel). Checks --tp, --sp and --ep.
 int stages_for(const Config& c, int world_size);
+
+// The dtype the model computes in (--dtype, checked): parameters, activations and the
+// per-microbatch gradients. The optimizer keeps float32 masters and gradients are reduced in
+// float32 either way (FSDP2's MixedPrecisionPolicy(param_dtype, reduce_dtype=float32)).
+c10::ScalarType compute_dtype(const Config& c);
 
 // The rank's device: the CPU, or the GPU of its local rank (torchrun's LOCAL_RANK).
 c10::Device device_of(const Config& c);

@@ -25,7 +25,8 @@ namespace moe {
 struct Param {
   std::string name;
   at::Tensor compute;  // the module's parameter: what the forward reads and the backward fills
-  at::Tensor owned;    // what this rank keeps and updates: `compute` itself, or its zero3 shard
+  at::Tensor owned;    // what this rank keeps and updates: `compute` itself, or its zero3 shard,
+                       // or (another dtype) the float32 master of either
   probe::Shard shard;  // where `owned` sits in the whole parameter (tp, ep, zero3); empty when whole
   probe::Shard slice;  // where `compute` sits in it (a tensor- or expert-parallel slice); empty when whole
   bool expert = false;  // a routed expert's, split over the expert-parallel ranks (ep > 1)
@@ -38,18 +39,23 @@ struct Param {
 // The model's parameters in named_parameters() order, tensor- and expert-parallel ones as the
 // slices parallelize_tensors and parallelize_experts left (slice); under zero3 each sharded
 // along dim 0 of what the rank computes with over the ranks that replicate it, and that tensor
-// released until gather_parameters.
-std::vector<Param> hold_parameters(torch::nn::Module& model, ProcessGroups& groups, bool zero3, bool sequence_parallel);
+// released until materialize_parameters. With a `dtype` other than the parameters' (float32), each
+// rank keeps float32 masters and the model computes with `dtype` copies of them.
+std::vector<Param> hold_parameters(torch::nn::Module& model, ProcessGroups& groups, bool zero3, bool sequence_parallel,
+                                   at::ScalarType dtype);
 
 // The data-parallel ranks that hold `p` alike: edp for a routed expert's, dp for the rest.
 Group& replicas_of(const Param& p, ProcessGroups& groups);
 
-// zero3: every parameter whole again (all-gathered from the shards) for the forward and backward.
-void gather_parameters(std::vector<Param>& params, ProcessGroups& groups);
+// What the forward computes with, from what each rank owns: under zero3 every parameter whole
+// again (all-gathered from the shards); in another dtype the masters cast to it (element-wise:
+// the same bits in every layout); otherwise nothing to do.
+void materialize_parameters(std::vector<Param>& params, ProcessGroups& groups, bool zero3);
 // zero3: the whole tensors and their gradients freed; each rank keeps its shard.
 void release_parameters(std::vector<Param>& params);
 
-// sp: gradients computed from sequence shards all-reduced over the tp ranks first (but norm
+// Gradients computed in another dtype are cast to the masters' (float32) first: every reduction
+// sums float32. sp: gradients computed from sequence shards all-reduced over the tp ranks first (but norm
 // weights' when `norms_unreduced`, the sp-norm-unreduced fault). Then over replicas_of: ddp:
 // all-reduce; zero3: reduce-scatter into the shard's gradient; pp: each stage owns its
 // parameters, nothing to do.

@@ -17,15 +17,15 @@ namespace moe {
 
 namespace {
 
-// "<step>:<factor>", both whole: no trailing characters.
-bool parse_lr(const std::string& v, Fault& f) {
+// "<n>:<factor>", both whole: no trailing characters (lr: n is the step; out-scale: the layer).
+bool parse_index_and_factor(const std::string& v, std::int64_t& index, double& factor) {
   const auto colon = v.find(':');
   if (colon == std::string::npos) return false;
   try {
-    std::size_t used_step = 0, used_factor = 0;
-    f.step = std::stoll(v.substr(0, colon), &used_step);
-    f.factor = std::stod(v.substr(colon + 1), &used_factor);
-    return used_step == colon && used_factor == v.size() - colon - 1 && f.step >= 0;
+    std::size_t used_index = 0, used_factor = 0;
+    index = std::stoll(v.substr(0, colon), &used_index);
+    factor = std::stod(v.substr(colon + 1), &used_factor);
+    return used_index == colon && used_factor == v.size() - colon - 1 && index >= 0;
   } catch (const std::exception&) {
     return false;
   }
@@ -102,6 +102,7 @@ std::string why_no_effect(const Fault& fault, const Config& c, const ProcessGrou
   if (fault.kind == Kind::lr && fault.factor == 1) why = "a factor of 1 leaves the learning rate as it is";
   if (fault.kind == Kind::grad_scale && fault.step >= c.steps) why = past_last();
   if (fault.kind == Kind::grad_scale && fault.factor == 1) why = "a factor of 1 leaves the gradient as it is";
+  if (fault.kind == Kind::out_scale && fault.factor == 1) why = "a factor of 1 leaves the output as it is";
   if (fault.kind == Kind::tp_no_reduce && groups.tp_size == 1)
     why = "with --tp 1 attention's output is no sum of partial products";
   if ((fault.kind == Kind::sp_norm_unreduced || fault.kind == Kind::sp_dropout_seed) && !c.sp)
@@ -133,8 +134,10 @@ Fault Fault::parse(const std::string& text) {
   } else if (text.starts_with("init=") && text.size() > 5) {
     f.kind = Kind::init;
     f.param = value("init=");
-  } else if (text.starts_with("lr=") && parse_lr(value("lr="), f)) {
+  } else if (text.starts_with("lr=") && parse_index_and_factor(value("lr="), f.step, f.factor)) {
     f.kind = Kind::lr;
+  } else if (text.starts_with("out-scale=") && parse_index_and_factor(value("out-scale="), f.layer, f.factor)) {
+    f.kind = Kind::out_scale;
   } else if (text.starts_with("grad-scale=") && parse_grad_scale(value("grad-scale="), f)) {
     f.kind = Kind::grad_scale;
   } else if (names_layer(text)) {
@@ -146,7 +149,8 @@ Fault Fault::parse(const std::string& text) {
   } else {
     throw std::invalid_argument("--fault '" + text +
                                 "': expected none, grads-none, pp-grads-none, rng-per-rank, nan=<step>:<param>, "
-                                "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, grad-scale=<step>:<param>:<factor>, op=<layer>, "
+                                "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, grad-scale=<step>:<param>:<factor>, "
+                                "out-scale=<layer>:<factor>, op=<layer>, "
                                 "op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>, tp-no-reduce=<layer>, "
                                 "sp-norm-unreduced, sp-dropout-seed, "
                                 "ep-permute=<layer> or ep-grad-scale=<layer>");
@@ -187,6 +191,10 @@ void apply_op_fault(const Fault& fault, ModelArgs& model) {
     case Fault::Kind::op_backward: model.alt_softmax = Alt::backward; break;
     case Fault::Kind::op_wrong: model.alt_softmax = Alt::scaled; break;
     case Fault::Kind::op_lowp: model.alt_softmax = Alt::low_precision; break;
+    case Fault::Kind::out_scale:
+      model.scaled_output_layer = fault.layer;
+      model.output_scale = fault.factor;
+      return;
     default: return;
   }
   model.alt_softmax_layer = fault.layer;

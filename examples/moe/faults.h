@@ -23,6 +23,7 @@ struct Fault {
     none, grads_none, rng_per_rank, nan, skip_reduce, init, lr, grad_scale, op, op_backward, op_wrong,
     op_lowp,
     // Under tensor / sequence parallelism only (accepted, and without effect, elsewhere).
+    out_scale,
     tp_no_reduce, sp_norm_unreduced, sp_dropout_seed,
     // Under expert parallelism only.
     ep_permute, ep_grad_scale,
@@ -32,7 +33,7 @@ struct Fault {
   std::int64_t step = -1;
   std::int64_t layer = -1;  // op, op_backward, op_wrong, op_lowp, tp_no_reduce, ep_permute, ep_grad_scale
   std::string param;
-  double factor = 1;  // lr, grad_scale
+  double factor = 1;  // lr, grad_scale, out_scale
 
   static Fault parse(const std::string& text);
 
@@ -49,7 +50,7 @@ struct Fault {
 void check_fault(const Fault& fault, const Config& c, const ProcessGroups& groups);
 
 // op / op-backward / op-wrong / op-lowp: the model computes that layer's softmax another way
-// (model_args.h, AltSoftmax).
+// (model_args.h, AltSoftmax); out-scale: that layer's output is scaled.
 void apply_op_fault(const Fault& fault, ModelArgs& model);
 
 // tp-no-reduce=<layer>: that layer's attention output goes on unreduced (each rank its own

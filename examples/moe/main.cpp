@@ -62,7 +62,8 @@ probe::ProbeOptions probe_options(const Config& c, const CLI::App& app, const mo
   setup << c.setup << " x" << groups.world_size << " (" << groups.stages << " stages x " << groups.dp_size << " dp";
   if (groups.tp_size > 1) setup << " x " << groups.tp_size << " tp" << (c.sp ? " sp" : "");
   if (groups.ep_size > 1) setup << ", " << groups.ep_size << " ep";
-  setup << ", " << groups.backend_name << "), " << c.optimizer << " lr " << c.lr << ", seed " << c.rng_seed
+  setup << ", " << groups.backend_name << "), " << c.optimizer << " lr " << c.lr << (c.dtype == "float32" ? "" : ", " + c.dtype)
+        << ", seed " << c.rng_seed
         << ", fault " << c.fault;
   defaults.setup = setup.str();
   probe::ProbeOptions options = probe::ProbeOptions::from_env(defaults);
@@ -100,6 +101,7 @@ void run(Config& c, const CLI::App& app) {
       moe::init_process_groups(moe::stages_for(c, world_size), c.tp, c.ep, c.device, c.backend_at_one_rank);
   // Before the probe makes its run directory: a bad --fault leaves nothing behind.
   const moe::Fault fault = moe::Fault::parse(c.fault);
+  moe::compute_dtype(c);  // a bad --dtype is an error before the run directory exists too
   moe::check_fault(fault, c, groups);
   moe::apply_op_fault(fault, c.model);
 

@@ -207,9 +207,10 @@ at::Tensor MoEImpl::forward(const at::Tensor& x) {
 std::pair<at::Tensor, at::Tensor> MoEImpl::route(const at::Tensor& tokens) {
   // DeepSeek-V3 routing: sigmoid affinities, top-k experts, weights renormalised over the k.
   probe::Scope scope("router");
-  auto affinity = at::sigmoid(router->gate(tokens));  // N E
+  // Affinities and their weights in float32 whatever the model computes in (torchtitan's router).
+  auto affinity = at::sigmoid(router->gate(tokens).to(at::kFloat));  // N E
   auto [top_scores, top_experts] = at::topk(affinity, args.top_k, -1);
-  return {top_experts, top_scores / top_scores.sum(-1, /*keepdim=*/true)};
+  return {top_experts, (top_scores / top_scores.sum(-1, /*keepdim=*/true)).to(tokens.scalar_type())};
 }
 
 at::Tensor MoEImpl::routed_experts(const at::Tensor& tokens) {
@@ -291,7 +292,8 @@ at::Tensor MoEImpl::shared_tensor_parallel(const at::Tensor& x) {
   return tp->leave(partial.view(whole.sizes())).reshape({-1, args.dim});
 }
 
-TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, std::int64_t layer) : dropout(a.dropout) {
+TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, std::int64_t layer)
+    : dropout(a.dropout), output_scale(layer == a.scaled_output_layer ? a.output_scale : 1) {
   attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps));
   attention = register_module("attention", Attention(a, layer));
   ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps));
@@ -319,6 +321,7 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, std::optional<at::
     probe::Scope scope("moe");
     routed = moe(normed);
   }
+  if (output_scale != 1) return (h + routed) * output_scale;
   return h + routed;
 }
 

@@ -118,6 +118,7 @@ struct TransformerBlockImpl : torch::nn::Module {
   // `dropout_generator` undefined: no dropout.
   at::Tensor forward(const at::Tensor& x, std::optional<at::Generator> dropout_generator);
   double dropout;
+  double output_scale;  // 1 but under the out-scale fault
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
   Attention attention{nullptr};
   MoE moe{nullptr};

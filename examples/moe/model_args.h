@@ -33,6 +33,9 @@ struct ModelArgs {
   enum class AltSoftmax { none, forward, backward, scaled, low_precision };
   AltSoftmax alt_softmax = AltSoftmax::none;
   std::int64_t alt_softmax_layer = -1;
+  // --fault out-scale=<layer>:<factor>: that block's output times `factor` (a wrong constant).
+  std::int64_t scaled_output_layer = -1;
+  double output_scale = 1;
 };
 
 }  // namespace moe

@@ -45,7 +45,9 @@ Pipeline::InFlight Pipeline::forward(std::int64_t step, std::int64_t mb, at::Ten
     return {mb, x, y};
   }
   probe_.record_output("model", mb, y);
-  auto loss = at::cross_entropy_loss(y.reshape({-1, config_.model.vocab_size}), data.targets.reshape({-1}));
+  // In float32 whatever the model computes in, as torchtitan's loss does.
+  auto logits = y.reshape({-1, config_.model.vocab_size}).to(at::kFloat);
+  auto loss = at::cross_entropy_loss(logits, data.targets.reshape({-1}));
   probe_.record(probe::Kind::output, "loss", mb, loss);
   // Every tp rank computed the same loss: one of them adds it to the step's.
   if (groups_.tp_rank == 0) losses[mb] = loss.item<double>();
@@ -58,7 +60,7 @@ at::Tensor Pipeline::stage_input(std::int64_t mb, const Microbatch& data) {
     probe_.begin_forward("model", mb, {data.inputs});
     return data.inputs;
   }
-  auto x = at::empty(activation_shape_, device_);
+  auto x = at::empty(activation_shape_, at::TensorOptions(device_).dtype(compute_dtype(config_)));
   groups_.pp.recv(x, groups_.stage - 1, forward_tag(mb));
   x.requires_grad_(true);
   probe_.begin_forward("model", mb, {});  // the model's input lives on stage 0
@@ -79,7 +81,7 @@ void Pipeline::backward(const InFlight& f) {
   if (model_->has_output()) {
     probe_.backward(f.mb, f.output);
   } else {
-    auto grad = at::empty(activation_shape_, device_);
+    auto grad = at::empty(activation_shape_, at::TensorOptions(device_).dtype(compute_dtype(config_)));
     groups_.pp.recv(grad, groups_.stage + 1, backward_tag(f.mb));
     probe_.backward(f.mb, f.output, grad);
   }

@@ -91,7 +91,7 @@ class Trainer {
         zero3_(config.setup == "zero3"),
         device_(device_of(config)),
         model_(build_stage(config, groups, fault, device_)),
-        params_(hold_parameters(*model_, groups, zero3_, config.sp)),
+        params_(hold_parameters(*model_, groups, zero3_, config.sp, compute_dtype(config))),
         optimizer_(make_optimizer(config, params_)),
         pipeline_(config, model_, groups, probe, device_, fault.dropout_rank_salt(groups)) {
     watch_parameters();
@@ -134,7 +134,7 @@ class Trainer {
   // Not inlined: a profiler can select one training step by this name (docs/perf.md).
   [[gnu::noinline]] double train_step(std::int64_t step) {
     in_probe([&] { probe_.begin_step(step); });
-    if (zero3_) gather_parameters(params_, groups_);
+    materialize_parameters(params_, groups_, zero3_);
     auto losses = at::zeros({config_.microbatches}, at::kDouble);
     pipeline_.run(step, losses);
     inject_nan_if_due(fault_, step, params_, groups_);
@@ -203,13 +203,14 @@ class Trainer {
   void watch_parameters() {
     for (auto& p : params_) {
       const auto covers = microbatches_covered(p);
-      if (!zero3_) {
+      if (p.owned.is_same(p.compute)) {
         probe_.watch_parameter(p.name, p.owned, p.shard, p.mb_grad_partial, covers);
         continue;
       }
       probe_.watch_parameter(p.name, p.owned, p.shard);
-      // The gathered parameter is what the backward reaches: one contribution per microbatch
-      // to the whole parameter (or its slice), comparable with every other setup.
+      // The gathered (zero3) or cast (another dtype) parameter is what the backward reaches:
+      // one contribution per microbatch to the whole parameter (or its slice), comparable with
+      // every other setup.
       if (probe_.enabled() && probe_.options().kinds.contains(probe::Kind::mb_grad))
         p.compute.register_hook([this, name = p.name, shard = p.slice, partial = p.mb_grad_partial,
                                  covers](const at::Tensor& grad) {

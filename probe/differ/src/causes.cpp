@@ -56,14 +56,15 @@ bool mb_grads_covered(const std::string& name, const std::vector<Pair>& pairs) {
 // The summation-order bound of grad g from its mb_grads in the step (explain.h).
 double sum_order_bound(const Pair& g, const std::vector<Pair>& pairs, const DiffOptions& o) {
   std::int64_t summands = 0;
-  double norms = 0;
+  double norms = 0, unit = 0;
   for (const auto& p : pairs) {
     if (p.kind != Kind::mb_grad || p.name != g.name || !p.base.present) continue;
     ++summands;
+    unit = std::max(unit, coarsest_unit_roundoff(p));
     if (p.base.m.rec.state == Record::State::tensor && std::isfinite(p.base.m.rec.stats.norm))
       norms += p.base.m.rec.stats.norm;
   }
-  return summation_order_bound(g, summands, norms, o);
+  return summation_order_bound(g, summands, norms, unit, o);
 }
 
 std::int64_t nonfinite(const Merged& m) {

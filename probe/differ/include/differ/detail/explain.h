@@ -43,9 +43,13 @@ double partial_sum_root(const Pair& p);
 // The summation-order bound of a grad whose mb_grads are known: two runs, each within
 // n * u * sum of the summands' norms of the exact sum (u: the unit roundoff of the dtype).
 // Without mb_grads (n = 0), or when --sum-order-rtol was given, the fixed option bound.
-double summation_order_bound(const Pair& grad, std::int64_t summands, double summand_norms,
+// The additions round to the coarser of the grad's dtype and summand_unit, the summands' unit
+// roundoff (0: not known).
+double summation_order_bound(const Pair& grad, std::int64_t summands, double summand_norms, double summand_unit,
                              const DiffOptions& o);
 double unit_roundoff(const std::string& dtype);
+// The unit roundoff of the coarser dtype of the pair's two tensors (0: neither is a tensor).
+double coarsest_unit_roundoff(const Pair& p);
 
 // The hash differs while every statistic is bitwise equal (norm, min, max, mean, NaN/Inf counts,
 // l1): the elements moved, or values changed by less than the figures resolve (a float32 element
@@ -77,6 +81,7 @@ class Explainer {
     std::int64_t count = 0;     // mb_grad pairs
     std::int64_t summands = 0;  // the grad's summands: each pair's partial sum counts its count
     double norms = 0;           // the summands' norms
+    double unit = 0;            // the coarsest unit roundoff of the summands' dtypes
     // A pair is set aside: a partial sum (sequence parallelism), or records covering other
     // microbatches than the other run's (expert parallelism).
     bool set_aside = false;
