@@ -83,7 +83,7 @@ run_ctest() {
 note_not_run() {
   note "built, run by no test: the benchmarks (build/bin/*_bench: scripts/README.md says how to run them)"
   if [ "$all" != 1 ]; then
-    note "not run without --all: sanitizers, LibTorch 2.4 header check, CUDA compile check"
+    note "not run without --all: sanitizers, LibTorch 2.4 header check, CUDA compile check, the full calibration matrix"
   elif [ "$CUDA_COMPILED" = 1 ]; then
     note "CUDA tests (build-cuda/tests/cuda_tests) and stats_cuda_bench: compiled, not run (no GPU here; scripts/gpu_check.sh runs them on one)"
   else
