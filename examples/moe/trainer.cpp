@@ -185,15 +185,12 @@ class Trainer {
     zero_grad(params_);
   }
 
-  // The lr fault scales the learning rate of its step's update alone.
+  // The lr fault scales the learning rate of its step's update alone, as a schedule that is off
+  // by one step would: the optimizer holds the scaled rate until the next step sets its own.
   void optimizer_step(std::int64_t step) {
-    const auto factor = fault_.lr_factor(step);
-    auto set_lr = [&](double f) {
-      for (auto& group : optimizer_->param_groups()) group.options().set_lr(config_.lr * f);
-    };
-    if (factor) set_lr(*factor);
+    const double lr = config_.lr * fault_.lr_factor(step).value_or(1);
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     optimizer_->step();
-    if (factor) set_lr(1);
   }
 
   // What each rank holds as the shard it is (tensor- and expert-parallel slices, zero3 rows), so

@@ -158,7 +158,7 @@ TEST(ConstantFactor, TheCauseNamesTheFactorAndTheDegree) {
   const Record b = base_grad();
   auto c = constant_factor_cause(0, pair_of(b, scaled(b, 0.5)));
   ASSERT_TRUE(c);
-  EXPECT_EQ(c->rule, "constant_factor");
+  EXPECT_EQ(c->rule, Rule::constant_factor);
   EXPECT_EQ(c->message,
             "grad w at step 0: the two gradients differ by one constant factor: test = 0.5 x base (norm ratio 0.5, "
             "min/max/mean in the same ratio): a gradient scaled by the wrong degree (divided by 2 more)");
@@ -203,13 +203,13 @@ TEST(ConstantFactor, AGradScaledByOneHalfIsTheHeadline) {
   EXPECT_EQ(r.first_unexplained->step, 0);
   EXPECT_EQ(r.first_unexplained->kind, Kind::grad);
   EXPECT_EQ(r.first_unexplained->name, "w");
-  EXPECT_EQ(r.first_unexplained->why.rule, "constant_factor");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::constant_factor);
   EXPECT_TRUE(r.first_unexplained->why.bug);
   ASSERT_TRUE(r.unexplained_cause);
-  EXPECT_EQ(r.unexplained_cause->rule, "constant_factor");
+  EXPECT_EQ(r.unexplained_cause->rule, Rule::constant_factor);
   EXPECT_EQ(r.exit_code(), 1);
   ASSERT_FALSE(r.causes.empty());
-  EXPECT_EQ(r.causes[0].rule, "constant_factor");  // the first divergence's likely causes lead with it
+  EXPECT_EQ(r.causes[0].rule, Rule::constant_factor);  // the first divergence's likely causes lead with it
 
   const std::string text = text_of(r);
   EXPECT_TRUE(says(text, "FIRST UNEXPLAINED DIVERGENCE step 0 step end grad w [different]")) << text;

@@ -142,7 +142,7 @@ TEST(CoveredMicrobatches, ACleanExpertParallelComparisonIsNoise) {
   EXPECT_TRUE(r.names_only_base.empty());
   ASSERT_TRUE(r.first_divergence);
   EXPECT_EQ(r.first_divergence->kind, Kind::grad);
-  EXPECT_EQ(r.first_divergence->why.rule, "summation_order");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::summation_order);
   // Every microbatch counts: 8 contributions, their norms from the run that has them one by one.
   EXPECT_DOUBLE_EQ(r.first_divergence->why.bound, bound(8, mb_norms(8), g));
   EXPECT_FALSE(r.first_unexplained);
@@ -171,7 +171,7 @@ TEST(CoveredMicrobatches, ACleanExpertParallelComparisonIsNoise) {
   auto reversed = diff(dir / "b", dir / "a");
   EXPECT_EQ(reversed.covered.pairs, 8);
   ASSERT_TRUE(reversed.first_divergence);
-  EXPECT_EQ(reversed.first_divergence->why.rule, "summation_order");
+  EXPECT_EQ(reversed.first_divergence->why.rule, Rule::summation_order);
   EXPECT_EQ(reversed.exit_code(), 4) << text_of(reversed);
 }
 
@@ -182,7 +182,7 @@ TEST(CoveredMicrobatches, AnExpertGradBeyondTheBoundWithNothingUpstreamIsAWrongR
   auto r = diff(dir / "a", dir / "b");
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->kind, Kind::grad);
-  EXPECT_EQ(r.first_unexplained->why.rule, "wrong_reduction");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::wrong_reduction);
   EXPECT_EQ(r.exit_code(), 1);
 }
 
@@ -198,7 +198,7 @@ TEST(CoveredMicrobatches, AnExpertGradDividedByTheExpertParallelDegreeIsAConstan
   write_run(dir / "b", ep);
   auto r = diff(dir / "a", dir / "b");
   ASSERT_TRUE(r.first_unexplained);
-  EXPECT_EQ(r.first_unexplained->why.rule, "constant_factor");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::constant_factor);
   ASSERT_TRUE(r.unexplained_cause);
   EXPECT_NE(r.unexplained_cause->message.find("test = 0.25 x base (norm ratio 0.25, min/max/mean in the same "
                                                "ratio): a gradient scaled by the wrong degree (divided by 4 more)"),
@@ -243,7 +243,7 @@ TEST(CoveredMicrobatches, ARecordCoveringWhatTheOtherRunDoesNotRecordIsARecordOf
   EXPECT_EQ(r.covered.pairs, 0);
   EXPECT_EQ(count(r, Kind::mb_grad, PairClass::only_test), 2);
   ASSERT_TRUE(r.first_unexplained);
-  EXPECT_EQ(r.first_unexplained->why.rule, "missing_record");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::missing_record);
   EXPECT_EQ(r.exit_code(), 1);
 }
 
@@ -258,7 +258,7 @@ TEST(CoveredMicrobatches, TwoCoarseGroupingsAreSetAsideAndCountEveryMicrobatch) 
   EXPECT_EQ(r.covered.pairs, 4);
   EXPECT_EQ(count(r, Kind::mb_grad, PairClass::only_base), 0);
   ASSERT_TRUE(r.first_divergence);
-  EXPECT_EQ(r.first_divergence->why.rule, "summation_order");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::summation_order);
   // 8 microbatches in either run; the norms of the finer grouping's records (4 of 2 microbatches).
   double norms = 0;
   for (int i = 0; i < 4; ++i) norms += std::hypot(mb_norm(i), mb_norm(4 + i));
@@ -286,7 +286,7 @@ TEST(CoveredMicrobatches, AnExpertGradWhoseReplicasDisagreeIsAnUnreducedGradient
   EXPECT_EQ(r.covered.pairs, 4);
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->kind, Kind::grad);
-  EXPECT_EQ(r.first_unexplained->why.rule, "unreduced_gradient");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::unreduced_gradient);
   ASSERT_TRUE(r.unexplained_cause);
   EXPECT_NE(r.unexplained_cause->message.find("cover several microbatches each"), std::string::npos)
       << r.unexplained_cause->message;
@@ -326,7 +326,7 @@ TEST(CoveredMicrobatches, SummandsThatAreExpertShardsCoveringSeveralMicrobatches
   EXPECT_EQ(r.covered.pairs, 2);  // mb 0 against the dispatch, mb 1 within it
   EXPECT_EQ(r.partial.pairs, 0);
   ASSERT_TRUE(r.first_divergence);
-  EXPECT_EQ(r.first_divergence->why.rule, "summation_order");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::summation_order);
   // 2 microbatches x 2 summands in the test run; the larger sum of norms of the two runs.
   EXPECT_DOUBLE_EQ(r.first_divergence->why.bound,
                    bound(4, std::max(mb_norm(0) + mb_norm(1), 2 * std::sqrt(0.18)), g));

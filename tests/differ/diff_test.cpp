@@ -10,15 +10,15 @@ using namespace differ_test;
 using namespace probe::differ;
 
 namespace {
-bool has_cause(const Result& r, const std::string& rule) {
+bool has_cause(const Result& r, std::string_view rule) {
   for (const auto& c : r.causes)
-    if (c.rule == rule) return true;
+    if (rule_name(c.rule) == rule) return true;
   return false;
 }
-std::string cause_text(const Result& r, const std::string& rule) {
+std::string cause_text(const Result& r, std::string_view rule) {
   for (const auto& c : r.causes)
-    if (c.rule == rule) return c.message;
-  return "(no [" + rule + "] cause)";
+    if (rule_name(c.rule) == rule) return c.message;
+  return "(no [" + std::string(rule) + "] cause)";
 }
 }  // namespace
 
@@ -213,7 +213,7 @@ TEST(Causes, GradThatReplicasDisagreeOnWithEqualMbGradsIsAnUnreducedGradient) {
   EXPECT_EQ(res.first_divergence->kind, Kind::grad);
   ASSERT_TRUE(has_cause(res, "unreduced_gradient"));
   for (const auto& c : res.causes) {
-    if (c.rule == "unreduced_gradient") {
+    if (c.rule == Rule::unreduced_gradient) {
       EXPECT_NE(c.message.find("grad w differs between data-parallel replicas of the test run (ranks 0-1)"),
                 std::string::npos)
           << c.message;
@@ -432,7 +432,7 @@ TEST(Causes, NanAfterTheFirstDivergenceIsStillNamed) {
   EXPECT_EQ(res.first_divergence->step, 0);
   ASSERT_TRUE(has_cause(res, "summation_order"));
   ASSERT_TRUE(has_cause(res, "nonfinite"));
-  EXPECT_EQ(res.causes.back().rule, "nonfinite");  // after the first divergence's causes
+  EXPECT_EQ(res.causes.back().rule, Rule::nonfinite);  // after the first divergence's causes
   EXPECT_NE(res.causes.back().message.find("(step 1, test run: nan=2"), std::string::npos)
       << res.causes.back().message;
 }
@@ -613,7 +613,7 @@ TEST(Causes, RunsOfDifferentLengthsNameTheStepsToCompare) {
   ASSERT_TRUE(res.first_divergence);
   EXPECT_EQ(res.first_divergence->pair_class, PairClass::only_test);
   ASSERT_FALSE(res.causes.empty());
-  EXPECT_EQ(res.causes[0].rule, "step_range");
+  EXPECT_EQ(res.causes[0].rule, Rule::step_range);
   EXPECT_EQ(res.causes[0].message,
             "the test run goes on to step 2, the base run ends at step 1: compare --steps :1");
   DiffOptions common;

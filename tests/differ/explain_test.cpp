@@ -43,13 +43,13 @@ TEST(NoiseOrBug, GradWithinTheSummationOrderBoundIsNoiseAndExitsFour) {
   auto r = compare(dir, reduction_step(0, 8, 8.0, 1), reduction_step(0, 8, 8.0 * (1 + 0.9 * kBound8), 2));
   ASSERT_TRUE(r.first_divergence);
   EXPECT_FALSE(r.first_divergence->why.bug);
-  EXPECT_EQ(r.first_divergence->why.rule, "summation_order");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::summation_order);
   EXPECT_DOUBLE_EQ(r.first_divergence->why.bound, kBound8);
   EXPECT_FALSE(r.first_unexplained);
   EXPECT_EQ(r.verdict(), Result::Verdict::noise);
   EXPECT_EQ(r.exit_code(), 4);
   EXPECT_EQ(r.noise.all.pairs, 1);
-  EXPECT_EQ(r.noise.by_rule.at("summation_order"), 1);
+  EXPECT_EQ(r.noise.by_rule.at(Rule::summation_order), 1);
   const std::string text = text_of(r);
   EXPECT_TRUE(says(text, "FIRST UNEXPLAINED DIVERGENCE none: every difference is explained as noise")) << text;
   EXPECT_TRUE(says(text, "noise: summation_order (within")) << text;
@@ -60,9 +60,9 @@ TEST(NoiseOrBug, GradJustBeyondTheSummationOrderBoundIsAWrongReduction) {
   auto dir = fresh_dir("noise_beyond");
   auto r = compare(dir, reduction_step(0, 8, 8.0, 1), reduction_step(0, 8, 8.0 * (1 + 1.1 * kBound8), 2));
   ASSERT_TRUE(r.first_unexplained);
-  EXPECT_EQ(r.first_unexplained->why.rule, "wrong_reduction");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::wrong_reduction);
   ASSERT_TRUE(r.unexplained_cause);
-  EXPECT_EQ(r.unexplained_cause->rule, "wrong_reduction");
+  EXPECT_EQ(r.unexplained_cause->rule, Rule::wrong_reduction);
   EXPECT_EQ(r.exit_code(), 1);
 }
 
@@ -72,7 +72,7 @@ TEST(NoiseOrBug, CancellingContributionsWidenTheBound) {
   auto dir = fresh_dir("noise_cancel");
   auto r = compare(dir, reduction_step(0, 8, 0.5, 1), reduction_step(0, 8, 0.5 * (1 + 10 * kBound8), 2));
   ASSERT_TRUE(r.first_divergence);
-  EXPECT_EQ(r.first_divergence->why.rule, "summation_order");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::summation_order);
   EXPECT_DOUBLE_EQ(r.first_divergence->why.bound, 16 * kBound8);
   EXPECT_EQ(r.exit_code(), 4);
 }
@@ -83,10 +83,10 @@ TEST(NoiseOrBug, ElementsThatMovedAreNeverNoise) {
   auto dir = fresh_dir("noise_moved");
   auto r = compare(dir, reduction_step(0, 8, 8.0, 1), reduction_step(0, 8, 8.0, 2));
   ASSERT_TRUE(r.first_unexplained);
-  EXPECT_EQ(r.first_unexplained->why.rule, "elements_moved");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::elements_moved);
   EXPECT_EQ(r.exit_code(), 1);
   EXPECT_EQ(r.summation_order_grads, 0);
-  for (const auto& c : r.causes) EXPECT_NE(c.rule, "summation_order") << c.message;
+  for (const auto& c : r.causes) EXPECT_NE(c.rule, Rule::summation_order) << c.message;
   EXPECT_TRUE(says(text_of(r), "[elements_moved] grad w holds other elements at step 0")) << text_of(r);
 }
 
@@ -101,7 +101,7 @@ TEST(NoiseOrBug, InheritedNoiseStaysNoiseWithinTheAmplificationBound) {
   auto r = compare(dir, a, b);
   EXPECT_FALSE(r.first_unexplained) << text_of(r);
   EXPECT_EQ(r.exit_code(), 4);
-  EXPECT_EQ(r.noise.by_rule.at("inherited"), 8);  // the outputs of step 1
+  EXPECT_EQ(r.noise.by_rule.at(Rule::inherited), 8);  // the outputs of step 1
   EXPECT_EQ(r.noise.by_kind.at(Kind::output).pairs, 8);
 
   // The same, with an amplification bound below 100: the outputs differ by more than the noise
@@ -112,7 +112,7 @@ TEST(NoiseOrBug, InheritedNoiseStaysNoiseWithinTheAmplificationBound) {
   ASSERT_TRUE(t.first_unexplained);
   EXPECT_EQ(t.first_unexplained->step, 1);
   EXPECT_EQ(t.first_unexplained->kind, Kind::output);
-  EXPECT_EQ(t.first_unexplained->why.rule, "unexplained");
+  EXPECT_EQ(t.first_unexplained->why.rule, Rule::unexplained);
   ASSERT_TRUE(t.unexplained_cause);
   EXPECT_NE(t.unexplained_cause->message.find("beyond what the noise it depends on explains"), std::string::npos)
       << t.unexplained_cause->message;
@@ -130,7 +130,7 @@ TEST(NoiseOrBug, AForwardOutputThatDiffersWithEqualWeightsAndInputsIsUnexplained
   auto r = compare(dir, a, b);
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->kind, Kind::output);
-  EXPECT_EQ(r.first_unexplained->why.rule, "unexplained");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::unexplained);
   EXPECT_NE(r.unexplained_cause->message.find("the computation itself differs"), std::string::npos);
   EXPECT_EQ(r.exit_code(), 1);
 }
@@ -148,7 +148,7 @@ TEST(NoiseOrBug, ConsequencesOfABugAreBugsAndTheRootHeadlines) {
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->kind, Kind::rng);
   EXPECT_EQ(*r.first_unexplained->mb, 0);
-  EXPECT_EQ(r.unexplained_cause->rule, "rng");
+  EXPECT_EQ(r.unexplained_cause->rule, Rule::rng);
   EXPECT_EQ(r.noise.bug_pairs, 2 + 2);  // two rng fingerprints and the two outputs after them
   EXPECT_EQ(r.noise.all.pairs, 1);      // the grad: equal mb_grads, summation order
   EXPECT_EQ(r.exit_code(), 1);
@@ -208,8 +208,8 @@ TEST(NoiseOrBug, WeightsAfterAnAgreeingStepAreTheOptimizers) {
   auto r = compare(dir, a, b);
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->step, 1);
-  EXPECT_EQ(r.first_unexplained->why.rule, "optimizer");
-  EXPECT_EQ(r.unexplained_cause->rule, "optimizer");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::optimizer);
+  EXPECT_EQ(r.unexplained_cause->rule, Rule::optimizer);
   EXPECT_EQ(r.exit_code(), 1);
   // The same weights after a step whose grad differed by summation order: inherited noise.
   auto c = reduction_step(0, 2, 2.0 * (1 + 1e-8), 2);
@@ -230,7 +230,7 @@ TEST(NoiseOrBug, ValuesChangedBelowWhatTheFiguresResolveAreNoMove) {
   b.back().stats.mhash = *a.back().stats.mhash + 1;
   auto r = compare(dir, a, b);
   ASSERT_TRUE(r.first_divergence);
-  EXPECT_EQ(r.first_divergence->why.rule, "summation_order") << text_of(r);
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::summation_order) << text_of(r);
   EXPECT_FALSE(r.first_unexplained) << text_of(r);
   EXPECT_EQ(r.exit_code(), 4);
 }
@@ -246,7 +246,7 @@ TEST(NoiseOrBug, WithoutTheOrderIndependentHashAHashOnlyDifferenceCannotBeTold) 
   auto r = compare(dir, a, b);
   ASSERT_TRUE(r.first_divergence);
   EXPECT_FALSE(r.first_divergence->why.bug);
-  EXPECT_EQ(r.first_divergence->why.rule, "cannot_tell");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::cannot_tell);
   EXPECT_FALSE(r.first_unexplained);
   EXPECT_EQ(r.exit_code(), 4);
   EXPECT_TRUE(says(text_of(r), "cannot tell: the hash differs while every figure is bitwise equal")) << text_of(r);
@@ -258,7 +258,7 @@ TEST(NoiseOrBug, WithoutTheOrderIndependentHashAHashOnlyDifferenceCannotBeTold) 
   pb.back().stats.mhash.reset();
   auto init = compare(fresh_dir("noise_cannot_tell_init"), pa, pb);
   ASSERT_TRUE(init.first_unexplained);
-  EXPECT_EQ(init.first_unexplained->why.rule, "init");
+  EXPECT_EQ(init.first_unexplained->why.rule, Rule::init);
 }
 
 TEST(NoiseOrBug, AnUpdateFromInheritedNoiseIsHeldToTheNetworksBoundNotToItsNormsDifference) {
@@ -285,5 +285,5 @@ TEST(NoiseOrBug, AnUpdateFromInheritedNoiseIsHeldToTheNetworksBoundNotToItsNorms
   EXPECT_EQ(within.exit_code(), 4);
   auto beyond = compare(fresh_dir("update_inherited_beyond"), base, run(1, 1e-7, 1e-9, 0.5));
   ASSERT_TRUE(beyond.first_unexplained) << text_of(beyond);
-  EXPECT_EQ(beyond.first_unexplained->why.rule, "optimizer");
+  EXPECT_EQ(beyond.first_unexplained->why.rule, Rule::optimizer);
 }

@@ -42,9 +42,9 @@ void write_python_and_probe_runs(const std::filesystem::path& dir) {
   write_run(dir / "probe", {probe});
 }
 
-bool has_rule(const std::vector<Cause>& causes, const std::string& rule) {
+bool has_rule(const std::vector<Cause>& causes, std::string_view rule) {
   for (const auto& c : causes)
-    if (c.rule == rule) return true;
+    if (rule_name(c.rule) == rule) return true;
   return false;
 }
 
@@ -65,7 +65,7 @@ TEST(FirstScreen, KindsOneRunNeverRecordedAreLeftOutAndTheOptimizerHeadlines) {
   EXPECT_EQ(r.first_unexplained->kind, Kind::param);
   EXPECT_EQ(r.first_unexplained->step, 2);
   ASSERT_TRUE(r.unexplained_cause);
-  EXPECT_EQ(r.unexplained_cause->rule, "optimizer") << text_of(r);
+  EXPECT_EQ(r.unexplained_cause->rule, Rule::optimizer) << text_of(r);
   EXPECT_TRUE(r.kinds_left_out);
   const std::vector<Kind> left_out = {Kind::rng, Kind::input, Kind::mb_grad, Kind::scalar, Kind::optim};
   EXPECT_EQ(r.kinds_only_test, left_out);
@@ -86,7 +86,7 @@ TEST(FirstScreen, KindsOneRunNeverRecordedAreLeftOutAndTheOptimizerHeadlines) {
   const auto explicit_kinds = diff(dir / "py", dir / "probe", all);
   EXPECT_FALSE(explicit_kinds.kinds_left_out);
   ASSERT_TRUE(explicit_kinds.first_unexplained);
-  EXPECT_EQ(explicit_kinds.first_unexplained->why.rule, "missing_record");
+  EXPECT_EQ(explicit_kinds.first_unexplained->why.rule, Rule::missing_record);
 }
 
 TEST(FirstScreen, AKindMissingOnlyWhereTheOtherRunRecordsItIsStillAMissingRecord) {
@@ -97,7 +97,7 @@ TEST(FirstScreen, AKindMissingOnlyWhereTheOtherRunRecordsItIsStillAMissingRecord
   const auto r = diff(dir / "a", dir / "b");
   EXPECT_FALSE(r.kinds_left_out);
   ASSERT_TRUE(r.first_unexplained) << text_of(r);
-  EXPECT_EQ(r.first_unexplained->why.rule, "missing_record");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::missing_record);
   EXPECT_EQ(r.first_unexplained->name, "loss");
 }
 
@@ -120,9 +120,9 @@ TEST(FirstScreen, NoTraceHintForAnOptimizerDivergenceAfterNoise) {
   write_run(dir / "b", {b});
   const auto r = diff(dir / "a", dir / "b");
   ASSERT_TRUE(r.first_divergence);
-  EXPECT_EQ(r.first_divergence->why.rule, "summation_order");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::summation_order);
   ASSERT_TRUE(r.first_unexplained);
-  EXPECT_EQ(r.first_unexplained->why.rule, "optimizer");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::optimizer);
   EXPECT_FALSE(r.ops.trace_hint) << *r.ops.trace_hint;
   EXPECT_FALSE(says(text_of(r), "OP TRACE")) << text_of(r);
   // --strict headlines the first divergence, and the hint follows it.
@@ -149,7 +149,7 @@ TEST(FirstScreen, TheTraceHintFollowsTheFirstUnexplainedDivergenceNotTheNoiseBef
   write_run(dir / "b", {run(2, 2.0 * (1 + 1e-8), 21, 2.0)});
   const auto r = diff(dir / "a", dir / "b");
   ASSERT_TRUE(r.first_unexplained) << text_of(r);
-  EXPECT_EQ(r.first_unexplained->why.rule, "unexplained");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::unexplained);
   ASSERT_TRUE(r.ops.trace_hint) << text_of(r);
   EXPECT_EQ(*r.ops.trace_hint, "steps=1;scopes=^layers\\.3(\\.|$);mb=0");
 }
@@ -235,14 +235,14 @@ TEST(FirstScreen, StepAndNameFiltersDoNotTurnAMissingRecordIntoAKindNeverRecorde
   const auto r = diff(dir / "a", dir / "b", step2);
   EXPECT_FALSE(r.kinds_left_out);
   ASSERT_TRUE(r.first_unexplained) << text_of(r);
-  EXPECT_EQ(r.first_unexplained->why.rule, "missing_record");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::missing_record);
   DiffOptions named;
   named.name_filter = parse_name_filter("^w$");
   named.name_filter_text = "^w$";
   const auto n = diff(dir / "a", dir / "b", named);
   EXPECT_FALSE(n.kinds_left_out);
   ASSERT_TRUE(n.first_unexplained) << text_of(n);
-  EXPECT_EQ(n.first_unexplained->why.rule, "missing_record");
+  EXPECT_EQ(n.first_unexplained->why.rule, Rule::missing_record);
 }
 
 TEST(FirstScreen, StrictGivesNoTraceHintForACauseOpsCannotLocate) {
@@ -259,6 +259,6 @@ TEST(FirstScreen, StrictGivesNoTraceHintForACauseOpsCannotLocate) {
   strict.strict = true;
   const auto r = diff(dir / "a", dir / "b", strict);
   ASSERT_TRUE(r.first_divergence) << text_of(r);
-  EXPECT_EQ(r.first_divergence->why.rule, "unreduced_gradient");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::unreduced_gradient);
   EXPECT_FALSE(r.ops.trace_hint) << *r.ops.trace_hint;
 }

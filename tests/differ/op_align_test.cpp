@@ -10,6 +10,8 @@
 #include "probe/trace_spec.h"
 
 using namespace differ_test;
+using probe::differ::Rule;
+using probe::differ::rule_name;
 using probe::Kind;
 using probe::Phase;
 using probe::Record;
@@ -54,8 +56,8 @@ TEST(OpAlign, RootCauseIsTheFirstOpWhoseInputsAgreeAndOutputDiffers) {
   EXPECT_NE(r.ops.inherited->message.find("made by layers.0.attention/aten::softmax#0"), std::string::npos)
       << r.ops.inherited->message;
   ASSERT_GE(r.causes.size(), 2u);
-  EXPECT_EQ(r.causes[0].rule, "op_root_cause");
-  EXPECT_EQ(r.causes[1].rule, "op_inherited");
+  EXPECT_EQ(r.causes[0].rule, Rule::op_root_cause);
+  EXPECT_EQ(r.causes[1].rule, Rule::op_inherited);
   EXPECT_FALSE(r.ops.trace_hint);
   const std::string json = probe::differ::to_json(r, {});
   EXPECT_NE(json.find("\"op_trace\""), std::string::npos);

@@ -216,12 +216,12 @@ TEST(PartialSum, PartialProductsOfOneRunAreSetAsideAndExplainTheNextTapAsNoise) 
   ASSERT_TRUE(r.first_divergence);
   EXPECT_EQ(r.first_divergence->name, "layers.0.attention");
   EXPECT_FALSE(r.first_divergence->why.bug);
-  EXPECT_EQ(r.first_divergence->why.rule, "partial_sum");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::partial_sum);
   EXPECT_DOUBLE_EQ(r.first_divergence->why.roots, kRoot2);
   EXPECT_DOUBLE_EQ(r.first_divergence->why.bound, 10 * kRoot2);
   EXPECT_FALSE(r.first_unexplained);
-  EXPECT_EQ(r.noise.by_rule.at("partial_sum"), 1);
-  EXPECT_EQ(r.noise.by_rule.at("inherited"), 1);  // the next layer descends from the first
+  EXPECT_EQ(r.noise.by_rule.at(Rule::partial_sum), 1);
+  EXPECT_EQ(r.noise.by_rule.at(Rule::inherited), 1);  // the next layer descends from the first
   EXPECT_EQ(r.verdict(), Result::Verdict::noise);
   EXPECT_EQ(r.exit_code(), 4);
   EXPECT_EQ(r.base_issues.errors + r.test_issues.errors, 0);
@@ -248,7 +248,7 @@ TEST(PartialSum, ATapBeyondThePartialSumBoundIsUnexplained) {
   auto r = single_vs_tp("partial_beyond", 1e-1, 1e-1);
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->name, "layers.0.attention");
-  EXPECT_EQ(r.first_unexplained->why.rule, "unexplained");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::unexplained);
   EXPECT_DOUBLE_EQ(r.first_unexplained->why.roots, kRoot2);
   ASSERT_TRUE(r.unexplained_cause);
   EXPECT_NE(r.unexplained_cause->message.find("beyond what the noise it depends on explains"), std::string::npos)
@@ -264,7 +264,7 @@ TEST(PartialSum, TheFirstTapAfterTheReductionIsHeldToTheReductionBoundNotTheNetw
   auto r = single_vs_tp("partial_reduction_bound", 1e-4, 1e-4);
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->name, "layers.0.attention");
-  EXPECT_EQ(r.first_unexplained->why.rule, "unexplained");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::unexplained);
   EXPECT_DOUBLE_EQ(r.first_unexplained->why.bound, 10 * kRoot2);
   ASSERT_TRUE(r.unexplained_cause);
   EXPECT_NE(r.unexplained_cause->message.find("at most 10 x "), std::string::npos) << r.unexplained_cause->message;
@@ -333,7 +333,7 @@ TEST(PartialSum, GradsWithPartialMbGradsAreJudgedByTheSummationBoundOfEverySumma
   EXPECT_EQ(count(r, Kind::mb_grad, PairClass::different), 0);
   ASSERT_TRUE(r.first_divergence);
   EXPECT_EQ(r.first_divergence->kind, Kind::grad);
-  EXPECT_EQ(r.first_divergence->why.rule, "summation_order");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::summation_order);
   // 4 summands (2 microbatches x 2 sequence shards) of norm 0.7 summing to norm 2.
   EXPECT_DOUBLE_EQ(r.first_divergence->why.bound, 2.0 * 4 * 0x1p-24 * (2.8 / 2.0));
   EXPECT_EQ(r.verdict(), Result::Verdict::noise);
@@ -344,7 +344,7 @@ TEST(PartialSum, GradsWithPartialMbGradsAreJudgedByTheSummationBoundOfEverySumma
   write_run(dir / "c", {norm_step(0, 2, 41, 2.0 * (1 + 1e-3)), norm_step(1, 2, 41, 2.0 * (1 + 1e-3))});
   auto beyond = diff(dir / "a", dir / "c");
   ASSERT_TRUE(beyond.first_unexplained);
-  EXPECT_EQ(beyond.first_unexplained->why.rule, "wrong_reduction");
+  EXPECT_EQ(beyond.first_unexplained->why.rule, Rule::wrong_reduction);
   EXPECT_EQ(beyond.exit_code(), 1);
 }
 
@@ -357,9 +357,9 @@ TEST(PartialSum, AGradWhoseTensorParallelReplicasDisagreeIsAnUnreducedGradient) 
   auto r = diff(dir / "a", dir / "b");
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->kind, Kind::grad);
-  EXPECT_EQ(r.first_unexplained->why.rule, "unreduced_gradient");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::unreduced_gradient);
   ASSERT_TRUE(r.unexplained_cause);
-  EXPECT_EQ(r.unexplained_cause->rule, "unreduced_gradient");
+  EXPECT_EQ(r.unexplained_cause->rule, Rule::unreduced_gradient);
   EXPECT_NE(r.unexplained_cause->message.find("tensor-parallel group"), std::string::npos)
       << r.unexplained_cause->message;
   EXPECT_EQ(r.exit_code(), 1);
@@ -408,7 +408,7 @@ TEST(PartialSum, APartialSumIsTheRootOfItsOwnModuleWhereStagesInterleaveTheTestR
   auto r = diff(dir / "a", dir / "b");
   ASSERT_TRUE(r.first_divergence);
   EXPECT_EQ(r.first_divergence->name, "layers.0");
-  EXPECT_EQ(r.first_divergence->why.rule, "partial_sum");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::partial_sum);
   EXPECT_NE(r.first_divergence->why.detail.find("layers.0.attention.wo"), std::string::npos) << r.first_divergence->why.detail;
   EXPECT_FALSE(r.first_unexplained);
 }
@@ -431,7 +431,7 @@ TEST(PartialSum, EqualSummandsInBothRunsAreStillARoot) {
     auto r = diff(dir / "a", dir / "b");
     ASSERT_TRUE(r.first_divergence) << tp;
     EXPECT_EQ(r.partial.pairs, 0) << tp;  // compared, not set aside
-    EXPECT_EQ(r.first_divergence->why.rule, "partial_sum") << tp;
+    EXPECT_EQ(r.first_divergence->why.rule, Rule::partial_sum) << tp;
     EXPECT_FALSE(r.first_unexplained) << tp;
   }
 }
@@ -461,5 +461,5 @@ TEST(PartialSum, OptimizerStateUpdatedFromAPartialGradIsItsNoiseNotTheOptimizers
   write_run(far / "b", test);
   auto f = diff(far / "a", far / "b");
   ASSERT_TRUE(f.first_unexplained) << text_of(f);
-  EXPECT_EQ(f.first_unexplained->why.rule, "optimizer");
+  EXPECT_EQ(f.first_unexplained->why.rule, Rule::optimizer);
 }

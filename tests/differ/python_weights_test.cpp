@@ -63,7 +63,7 @@ TEST(PythonWeights, BlocksBesideANumericsLoggerDiffLogAreParamRecordsPerStep) {
   EXPECT_EQ(res.first_divergence->rel_diff, 0);  // no norm: no size of a difference
   // grads of step 0 agree, the weights of step 1 do not: the update.
   bool optimizer = false;
-  for (const auto& c : res.causes) optimizer = optimizer || c.rule == "optimizer";
+  for (const auto& c : res.causes) optimizer = optimizer || c.rule == Rule::optimizer;
   EXPECT_TRUE(optimizer);
 }
 
@@ -74,7 +74,7 @@ TEST(PythonWeights, AWeightsLogAloneIsARun) {
   auto res = diff(dir / "a", dir / "b");
   ASSERT_TRUE(res.first_divergence);
   bool init = false;
-  for (const auto& c : res.causes) init = init || c.rule == "init";
+  for (const auto& c : res.causes) init = init || c.rule == Rule::init;
   EXPECT_TRUE(init);
   // The file itself, too.
   auto same = diff(dir / "a" / "weights.log", dir / "a");

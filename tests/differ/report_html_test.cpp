@@ -171,14 +171,14 @@ TEST(PairGrid, EachCellCarriesItsPairsVerdictAndRule) {
   EXPECT_EQ(noise.code, static_cast<std::uint8_t>(PairClass::different));
   EXPECT_EQ(noise.verdict, GridCell::Verdict::noise);
   ASSERT_GT(noise.why, 0);
-  EXPECT_EQ(rule_of(noise).rule, "summation_order");
+  EXPECT_EQ(rule_of(noise).rule, Rule::summation_order);
   EXPECT_FALSE(rule_of(noise).bug);
 
   const GridCell& bug = g.grid.cell(v, 1);
   EXPECT_EQ(bug.code, static_cast<std::uint8_t>(PairClass::none_one_side));
   EXPECT_EQ(bug.verdict, GridCell::Verdict::bug);
   ASSERT_GT(bug.why, 0);
-  EXPECT_EQ(rule_of(bug).rule, "none_gradient");
+  EXPECT_EQ(rule_of(bug).rule, Rule::none_gradient);
   EXPECT_TRUE(rule_of(bug).bug);
 
   for (const auto& [series, step] : {std::pair{w, 1}, {w, 2}, {v, 0}, {v, 2}}) {  // equal: no verdict
@@ -226,7 +226,7 @@ TEST(PairGrid, AMergedColumnShowsABugBeforeLargerNoise) {
   const GridCell& shown = g.grid.cell(w, 0);
   EXPECT_EQ(shown.step, 1);
   EXPECT_EQ(shown.verdict, GridCell::Verdict::bug);
-  EXPECT_EQ(g.grid.rules().at(shown.why - 1).rule, "elements_moved");
+  EXPECT_EQ(g.grid.rules().at(shown.why - 1).rule, Rule::elements_moved);
 }
 
 TEST(HtmlData, HeatMapRowsPutParametersInModelOrderThenForwardRecordsByNameAndMicrobatch) {

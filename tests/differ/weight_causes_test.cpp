@@ -12,9 +12,9 @@ using namespace probe::differ;
 
 namespace {
 
-const Cause* find_cause(const Result& r, const std::string& rule) {
+const Cause* find_cause(const Result& r, std::string_view rule) {
   for (const auto& c : r.causes)
-    if (c.rule == rule) return &c;
+    if (rule_name(c.rule) == rule) return &c;
   return nullptr;
 }
 

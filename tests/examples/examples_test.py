@@ -272,19 +272,32 @@ def case_fault_init():
 
 
 def case_fault_lr():
+    """A learning rate halved at step 0: the probe records each parameter's rate (`<param>.lr`),
+    so the headline is that record at step 0. Without optim records, the step-1 weights of an
+    update whose gradients agree bitwise say the same."""
     for optimizer in ("sgd", "adamw"):
         a = train(f"zero3_lr_base_{optimizer}", "zero3", 2, "--optimizer", optimizer)
         b = train(f"zero3_lr_{optimizer}", "zero3", 2, "--optimizer", optimizer, "--fault", "lr=0:0.5")
         r = diff(a, b, expect=1)
+        u = headline(r, 0, "optim", "optimizer")
+        if not u["name"].endswith(".lr") or "reads another learning rate" not in u["cause"]["message"]:
+            fail(f"the lr fault's headline is not a learning rate: {u['name']}: {u['cause']['message']}")
+        print(f"OK lr fault with {optimizer}: [optimizer] {u['name']} at step 0", flush=True)
+
+        no_optim = {"PROBE_KINDS": "-optim"}
+        a = train(f"zero3_lr_base_{optimizer}_no_optim", "zero3", 2, "--optimizer", optimizer, env_extra=no_optim)
+        b = train(f"zero3_lr_{optimizer}_no_optim", "zero3", 2, "--optimizer", optimizer, "--fault", "lr=0:0.5",
+                  env_extra=no_optim)
+        r = diff(a, b, expect=1)
         fd = first_divergence(r, 1, "param")
         c = cause(r, "optimizer", ["grads of step 0 agree bitwise", "param " + fd["name"] + " differs at step 1",
-                                   "optimizer state after that update is bitwise equal"])
+                                   "no optim records of step 0"])
         ev = c["evidence"]
-        if ev["update_step"] != 0 or ev["first_param"] != fd["name"] or ev["optim_compared"] == 0:
+        if ev["update_step"] != 0 or ev["first_param"] != fd["name"] or ev["optim_compared"] != 0:
             fail(f"[optimizer] evidence: {ev}")
         if any(x["rule"] == "init" for x in r["likely_causes"]):
             fail("[init] must not fire for an update difference")
-        print(f"OK lr fault with {optimizer}: [optimizer] names step 0 and {fd['name']}", flush=True)
+        print(f"OK lr fault with {optimizer}, no optim records: [optimizer] names step 0 and {fd['name']}", flush=True)
 
 
 FIRST_SCREEN = 40  # lines: what a terminal shows before the user scrolls
@@ -343,12 +356,8 @@ def case_noise_or_bug():
         (("--fault", "grads-none"), (0, "grad", "none_gradient", None)),
         (("--fault", "rng-per-rank"), (0, "rng", "rng", None)),
         (("--fault", f"init={param}"), (0, "param", "init", param)),
-        # The step-0 grads differ by summation order, and an update is held to the derived bound
-        # of that order (its elements, not its norm's difference): a learning rate halved moves
-        # the step-1 weights by about as much (2.45e-4 against 2.4e-4 here), so whether the
-        # weights or the forward computed from them show it first is the seed's; a bug at step 1
-        # either way.
-        (("--fault", "lr=0:0.5"), (1, None, None, None)),
+        # The learning rate each parameter's update read (`<param>.lr`) differs at step 0.
+        (("--fault", "lr=0:0.5"), (0, "optim", "optimizer", None)),
     ]
     for flags, (step, kind, rule, name) in cases:
         tag = flags[1].split("=")[0]

@@ -31,8 +31,11 @@ def test_sgd_logs_are_the_cpp_quickstarts_byte_for_byte(tmp_path):
     cpp_records, py_records = records(cpp), records(py)
     kinds = {line.split()[1] for line in cpp_records if line.startswith("step=")}
     assert {"kind=param", "kind=rng", "kind=input", "kind=output", "kind=tap", "kind=output_grad",
-            "kind=mb_grad", "kind=grad", "kind=scalar"} <= kinds
-    assert len(cpp_records) == 84  # 3 steps: 4 params, 2 microbatches x (rng, input, output, tap, output_grad, 4 mb_grads), 4 grads, loss
+            "kind=mb_grad", "kind=grad", "kind=scalar", "kind=optim"} <= kinds
+    # 3 steps: 4 params, 2 microbatches x (rng, input, output, tap, output_grad, 4 mb_grads), 4 grads,
+    # loss, and each parameter's learning rate (SGD without momentum keeps no state)
+    assert len(cpp_records) == 96
+    assert sum(".lr " in line for line in cpp_records) == 12
     assert py_records == cpp_records
     assert numprobe.diff(cpp, py)["exit_code"] == 0
 

@@ -90,7 +90,7 @@ TEST(Probe, RecordsEveryKindOfAMicrobatchedStep) {
   EXPECT_EQ(count["grad"], 4);
   EXPECT_EQ(count["scalar"], 2);
   EXPECT_EQ(count["param"], 4);        // each parameter's value at begin_step
-  EXPECT_EQ(count["optim"], 4);        // SGD's momentum_buffer per parameter (no step count)
+  EXPECT_EQ(count["optim"], 2 * 4);    // SGD's momentum_buffer and lr per parameter (no step count)
   for (const auto& r : records) {
     EXPECT_EQ(r.step, 0);
     if (r.kind == probe::Kind::mb_grad || r.kind == probe::Kind::input) {
@@ -103,7 +103,9 @@ TEST(Probe, RecordsEveryKindOfAMicrobatchedStep) {
   EXPECT_EQ(records.front().kind, probe::Kind::param);  // begin_step, before the forward
   EXPECT_EQ(records.front().name, "fc1.weight");
   EXPECT_EQ(records.back().kind, probe::Kind::optim);   // end_step, after the update
-  EXPECT_EQ(records.back().name, "fc2.bias.momentum_buffer");
+  EXPECT_EQ(records.back().name, "fc2.bias.lr");
+  EXPECT_EQ(records.back().state, probe::Record::State::scalar);
+  EXPECT_EQ(records.rbegin()[1].name, "fc2.bias.momentum_buffer");
 }
 
 TEST(Probe, MicrobatchGradientsAddUpToTheAccumulatedGradient) {

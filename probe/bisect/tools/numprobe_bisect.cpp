@@ -212,7 +212,7 @@ int Bisect::finish(const b::Culprit& culprit) {
   d::Result result = plain;
   bool traced = false;
   std::string root = plain.unexplained_cause
-                         ? "none: an op trace does not locate [" + plain.unexplained_cause->rule +
+                         ? "none: an op trace does not locate [" + std::string(rule_name(plain.unexplained_cause->rule)) +
                                "] (no op computes otherwise; the differ suggests no PROBE_TRACE setting for it)"
                          : "none: the comparison suggests no PROBE_TRACE setting";
   std::string verdict = "none";

@@ -70,7 +70,7 @@ void take_side(Side& s, Merged& m) {
 // others do not: the weights (init), the update (optimizer), a gradient never computed, a record
 // or a reduction missing, the data, the RNG, replicas that disagree.
 bool ops_can_locate(const Explanation& why) {
-  return why.rule == "unexplained" || why.rule == "elements_moved" || why.rule == "nonfinite";
+  return why.rule == Rule::unexplained || why.rule == Rule::elements_moved || why.rule == Rule::nonfinite;
 }
 
 // A side the step has no record for: a default record, keeping its buffers.
@@ -383,7 +383,7 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
 // cause: the headline.
 void Aligner::note_noise_or_bug(std::int64_t step, bool first_step, const std::vector<Pair>& pairs) {
   for (const auto& p : pairs) {
-    if (!is_divergence(p.pair_class) || p.why.rule.empty()) continue;  // set-aside ops have no explanation
+    if (!is_divergence(p.pair_class) || !p.why.rule) continue;  // set-aside ops have no explanation
     result_.noise.add(p);
     if (p.why.bug && !result_.first_unexplained) {
       result_.first_unexplained = p;
@@ -399,16 +399,16 @@ void Aligner::note_noise_or_bug(std::int64_t step, bool first_step, const std::v
 Cause Aligner::headline_cause(std::int64_t step, bool first_step, const std::vector<Pair>& pairs,
                               const Pair& p) const {
   const DivergentStep s{step, pairs, p};
-  const std::string_view rule = p.why.rule;
+  const Rule rule = *p.why.rule;
   std::optional<Cause> c;
-  if (rule == "none_gradient") c = none_gradient_cause(s);
-  else if (rule == "data") c = data_cause(s);
-  else if (rule == "rng") c = rng_cause(s);
-  else if (rule == "unreduced_gradient") c = unreduced_gradient_cause(s);
-  else if (rule == "wrong_reduction") c = grad_reduction_cause(s, options_);
-  else if (rule == "constant_factor") c = constant_factor_cause(step, p);
-  else if (rule == "init") c = init_cause(step, first_step, pairs, p);
-  else if (rule == "optimizer" && p.why.roots == 0) c = optimizer_cause(step, previous_step_, pairs, p);
+  if (rule == Rule::none_gradient) c = none_gradient_cause(s);
+  else if (rule == Rule::data) c = data_cause(s);
+  else if (rule == Rule::rng) c = rng_cause(s);
+  else if (rule == Rule::unreduced_gradient) c = unreduced_gradient_cause(s);
+  else if (rule == Rule::wrong_reduction) c = grad_reduction_cause(s, options_);
+  else if (rule == Rule::constant_factor) c = constant_factor_cause(step, p);
+  else if (rule == Rule::init) c = init_cause(step, first_step, pairs, p);
+  else if (rule == Rule::optimizer && p.why.roots == 0) c = optimizer_cause(step, previous_step_, pairs, p);
   if (c && c->rule == rule) return *c;
   return explainer_.cause_of(step, p);
 }

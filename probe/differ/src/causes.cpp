@@ -129,7 +129,7 @@ std::optional<Cause> none_gradient_cause(const DivergentStep& s) {
   else if (n > 1)
     msg += "; " + std::to_string(n) + " of " + std::to_string(grads) + " grads of step " + step +
            " are none there";
-  return Cause{"none_gradient", msg};
+  return Cause{Rule::none_gradient, msg};
 }
 
 std::optional<Cause> data_cause(const DivergentStep& s) {
@@ -137,7 +137,7 @@ std::optional<Cause> data_cause(const DivergentStep& s) {
   const RngAndInputs e = rng_and_inputs(s.pairs);
   if (!e.first_input || (s.first.kind != Kind::rng && s.first.kind != Kind::input))
     return std::nullopt;
-  return Cause{"data", "input " + e.first_input->name + mb_text(*e.first_input) +
+  return Cause{Rule::data, "input " + e.first_input->name + mb_text(*e.first_input) +
                            " differs at step " + std::to_string(s.step) +
                            ": the runs were fed different data (data seed, sampler or "
                            "shuffling, or how the dataset is split over data-parallel ranks)" +
@@ -151,7 +151,7 @@ std::optional<Cause> rng_cause(const DivergentStep& s) {
   const RngAndInputs e = rng_and_inputs(s.pairs);
   if (!e.first_rng || e.inputs_differ) return std::nullopt;
   const bool inputs = e.inputs_compared > 0;
-  return Cause{"rng", std::string(inputs ? "inputs are equal but the" : "the") +
+  return Cause{Rule::rng, std::string(inputs ? "inputs are equal but the" : "the") +
                           " RNG fingerprint " + e.first_rng->name + mb_text(*e.first_rng) +
                           " differs at step " + std::to_string(s.step) +
                           (inputs ? "" : " (no input was compared: different inputs are not ruled out)") +
@@ -189,7 +189,7 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
     message += replicas("data-parallel ") +
                " while every mb_grad is bitwise equal: the gradient was not reduced across "
                "data-parallel ranks (a skipped all-reduce, or one over the wrong group)";
-  return Cause{"unreduced_gradient", message};
+  return Cause{Rule::unreduced_gradient, message};
 }
 
 // The first divergence is a grad that differs (and no unreduced_gradient). Its mb_grads tell a
@@ -209,12 +209,12 @@ std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOpti
   const std::string rel = lf::format_double(g.rel_diff);
   if (mb_grads_equal(g.name, s.pairs)) {
     if (g.rel_diff <= bound)
-      return Cause{"summation_order",
+      return Cause{Rule::summation_order,
                    "every mb_grad of " + g.name + " is bitwise equal but its grad differs by "
                    "relative norm " + rel +
                    ": summation order (the reduction order of a collective: all-reduce vs "
                    "reduce-scatter, bucket layout)"};
-    return Cause{"wrong_reduction",
+    return Cause{Rule::wrong_reduction,
                  "every mb_grad of " + g.name + " is bitwise equal but its grad differs by "
                  "relative norm " + rel + ", far beyond summation-order size (at most " +
                  lf::format_double(bound) +
@@ -226,7 +226,7 @@ std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOpti
   const std::uint32_t mb_grad = 1u << static_cast<unsigned>(Kind::mb_grad);
   const bool one_run = o.kinds_not_recorded & mb_grad;
   const bool filtered = o.kinds_mask && !(*o.kinds_mask & mb_grad);
-  return Cause{"summation_order",
+  return Cause{Rule::summation_order,
                "grad " + g.name + " differs by relative norm " + rel +
                    ", summation-order size: summation order likely, but mb_grad not compared (" +
                    (one_run ? "one run recorded none" : filtered ? "--kinds leaves it out" : "none recorded") +
@@ -254,7 +254,7 @@ std::optional<Cause> nonfinite_cause(std::int64_t step, const std::vector<Pair>&
     if (!p.base.present || !p.test.present || (nb == 0) == (nt == 0)) continue;
     const bool in_test = nt > 0;
     const Record& rec = in_test ? p.test.m.rec : p.base.m.rec;
-    return Cause{"nonfinite", "NaN/Inf appears first at " + std::string(kind_name(p.kind)) + " " +
+    return Cause{Rule::nonfinite, "NaN/Inf appears first at " + std::string(kind_name(p.kind)) + " " +
                                   p.name + mb_text(p) + " (step " + std::to_string(step) + ", " +
                                   (in_test ? "test" : "base") +
                                   " run: nan=" + std::to_string(rec.stats.nan) +
@@ -273,16 +273,16 @@ std::optional<Cause> step_range_cause(const Pair& p, const RunInfo& lacking, con
   const std::string lo = o.step_min ? std::to_string(*o.step_min) : "";
   const std::string hi = o.step_max ? std::to_string(*o.step_max) : "";
   if (p.step > *lacking.last_step)
-    return Cause{"step_range", "the " + has + " run goes on to step " + step + ", the " + lacks +
+    return Cause{Rule::step_range, "the " + has + " run goes on to step " + step + ", the " + lacks +
                                    " run ends at step " + std::to_string(*lacking.last_step) +
                                    ": compare --steps " + lo + ":" +
                                    std::to_string(*lacking.last_step)};
   if (p.step < *lacking.first_step)
-    return Cause{"step_range", "the " + has + " run starts at step " + step + ", the " + lacks +
+    return Cause{Rule::step_range, "the " + has + " run starts at step " + step + ", the " + lacks +
                                    " run at step " + std::to_string(*lacking.first_step) +
                                    ": compare --steps " + std::to_string(*lacking.first_step) +
                                    ":" + hi};
-  return Cause{"step_range", "step " + step + " is in the " + has +
+  return Cause{Rule::step_range, "step " + step + " is in the " + has +
                                  " run only: the runs log different steps (PROBE_EVERY?)"};
 }
 
@@ -296,7 +296,7 @@ std::optional<Cause> kind_not_recorded_cause(const Pair& p, const std::vector<Ki
     drop |= 1u << static_cast<unsigned>(k);
     names += (names.empty() ? "" : ", ") + std::string(kind_name(k));
   }
-  return Cause{"kind_not_recorded", "the " + lacks + " run recorded no " + names +
+  return Cause{Rule::kind_not_recorded, "the " + lacks + " run recorded no " + names +
                                         " at all (PROBE_KINDS?); --kinds " +
                                         kinds_without(drop, o) + " compares the rest"};
 }
@@ -312,7 +312,7 @@ std::optional<Cause> absence_cause(const Result& r, const DiffOptions& o, bool s
   const RunInfo& lacking = in_base ? r.test : r.base;
   if (step_one_sided) return step_range_cause(p, lacking, o, has, lacks);
   if (lacking.ranks_found < lacking.world_size)
-    return Cause{"missing_record",
+    return Cause{Rule::missing_record,
                  "the " + lacks + " run holds the logs of " + std::to_string(lacking.ranks_found) +
                      " of its " + std::to_string(lacking.world_size) +
                      " ranks: the records of the missing ones are absent (missing_rank in RUN "
@@ -322,15 +322,15 @@ std::optional<Cause> absence_cause(const Result& r, const DiffOptions& o, bool s
   const std::string what = std::string(kind_name(p.kind)) + " " + p.name;
   const auto& names = in_base ? r.names_only_base : r.names_only_test;
   if (std::find(names.begin(), names.end(), what) != names.end())
-    return Cause{"names_differ",
+    return Cause{Rule::names_differ,
                  what + " is in the " + has + " run only, at every step: the runs name it "
                  "differently (a pipeline stage numbering its layers from 0?) or the " + lacks +
                  " run does not record it; --map REGEX=REPLACEMENT aligns renamed records (see "
                  "NAMES IN ONE RUN ONLY)"};
   const std::string record = what + mb_text(p);
   if (series_one_sided)
-    return Cause{"missing_record", record + " is in the " + has + " run only, at every step"};
-  return Cause{"missing_record", record + " is missing from the " + lacks + " run at step " +
+    return Cause{Rule::missing_record, record + " is in the " + has + " run only, at every step"};
+  return Cause{Rule::missing_record, record + " is missing from the " + lacks + " run at step " +
                                      std::to_string(p.step) + " (other steps have it)"};
 }
 

@@ -128,7 +128,7 @@ std::optional<Cause> constant_factor_cause(std::int64_t step, const Pair& p) {
   ev.push_back({"factor", factor});
   ev.push_back({"norm_ratio", ratio});
   ev.push_back({"tolerance", lf::format_double(tol)});
-  return Cause{"constant_factor",
+  return Cause{Rule::constant_factor,
                what + " at step " + std::to_string(step) + ": the two " +
                    (gradient_kind(p.kind) ? "gradients" : "tensors") + " differ by one constant factor: test = " +
                    factor + " x base (norm ratio " + ratio + ", " +

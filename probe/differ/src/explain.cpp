@@ -14,13 +14,8 @@ namespace lf = probe::log_format;
 
 namespace {
 
-constexpr std::string_view kSummationOrder = "summation_order";
-constexpr std::string_view kInherited = "inherited";
-constexpr std::string_view kUnexplained = "unexplained";
-constexpr std::string_view kPartialSum = "partial_sum";
-constexpr std::string_view kCannotTell = "cannot_tell";
 
-Explanation bug(std::string_view rule) { return Explanation{true, rule, 0, 0, 0, {}}; }
+Explanation bug(Rule rule) { return Explanation{true, rule, 0, 0, 0, {}}; }
 
 bool both_tensors(const Pair& p) {
   return p.base.present && p.test.present && p.base.m.rec.state == Record::State::tensor &&
@@ -45,13 +40,13 @@ double root_size(const Pair& p) { return std::max(p.rel_diff, unit_roundoff(dtyp
 // bounds it from below (an element-wise update such as Adam's squares sees elements that moved
 // while the norm did not), so nothing smaller is sound.
 Explanation summation_order(const Pair& p, double bound) {
-  return Explanation{false, kSummationOrder, bound, root_size(p), std::max(root_size(p), bound), {}};
+  return Explanation{false, Rule::summation_order, bound, root_size(p), std::max(root_size(p), bound), {}};
 }
 
 // Inherited noise: within `bound` of the roots it descends from; what is computed from it may
 // inherit up to `ceiling` (the bound of noise grown from those roots, never that of an update
 // it went through: ceilings do not compound from step to step).
-Explanation inherited_noise(std::string_view rule, const Pair& p, double bound, double roots,
+Explanation inherited_noise(Rule rule, const Pair& p, double bound, double roots,
                             double ceiling, std::string detail = {}) {
   return Explanation{false, rule, bound, roots, std::max(root_size(p), ceiling), std::move(detail)};
 }
@@ -87,7 +82,7 @@ Cause unexplained_cause(const Pair& p, const std::string& s, const std::string& 
   if (p.why.roots > 0) {
     ev.push_back({"noise_roots", lf::format_double(p.why.roots)});
     ev.push_back({"bound", lf::format_double(p.why.bound)});
-    return Cause{std::string(kUnexplained),
+    return Cause{Rule::unexplained,
                  what(p) + " differs by relative norm " + rel + " at step " + s +
                      ", beyond what the noise it depends on explains (at most " +
                      lf::format_double(noise_amplification) + " x " +
@@ -96,13 +91,26 @@ Cause unexplained_cause(const Pair& p, const std::string& s, const std::string& 
                  std::move(ev)};
   }
   const bool gap = p.kind == Kind::param;
-  return Cause{std::string(kUnexplained),
+  return Cause{Rule::unexplained,
                what(p) + " differs by relative norm " + rel + " at step " + s +
                    (gap ? " while the step before it was not compared: what changed it is unknown"
                         : " while everything it depends on (the step's parameters or the steps "
                           "before, and the records of its microbatch before it) is equal: the "
                           "computation itself differs (a kernel, an op order, the code)"),
                std::move(ev)};
+}
+
+// An optimizer record that holds a number on both sides (`<param>.lr`, `<param>.step`), not a
+// tensor of state.
+bool is_setting(const Pair& p) {
+  return p.base.present && p.test.present && p.base.m.rec.state == Record::State::scalar &&
+         p.test.m.rec.state == Record::State::scalar;
+}
+
+std::string setting_words(const std::string& name) {
+  if (name.ends_with(".lr")) return "learning rate";
+  if (name.ends_with(".step")) return "update count";
+  return "setting";
 }
 
 }  // namespace
@@ -196,7 +204,7 @@ Upstream Explainer::carried() const {
 // same summands alike), partial_sum: the first records after a tensor-parallel reduction.
 Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanation none_upstream) const {
   if (up.pairs == 0 && up.partial_sums == 0) return none_upstream;
-  if (up.bug) return bug(kInherited);
+  if (up.bug) return bug(Rule::inherited);
   // Right after a reduction the difference is its rounding carried through the rest of its
   // module: the direct bound, not the wider one of noise grown through the network.
   const bool after_reduction = up.pairs == 0;
@@ -207,10 +215,10 @@ Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanat
   const double roots = std::max(up.roots, coarsest_unit_roundoff(p));
   const double network_bound = options_.noise_amplification * roots;
   const double bound = after_reduction ? options_.reduction_amplification * roots : network_bound;
-  if (p.rel_diff > bound) return Explanation{true, kUnexplained, bound, roots, 0, {}};
+  if (p.rel_diff > bound) return Explanation{true, Rule::unexplained, bound, roots, 0, {}};
   if (after_reduction)
-    return inherited_noise(kPartialSum, p, bound, roots, bound, up.partial_what ? *up.partial_what : "");
-  return inherited_noise(kInherited, p, bound, roots, network_bound);
+    return inherited_noise(Rule::partial_sum, p, bound, roots, bound, up.partial_what ? *up.partial_what : "");
+  return inherited_noise(Rule::inherited, p, bound, roots, network_bound);
 }
 
 // An optimizer update: the new weights (or state) from the step's gradient, the weights and
@@ -222,26 +230,26 @@ Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanat
 // update (Adam's squares and divisions) sees the elements. A root's ceiling is its derived bound;
 // inherited noise's the network's bound of its roots.
 Explanation Explainer::from_update(const Pair& p, const Upstream& up) const {
-  if (up.pairs == 0 && up.partial_sums == 0) return bug("optimizer");
-  if (up.bug) return bug(kInherited);
+  if (up.pairs == 0 && up.partial_sums == 0) return bug(Rule::optimizer);
+  if (up.bug) return bug(Rule::inherited);
   const double bound = options_.update_amplification * up.largest;
   // What is updated from it may inherit up to the update's bound, capped at the network's
   // bound of its roots: over many steps the ceilings grow to that cap, never past it.
   if (p.rel_diff <= bound)
-    return inherited_noise(kInherited, p, bound, up.roots, std::min(bound, options_.noise_amplification * up.roots));
-  return Explanation{true, "optimizer", bound, up.roots, 0, {}};
+    return inherited_noise(Rule::inherited, p, bound, up.roots, std::min(bound, options_.noise_amplification * up.roots));
+  return Explanation{true, Rule::optimizer, bound, up.roots, 0, {}};
 }
 
 Explanation Explainer::explain_param(const Pair& p, std::int64_t step, bool first_step) const {
-  if (first_step) return bug("init");
+  if (first_step) return bug(Rule::init);
   if (previous_step_ == step - 1) {
     const auto it = previous_by_param_.find(p.name);
     // Its gradient, value and optimizer state of the step before all agree: the update differs.
-    if (it == previous_by_param_.end()) return bug("optimizer");
+    if (it == previous_by_param_.end()) return bug(Rule::optimizer);
     return from_update(p, it->second);
   }
   // The step before was not compared: what happened there is unknown.
-  return from_upstream(p, earlier_, bug(kUnexplained));
+  return from_upstream(p, earlier_, bug(Rule::unexplained));
 }
 
 Explanation Explainer::explain_grad(const Pair& p) {
@@ -258,24 +266,27 @@ Explanation Explainer::explain_grad(const Pair& p) {
     if (p.rel_diff <= bound) return summation_order(p, bound);
     Upstream up = carried();
     up.add(step_so_far_);
-    if (up.pairs == 0) return bug("wrong_reduction");
-    return from_upstream(p, up, bug(kUnexplained));
+    if (up.pairs == 0) return bug(Rule::wrong_reduction);
+    return from_upstream(p, up, bug(Rule::unexplained));
   }
   if (it != mb_grads_.end() && it->second.count > 0) {
     const MbGrads& mb = it->second;
-    if (mb.diverging.pairs > 0) return from_upstream(p, mb.diverging, bug(kUnexplained));
+    if (mb.diverging.pairs > 0) return from_upstream(p, mb.diverging, bug(Rule::unexplained));
     const double bound = summation_order_bound(p, mb.summands, mb.norms, mb.unit, options_);
-    if (p.rel_diff > bound) return bug("wrong_reduction");
+    if (p.rel_diff > bound) return bug(Rule::wrong_reduction);
     ++summation_order_grads_;
     return summation_order(p, bound);
   }
   Upstream up = carried();
   up.add(step_so_far_);
   const double bound = summation_order_bound(p, 0, 0, 0, options_);
-  return from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(kUnexplained));
+  return from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(Rule::unexplained));
 }
 
 Explanation Explainer::explain_optim(const Pair& p) const {
+  // A number the update reads or counts (`.lr`, `.step`) is set, not computed from the tensors
+  // that carry noise: any difference is the update's own.
+  if (is_setting(p)) return bug(Rule::optimizer);
   const std::string param = parameter_of_state(p.name);
   Upstream up;
   if (auto it = this_step_by_param_.find(param); it != this_step_by_param_.end()) up.add(it->second);
@@ -286,25 +297,25 @@ Explanation Explainer::explain_optim(const Pair& p) const {
 
 Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step) {
   // Bug classes a pair shows by itself, whatever it depends on.
-  if (p.pair_class == PairClass::none_one_side) return bug(p.kind == Kind::grad ? "none_gradient" : "none");
-  if (p.pair_class == PairClass::only_base || p.pair_class == PairClass::only_test) return bug("missing_record");
-  if ((nonfinite(p.base) == 0) != (nonfinite(p.test) == 0)) return bug("nonfinite");
+  if (p.pair_class == PairClass::none_one_side) return bug(p.kind == Kind::grad ? Rule::none_gradient : Rule::none);
+  if (p.pair_class == PairClass::only_base || p.pair_class == PairClass::only_test) return bug(Rule::missing_record);
+  if ((nonfinite(p.base) == 0) != (nonfinite(p.test) == 0)) return bug(Rule::nonfinite);
   if ((p.base.present && p.base.m.replicas_disagree) || (p.test.present && p.test.m.replicas_disagree)) {
     const auto it = mb_grads_.find(p.name);
     const bool mb_equal = p.kind == Kind::grad && it != mb_grads_.end() && it->second.count > 0 &&
                           it->second.diverging.pairs == 0;
-    return bug(mb_equal ? "unreduced_gradient" : "replica_mismatch");
+    return bug(mb_equal ? Rule::unreduced_gradient : Rule::replica_mismatch);
   }
-  if (p.kind == Kind::rng) return bug("rng");
-  if (p.kind == Kind::input) return bug("data");
-  if (elements_moved(p)) return bug("elements_moved");
-  if (constant_factor(p)) return bug("constant_factor");
+  if (p.kind == Kind::rng) return bug(Rule::rng);
+  if (p.kind == Kind::input) return bug(Rule::data);
+  if (elements_moved(p)) return bug(Rule::elements_moved);
+  if (constant_factor(p)) return bug(Rule::constant_factor);
   Explanation why = explain_by_dependencies(p, step, first_step);
   // Moved or changed below what the figures resolve, the log cannot say: what the rules would
   // call noise (a difference of size 0 is within every bound) is "cannot tell" instead. A bug
   // they find (the initialization differs, the inputs are equal) is one whichever it is.
   if (!why.bug && cannot_tell_moved(p)) {
-    why.rule = kCannotTell;
+    why.rule = Rule::cannot_tell;
     why.detail = "the hash differs while every figure is bitwise equal, and a log without the "
                  "order-independent hash (format 8's mhash) cannot tell moved elements from "
                  "values changed below what the figures resolve";
@@ -322,7 +333,7 @@ Explanation Explainer::explain_by_dependencies(const Pair& p, std::int64_t step,
       Upstream up = carried();
       up.add(step_so_far_);
       const double bound = summation_order_bound(p, 0, 0, 0, options_);
-      return from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(kUnexplained));
+      return from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(Rule::unexplained));
     }
     default: {
       // Forward and backward records of a microbatch: its weights and its records before.
@@ -332,7 +343,7 @@ Explanation Explainer::explain_by_dependencies(const Pair& p, std::int64_t step,
       } else {
         up.add(step_so_far_);
       }
-      return from_upstream(p, up, bug(kUnexplained));
+      return from_upstream(p, up, bug(Rule::unexplained));
     }
   }
 }
@@ -475,10 +486,10 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
   std::vector<Evidence> ev = {{"step", step}, {"kind", std::string(kind_name(p.kind))}, {"name", p.name}};
   if (p.mb) ev.push_back({"mb", *p.mb});
   ev.push_back({"rel_diff", rel});
-  const std::string rule(p.why.rule);
-  if (rule == kUnexplained)  // the factor of the bound it broke: the reduction's or the network's
+  const Rule rule = p.why.rule.value_or(Rule::unexplained);
+  if (rule == Rule::unexplained)  // the factor of the bound it broke: the reduction's or the network's
     return unexplained_cause(p, s, rel, std::move(ev), p.why.roots > 0 ? p.why.bound / p.why.roots : options_.noise_amplification);
-  if (rule == "optimizer" && p.why.roots > 0) {
+  if (rule == Rule::optimizer && p.why.roots > 0) {
     ev.push_back({"noise_roots", lf::format_double(p.why.roots)});
     ev.push_back({"bound", lf::format_double(p.why.bound)});
     return Cause{rule,
@@ -489,14 +500,24 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
                      "fused/foreach vs per-tensor kernels, optimizer state)",
                  std::move(ev)};
   }
-  if (rule == "elements_moved")
+  if (rule == Rule::optimizer && p.kind == Kind::optim && is_setting(p)) {
+    ev.push_back({"base", lf::format_double(p.base.m.rec.value)});
+    ev.push_back({"test", lf::format_double(p.test.m.rec.value)});
+    return Cause{rule,
+                 what(p) + " is " + lf::format_double(p.base.m.rec.value) + " in the base run and " +
+                     lf::format_double(p.test.m.rec.value) + " in the test run at step " + s +
+                     ": the optimizer update of step " + s + " reads another " + setting_words(p.name) +
+                     " (a schedule, a warmup or a group's setting that differs)",
+                 std::move(ev)};
+  }
+  if (rule == Rule::elements_moved)
     return Cause{rule,
                  what(p) + " holds other elements at step " + s +
                      " (the hash differs) while its norm, min, max, mean and NaN/Inf counts are "
                      "bitwise equal: the same values in other places (a wrong shard offset, a "
                      "permutation, a transposed copy), never rounding noise",
                  std::move(ev)};
-  if (rule == "replica_mismatch") {
+  if (rule == Rule::replica_mismatch) {
     const bool in_test = p.test.present && p.test.m.replicas_disagree;
     ev.push_back({"ranks", format_ranks((in_test ? p.test : p.base).m.ranks)});
     return Cause{rule,
@@ -504,12 +525,12 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
                      " run at step " + s + ": ranks that hold the same values logged different ones",
                  std::move(ev)};
   }
-  if (rule == "missing_record")
+  if (rule == Rule::missing_record)
     return Cause{rule,
                  what(p) + " is in the " + (p.pair_class == PairClass::only_base ? "base" : "test") +
                      " run only at step " + s,
                  std::move(ev)};
-  if (rule == "nonfinite") {
+  if (rule == Rule::nonfinite) {
     const bool in_test = nonfinite(p.test) > 0;
     const Record& r = (in_test ? p.test : p.base).m.rec;
     return Cause{rule,

@@ -147,7 +147,7 @@ OpFinding inherited_finding(std::int64_t step, const Pair& p, const StepOps& ops
 // Inputs that differ by noise only and an output that differs beyond what that noise explains
 // (the explainer's verdict on the pair): where every op already carries noise (after a
 // row-parallel sum), the first op that adds a difference of its own.
-bool beyond_noise(const Pair& p) { return p.why.bug && p.why.rule == "unexplained" && p.why.roots > 0; }
+bool beyond_noise(const Pair& p) { return p.why.bug && p.why.rule == Rule::unexplained && p.why.roots > 0; }
 
 OpFinding beyond_noise_finding(std::int64_t step, const Pair& p) {
   const Phase phase = phase_of(p);
@@ -274,9 +274,9 @@ void OpAnalysis::suggest_trace(const Pair& first, const std::vector<Pair>& pairs
 
 void OpAnalysis::add_causes(const OpReport& report, std::vector<Cause>& causes) const {
   std::vector<Cause> found;
-  if (report.root_cause) found.push_back({"op_root_cause", report.root_cause->message});
-  else if (report.beyond_noise) found.push_back({"op_beyond_noise", report.beyond_noise->message});
-  if (report.inherited) found.push_back({"op_inherited", "the first op whose inputs already differ: " + report.inherited->message});
+  if (report.root_cause) found.push_back({Rule::op_root_cause, report.root_cause->message});
+  else if (report.beyond_noise) found.push_back({Rule::op_beyond_noise, report.beyond_noise->message});
+  if (report.inherited) found.push_back({Rule::op_inherited, "the first op whose inputs already differ: " + report.inherited->message});
   causes.insert(causes.begin(), found.begin(), found.end());
 }
 

@@ -1,4 +1,5 @@
 // PairGrid: every pair's figures by series and step for --html, in bounded memory.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <optional>
@@ -28,7 +29,7 @@ bool holds_nonfinite(const Side& s) {
 }
 
 GridCell::Verdict verdict_of(const Pair& p) {
-  if (p.why.rule.empty()) return GridCell::Verdict::none;
+  if (!p.why.rule) return GridCell::Verdict::none;
   return p.why.bug ? GridCell::Verdict::bug : GridCell::Verdict::noise;
 }
 
@@ -85,19 +86,10 @@ void PairGrid::add(const Pair& p, std::size_t series) {
 }
 
 std::uint8_t PairGrid::rule_index(const Explanation& why) {
-  auto index_of = [&](std::string_view rule) -> std::optional<std::size_t> {
-    for (std::size_t i = 0; i < rules_.size(); ++i)
-      if (rules_[i].bug == why.bug && rules_[i].rule == rule) return i;
-    return std::nullopt;
-  };
-  auto i = index_of(why.rule);
-  if (!i && rules_.size() + 2 >= kMaxRules) {  // full: the category's shared entry
-    i = index_of("");
-    if (!i) rules_.push_back({"", why.bug});
-  } else if (!i) {
-    rules_.push_back({std::string(why.rule), why.bug});
-  }
-  return static_cast<std::uint8_t>(1 + i.value_or(rules_.size() - 1));
+  const Explained e{*why.rule, why.bug};
+  auto it = std::find(rules_.begin(), rules_.end(), e);
+  if (it == rules_.end()) it = rules_.insert(rules_.end(), e);
+  return static_cast<std::uint8_t>(1 + (it - rules_.begin()));
 }
 
 void PairGrid::start_column(std::int64_t step) {

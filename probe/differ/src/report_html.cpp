@@ -96,10 +96,10 @@ json cell_of(const Result& r, const PairGrid& grid, const std::vector<std::size_
 }
 
 // A cell's code byte on the page: the class in the low 3 bits, the explanation (GridCell::why,
-// at most PairGrid::kMaxRules) above them; 255 stays "no record". The verdict costs no byte:
+// at most one per rule and category: kExplanationCount) above them; 255 stays "no record". The verdict costs no byte:
 // a 1,000 x 1,000 page stays under 20 MB.
 static_assert(kPairClassCount <= 8, "a pair class fits the code byte's low 3 bits");
-static_assert(PairGrid::kMaxRules < 31, "an explanation fits above them, below the absent code 255");
+static_assert(kExplanationCount < 31, "an explanation fits above them, below the absent code 255");
 std::uint8_t packed_code(const GridCell& c) {
   if (c.code == GridCell::kAbsent) return c.code;
   return static_cast<std::uint8_t>(c.code | c.why << 3);
@@ -108,7 +108,7 @@ std::uint8_t packed_code(const GridCell& c) {
 json rules_json(const PairGrid& grid) {
   json list = json::array();
   for (const auto& rule : grid.rules())
-    list.push_back({{"rule", rule.rule}, {"category", rule.bug ? "bug" : "noise"}});
+    list.push_back({{"rule", rule_name(rule.rule)}, {"category", rule.bug ? "bug" : "noise"}});
   return list;
 }
 

@@ -73,8 +73,8 @@ nlohmann::json pair_json(const Pair& p) {
   j["base"] = side_json(p.base);
   j["test"] = side_json(p.test);
   if (!p.note.empty()) j["note"] = p.note;
-  if (!p.why.rule.empty()) {
-    j["explanation"] = {{"category", p.why.bug ? "bug" : "noise"}, {"rule", p.why.rule}};
+  if (p.why.rule) {
+    j["explanation"] = {{"category", p.why.bug ? "bug" : "noise"}, {"rule", rule_name(*p.why.rule)}};
     if (p.why.bound > 0) j["explanation"]["bound"] = num_json(p.why.bound);
     if (p.why.roots > 0) j["explanation"]["noise_roots"] = num_json(p.why.roots);
     if (!p.why.detail.empty()) j["explanation"]["detail"] = p.why.detail;
@@ -85,7 +85,7 @@ nlohmann::json pair_json(const Pair& p) {
 nlohmann::json cause_json(const Cause& c) {
   nlohmann::json evidence = nlohmann::json::object();
   for (const auto& e : c.evidence) std::visit([&](const auto& v) { evidence[e.key] = v; }, e.value);
-  return {{"rule", c.rule}, {"message", c.message}, {"evidence", evidence}};
+  return {{"rule", rule_name(c.rule)}, {"message", c.message}, {"evidence", evidence}};
 }
 
 nlohmann::json noise_json(const NoiseSummary& n) {
@@ -96,7 +96,8 @@ nlohmann::json noise_json(const NoiseSummary& n) {
   j["bug_pairs"] = n.bug_pairs;
   auto& kinds = j["by_kind"] = nlohmann::json::object();
   for (const auto& [kind, f] : n.by_kind) kinds[std::string(kind_name(kind))] = figures(f);
-  j["by_rule"] = n.by_rule;
+  auto& rules = j["by_rule"] = nlohmann::json::object();
+  for (const auto& [rule, count] : n.by_rule) rules[std::string(rule_name(rule))] = count;
   return j;
 }
 

@@ -263,9 +263,9 @@ void print_cause(const Cause& c, std::ostream& out) {
 // is noise; a partial sum's in words ("noise: partial_sum (the sum of 2 partial products of tap
 // wo mb 0 in the test run, added in another order than one rank's product; within 3.4e-06)").
 std::string noise_label(const Pair& p) {
-  if (p.why.bug || p.why.rule.empty()) return "";
-  if (p.why.rule == "cannot_tell") return "  cannot tell: " + p.why.detail;
-  std::string s = "  noise: " + std::string(p.why.rule);
+  if (p.why.bug || !p.why.rule) return "";
+  if (p.why.rule == Rule::cannot_tell) return "  cannot tell: " + p.why.detail;
+  std::string s = "  noise: " + std::string(rule_name(*p.why.rule));
   if (!p.why.detail.empty())
     s += " (" + p.why.detail + (p.why.bound > 0 ? "; within " + num(p.why.bound) : "") + ")";
   else if (p.why.bound > 0)
@@ -370,7 +370,7 @@ void print_noise(const Result& r, std::ostream& out, const Paint& paint) {
   if (n.all.pairs == 0) return;
   std::string rules;
   for (const auto& [rule, count] : n.by_rule)
-    rules += (rules.empty() ? "" : ", ") + rule + " " + std::to_string(count);
+    rules += (rules.empty() ? "" : ", ") + std::string(rule_name(rule)) + " " + std::to_string(count);
   out << paint(kBold, "NOISE") << "  " << n.all.pairs << " divergent pair(s) explained as noise ("
       << rules << "), largest relative difference " << num(n.all.max_rel_diff);
   if (n.bug_pairs > 0) out << "; " << n.bug_pairs << " more with a bug-class explanation";

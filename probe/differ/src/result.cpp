@@ -41,7 +41,7 @@ void NoiseSummary::add(const Pair& p) {
     ++f->pairs;
     f->max_rel_diff = std::max(f->max_rel_diff, p.rel_diff);
   }
-  ++by_rule[std::string(p.why.rule)];
+  ++by_rule[*p.why.rule];
 }
 
 Result::Verdict Result::verdict() const {

@@ -50,7 +50,7 @@ std::optional<Cause> update_differs(std::int64_t step, const StepDigest& previou
            " optim records): the update's hyperparameters or kernels differ, not the state it keeps";
   else
     msg += "; no optim records of step " + s + " to compare (Probe::watch_optimizer records them)";
-  return Cause{"optimizer", msg,
+  return Cause{Rule::optimizer, msg,
                {{"update_step", previous.step},
                 {"param_step", step},
                 {"first_param", first.name},
@@ -68,7 +68,7 @@ std::optional<Cause> state_differs(std::int64_t step, const std::vector<Pair>& p
   if (digest.grads_compared == 0 || grads.differing > 0) return std::nullopt;
   const KindCount states = count_kind(pairs, Kind::optim);
   const std::string s = std::to_string(step);
-  return Cause{"optimizer",
+  return Cause{Rule::optimizer,
                "grads of step " + s + " agree " + agreement(digest.grads_within_tol) +
                    " but optimizer state " + first.name + " differs after the update of step " + s +
                    " (" + std::to_string(states.differing) + " of " + std::to_string(states.compared) +
@@ -104,7 +104,7 @@ std::optional<Cause> init_cause(std::int64_t step, bool first_step, const std::v
   if (!first_step || first.kind != Kind::param || first.pair_class != PairClass::different) return std::nullopt;
   const KindCount params = count_kind(pairs, Kind::param);
   const std::string s = std::to_string(step);
-  return Cause{"init",
+  return Cause{Rule::init,
                "param " + first.name + " differs at step " + s +
                    ", the first recorded step, before any update (" + std::to_string(params.differing) +
                    " of " + std::to_string(params.compared) +
@@ -119,6 +119,8 @@ std::optional<Cause> init_cause(std::int64_t step, bool first_step, const std::v
 std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<StepDigest>& previous,
                                      const std::vector<Pair>& pairs, const Pair& first) {
   if (first.pair_class != PairClass::different) return std::nullopt;
+  // A number of the update (`.lr`, `.step`) rather than a state tensor: the explainer's own words.
+  if (first.kind == Kind::optim && first.base.m.rec.state == Record::State::scalar) return std::nullopt;
   if (first.kind == Kind::optim) return state_differs(step, pairs, first);
   // The update between two recorded steps: only when nothing ran unrecorded in between.
   if (first.kind == Kind::param && previous && previous->step == step - 1 && previous->grads_compared > 0)

@@ -249,10 +249,13 @@ class Probe:
 
     def _record_optimizer_state(self):
         # In parameter order, as the C++ probe: the state map's own order differs between runs.
+        rates = [_learning_rates(o) for o in self._optimizers]
         for w in self._params.values():
-            for optimizer in self._optimizers:
+            for optimizer, lr in zip(self._optimizers, rates):
                 state = optimizer.state.get(w.parameter)
+                rate = lr.get(id(w.parameter))
                 if not state:
+                    self._record_lr(w.name, rate)
                     continue
                 for key, value in state.items():
                     if key != "step" and isinstance(value, torch.Tensor):
@@ -262,6 +265,14 @@ class Probe:
                     self._c.record_scalar(Kind.optim, f"{w.name}.step", local_piece(step)[0].detach())
                 elif step is not None:
                     self._c.record_scalar(Kind.optim, f"{w.name}.step", float(step))
+                self._record_lr(w.name, rate)
+
+    def _record_lr(self, name, rate):
+        # The learning rate of the update just taken (a tensor when the optimizer keeps it as one).
+        if isinstance(rate, torch.Tensor):
+            self._c.record_scalar(Kind.optim, f"{name}.lr", local_piece(rate)[0].reshape(-1)[0].detach())
+        elif isinstance(rate, (int, float)):
+            self._c.record_scalar(Kind.optim, f"{name}.lr", float(rate))
 
     # --- hooks ---------------------------------------------------------------------------
 
@@ -362,6 +373,11 @@ class _Nothing:
 
 
 _NOTHING = _Nothing()
+
+
+def _learning_rates(optimizer):
+    """id(parameter) -> its group's learning rate, for every group that has one."""
+    return {id(p): g["lr"] for g in optimizer.param_groups if "lr" in g for p in g["params"]}
 
 
 def _with(ref, fn):

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <unordered_map>
 
 #include "probe/optimizer_state.h"
 
@@ -13,5 +14,9 @@ namespace probe::detail {
 std::optional<OptimizerState> optimizer_state_of(const torch::optim::Optimizer& optimizer,
                                                  const OptimizerStateReader& reader,
                                                  const at::Tensor& parameter);
+
+// The learning rate of each parameter's group (OptimizerOptions::get_lr()), by TensorImpl: what
+// the update just taken used. Groups whose options do not implement get_lr() are left out.
+std::unordered_map<const c10::TensorImpl*, double> learning_rates(const torch::optim::Optimizer& optimizer);
 
 }  // namespace probe::detail

@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "optimizer_lookup.h"
 
@@ -106,6 +107,21 @@ std::optional<OptimizerState> optimizer_state_of(const torch::optim::Optimizer& 
   const auto it = state.find(parameter.unsafeGetTensorImpl());
   if (it == state.end() || !it->second) return std::nullopt;
   return reader(*it->second);
+}
+
+std::unordered_map<const c10::TensorImpl*, double> learning_rates(const torch::optim::Optimizer& optimizer) {
+  std::unordered_map<const c10::TensorImpl*, double> lr;
+  for (const auto& group : optimizer.param_groups()) {
+    if (!group.has_options()) continue;
+    double value = 0;
+    try {
+      value = group.options().get_lr();
+    } catch (const c10::Error&) {
+      continue;  // an options class of its own that does not implement get_lr()
+    }
+    for (const auto& t : group.params()) lr.emplace(t.unsafeGetTensorImpl(), value);
+  }
+  return lr;
 }
 
 }  // namespace probe::detail

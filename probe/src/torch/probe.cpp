@@ -19,6 +19,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 
 #include "optimizer_lookup.h"
 #include "op_dump.h"
@@ -358,7 +359,8 @@ struct Probe::Impl {
   }
 
   // Each watched optimizer's state of each watched parameter, in parameter order (the state
-  // map's own order differs between runs): `<param>.<state>` tensors, then `<param>.step`.
+  // map's own order differs between runs): `<param>.<state>` tensors, then `<param>.step` and
+  // `<param>.lr`.
   void record_optimizer_state() {
     if (!wants(Kind::optim)) return;
     std::vector<WatchedOptimizer> watched;
@@ -366,10 +368,19 @@ struct Probe::Impl {
       std::lock_guard lock(mutex);
       watched = optimizers;
     }
+    std::vector<std::unordered_map<const c10::TensorImpl*, double>> lr;
+    for (const auto& o : watched) lr.push_back(detail::learning_rates(*o.optimizer));
     for (const auto& p : snapshot_parameters()) {
-      for (const auto& o : watched) {
+      for (std::size_t i = 0; i < watched.size(); ++i) {
+        const auto& o = watched[i];
+        // The learning rate of the update just taken, also where it keeps no state (SGD without
+        // momentum): a schedule that differs shows at the step it differs.
+        const auto rate = lr[i].find(p.parameter.unsafeGetTensorImpl());
         const auto state = detail::optimizer_state_of(*o.optimizer, o.reader, p.parameter);
-        if (!state) continue;
+        if (!state) {
+          if (rate != lr[i].end()) add_scalar(p.name + ".lr", rate->second, {}, Kind::optim);
+          continue;
+        }
         for (const auto& [state_name, t] : state->tensors) {
           if (!t.defined()) continue;  // a state this configuration does not use
           // State shaped like a sharded parameter is sharded like it (ZeRO).
@@ -377,6 +388,7 @@ struct Probe::Impl {
           add(Kind::optim, p.name + "." + state_name, std::nullopt, t, like_parameter ? p.shard : Shard{});
         }
         if (state->step) add_scalar(p.name + ".step", static_cast<double>(*state->step), {}, Kind::optim);
+        if (rate != lr[i].end()) add_scalar(p.name + ".lr", rate->second, {}, Kind::optim);
       }
     }
   }

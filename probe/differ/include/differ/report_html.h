@@ -52,15 +52,15 @@ class PairGrid {
   // Steps must come in ascending order (diff_runs' order).
   void add(const Pair& p, std::size_t series);
 
-  // The explanations the cells name (rule and category), first-seen order. A comparison names
-  // a handful; past kMaxRules - 2 distinct ones the rest share one entry per category, with
-  // an empty rule, so that the page can pack `why` into 5 bits of the cell's code byte.
-  struct Rule {
-    std::string rule;
+  // The explanations the cells name (rule and category), first-seen order. The rule table
+  // holds fewer than 31 (rule, category) pairs, so the page packs `why` into 5 bits of the
+  // cell's code byte.
+  struct Explained {
+    Rule rule;
     bool bug = false;
+    friend bool operator==(const Explained&, const Explained&) = default;
   };
-  static constexpr std::size_t kMaxRules = 30;
-  const std::vector<Rule>& rules() const { return rules_; }
+  const std::vector<Explained>& rules() const { return rules_; }
 
   struct Column {
     std::int64_t first_step = 0, last_step = 0;
@@ -77,7 +77,7 @@ class PairGrid {
   void merge_columns();
   std::uint8_t rule_index(const Explanation& why);
   std::size_t max_cells_, max_columns_;
-  std::vector<Rule> rules_;
+  std::vector<Explained> rules_;
   std::vector<Column> columns_;
   std::size_t series_ = 0;
   std::int64_t bin_ = 1;  // steps per column

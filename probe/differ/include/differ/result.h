@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "differ/rule.h"
 #include "probe/record.h"
 
 namespace probe::differ {
@@ -152,7 +153,7 @@ struct Side {  // one side of a pair as reported
 // Noise or bug (docs/diff-logs.md, "Noise or bug"): the one explanation a divergent pair gets.
 struct Explanation {
   bool bug = false;       // a bug-class explanation; false: noise
-  std::string_view rule;  // summation_order, inherited, partial_sum, unreduced_gradient, ... (static text)
+  std::optional<Rule> rule;  // unset: the pair has no explanation (equal, or set aside)
   double bound = 0;       // the noise bound the pair was held to (0: none applied)
   double roots = 0;       // inherited: the largest relative difference of the noise it descends from
   // Noise: the largest relative difference it may hold, as far as what is computed from it can
@@ -192,10 +193,7 @@ struct Evidence {
 Phase phase_of(const Pair& p);
 
 struct Cause {
-  std::string rule;  // rng, data, summation_order, wrong_reduction, none_gradient,
-                     // unreduced_gradient, constant_factor, nonfinite, step_range,
-                     // kind_not_recorded, names_differ, missing_record, init, optimizer,
-                     // op_root_cause, op_inherited
+  Rule rule;
   std::string message;
   std::vector<Evidence> evidence = {};  // what the rule saw (printed under it, and in --json)
 };
@@ -289,7 +287,7 @@ struct NoiseSummary {
   };
   Figures all;
   std::map<Kind, Figures> by_kind;
-  std::map<std::string, std::int64_t> by_rule;
+  std::map<Rule, std::int64_t> by_rule;
   std::int64_t bug_pairs = 0;  // divergent pairs with a bug-class explanation
   void add(const Pair& p);
 };
