@@ -1,22 +1,24 @@
 #!/usr/bin/env python3
-"""Calibrate diff_logs' verdict on the MoE example: a clean matrix and a bug matrix.
+"""Calibrate diff_logs' verdict on the MoE example and the Python transformer: a clean matrix and
+a bug matrix.
 
-Clean matrix: every layout, optimizer, dtype and seed trained without a fault and compared with
-the single-process run of the same settings over every step prefix (--steps 0:k), and every two
-layouts with each other over all steps. A clean comparison must say equal (exit 0) or noise
+Clean matrix: every layout of both trainers, optimizer, dtype and seed trained without a fault
+and compared with the single-process run of the same settings over every step prefix
+(--steps 0:k), and every two layouts with each other over all steps. A clean comparison must say equal (exit 0) or noise
 (exit 4); one that says bug (exit 1) is a false alarm, one that cannot compare (2) an error.
 
 Bug matrix: faults of a size epsilon (a learning rate, a gradient or a block's output scaled by
 1 + epsilon) and faults without a size (a skipped reduction, a gradient left None, per-rank
 dropout, tokens returned to the wrong place), each trained in the test run only and compared
-with the clean single-process run. The detection limit of a fault is the smallest epsilon from
-which on every larger one is called a bug too.
+with the clean single-process run. A sized fault is detected where it is called a bug headlined
+at its own record (RIGHT_RECORD); its detection limit is the smallest epsilon from which on every
+larger one is detected too.
 
 The script fails (exit 1) on any false alarm or error, on a fault without a size that is
 missed, and on a fault missed at or above its stated detection limit (STATED_LIMITS, the
 figures docs/calibration.md promises). It writes calibration.md and calibration.json into --out.
 
-  scripts/calibrate.sh            the full matrix (scripts/test.sh --all runs it)
+  scripts/calibrate.sh            the full matrix (.ci/run runs it after scripts/test.sh --all)
   scripts/calibrate.sh --quick    a subset with a seed of its own (ctest runs it)
 """
 from __future__ import annotations
@@ -46,6 +48,10 @@ LAYOUTS = [
     "pp-ddp 8 --stages 2 --tp 2 --sp --ep 2",
 ]
 QUICK_LAYOUTS = ["zero3 4", "ddp 2 --tp 2", "ddp 4 --ep 2"]
+# The Python transformer (examples/python/transformer.py, FSDP2 and DTensor): its layouts against
+# its single-process run, and each other.
+TRANSFORMER_LAYOUTS = ["fsdp 2", "tp 2", "tp 2 --sp", "fsdp-tp 4 --tp 2 --sp"]
+QUICK_TRANSFORMER_LAYOUTS = ["tp 2 --sp"]
 OPTIMIZERS = ["sgd", "adamw"]
 DTYPES = ["float32", "bfloat16"]
 SEEDS = [3, 1234, 2027]  # none of them a seed the tests train with
@@ -62,6 +68,15 @@ SIZED_FAULTS = {
     "grad-scale": f"grad-scale={FAULT_STEP}:layers.1.attention.wo.weight:{{factor}}",
     "out-scale": "out-scale=1:{factor}",
 }
+# The record each sized fault must be headlined at to count as detected: a bug found elsewhere
+# (a later step, another record) is a bug, but not this fault's diagnosis.
+_GRAD_SCALED = "layers.1.attention.wo.weight"
+RIGHT_RECORD = {
+    # the learning rate the update of the fault's step read, or the weights it produced
+    "lr": lambda v: v.rule == "optimizer" and v.step in (FAULT_STEP, FAULT_STEP + 1),
+    "grad-scale": lambda v: v.step == FAULT_STEP and v.kind == "grad" and v.name == _GRAD_SCALED,
+    "out-scale": lambda v: v.step == 0 and (v.name == "layers.1" or v.name.startswith("layers.1.")),
+}
 BUG_LAYOUTS = ["ddp 4", "pp-ddp 8 --stages 2 --tp 2 --sp --ep 2"]
 QUICK_BUG_LAYOUTS = ["ddp 4"]
 # Faults without a size, with the layout they need.
@@ -73,6 +88,11 @@ STRUCTURAL_FAULTS = [
     ("tp-no-reduce=1", "ddp 2 --tp 2"),
     ("ep-permute=1", "ddp 4 --ep 2"),
 ]
+# Faults without a size found in float32 whose first record lies, in bfloat16, within what an
+# unrecorded op's rounding explains (docs/diff-logs.md, "Equal inputs, another rounding"): a few
+# tokens returned to the wrong place move layer 1's output by 2e-3 in norm, within 10 roundings
+# of bfloat16. Reported, not promised.
+UNPROMISED_STRUCTURAL = {("ep-permute=1", "bfloat16")}
 QUICK_STRUCTURAL = [("skip-reduce=layers.2.attention.wq.weight", "ddp 4")]
 
 # The promise: from this epsilon on, a fault is called a bug, per fault, dtype and layout
@@ -82,15 +102,18 @@ QUICK_STRUCTURAL = [("skip-reduce=layers.2.attention.wq.weight", "ddp 4")]
 # 2026-12-03, docs/calibration.md): a margin for other seeds and steps, not itself measured.
 _WIDE = "pp-ddp 8 --stages 2 --tp 2 --sp --ep 2"
 STATED_LIMITS: dict[tuple[str, str, str], float | None] = {
-    ("lr", "float32", "ddp 4"): 1e-2,
-    ("lr", "float32", _WIDE): 1e-1,
+    # The learning rate is compared as the number the update read (`<param>.lr`): any factor.
+    ("lr", "float32", "ddp 4"): 1e-4,
+    ("lr", "float32", _WIDE): 1e-4,
+    ("lr", "bfloat16", "ddp 4"): 1e-4,
+    ("lr", "bfloat16", _WIDE): 1e-4,
     ("grad-scale", "float32", "ddp 4"): 1e-1,
     ("grad-scale", "float32", _WIDE): 1e-1,
     ("out-scale", "float32", "ddp 4"): 1e-4,
-    ("out-scale", "float32", _WIDE): 1e-2,
-    ("out-scale", "bfloat16", "ddp 4"): 1e-1,
-    # bfloat16: a learning rate or one gradient scaled after the first step is within the noise the
-    # error model allows there (no promise); a block's output scaled on the wide layout too.
+    ("out-scale", "float32", _WIDE): 1e-1,
+    # bfloat16: one gradient scaled after the first step is within the noise the error model
+    # allows there (no promise); a block's output on the wide layout too, and on ddp 4 a factor
+    # within 10 roundings of bfloat16 (7.8e-2) is below what the figures resolve.
 }
 
 
@@ -104,23 +127,30 @@ class Runner:
     diff_logs: Path
     torchrun: str
     out: Path
+    transformer: Path = Path(__file__).resolve().parent.parent / "examples" / "python" / "transformer.py"
     reuse: bool = False  # keep the training runs a previous call finished
     seconds: float = 0.0
     runs: int = 0
 
-    def train(self, layout: str, dtype: str, optimizer: str, seed: int, steps: int, fault: str = "none") -> Path:
+    def train(self, layout: str, dtype: str, optimizer: str, seed: int, steps: int, fault: str = "none",
+              trainer: str = "moe") -> Path:
         words = layout.split()
         setup, ranks, flags = words[0], words[1], words[2:]
-        name = "_".join([setup, ranks, *[w.lstrip("-") for w in flags], dtype, optimizer, str(seed), str(steps),
+        name = "_".join([*([trainer] if trainer != "moe" else []), setup, ranks, *[w.lstrip("-") for w in flags],
+                         dtype, optimizer, str(seed), str(steps),
                          fault.replace("=", "-").replace(":", "-").replace(".", "_")])
         run_dir = self.out / "runs" / name
         if self.reuse and (run_dir / "done").exists():
             return run_dir
         shutil.rmtree(run_dir, ignore_errors=True)
-        cmd = [self.torchrun, "--standalone", "--nproc-per-node", ranks, "--no-python",
-               str(self.moe_train), "--setup", setup, *flags, "--dtype", dtype,
-               "--optimizer", optimizer, "--rng-seed", str(seed), "--steps", str(steps), "--fault", fault,
-               "--out", str(run_dir)]
+        common = ["--setup", setup, *flags, "--dtype", dtype, "--optimizer", optimizer, "--steps", str(steps),
+                  "--fault", fault, "--out", str(run_dir)]
+        if trainer == "moe":
+            cmd = [self.torchrun, "--standalone", "--nproc-per-node", ranks, "--no-python", str(self.moe_train),
+                   *common, "--rng-seed", str(seed)]
+        else:
+            cmd = [self.torchrun, "--standalone", "--nproc-per-node", ranks, str(self.transformer), *common,
+                   "--seed", str(seed)]
         started = time.monotonic()
         proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
         self.seconds += time.monotonic() - started
@@ -145,6 +175,9 @@ class Verdict:
     command: str
     headline: str = ""  # the first unexplained divergence and its cause, for a bug
     step: int | None = None
+    kind: str = ""
+    name: str = ""
+    rule: str = ""
 
     @staticmethod
     def of(proc: subprocess.CompletedProcess, command: str) -> "Verdict":
@@ -156,9 +189,9 @@ class Verdict:
                 v.headline = "(no JSON)"
                 return v
             first = result.get("first_unexplained_divergence") or result.get("first_divergence") or {}
-            v.step = first.get("step")
-            cause = (first.get("cause") or first.get("explanation") or {}).get("rule", "")
-            v.headline = f"step {first.get('step')} {first.get('kind', '')} {first.get('name', '')} [{cause}]"
+            v.step, v.kind, v.name = first.get("step"), first.get("kind", ""), first.get("name", "")
+            v.rule = (first.get("cause") or first.get("explanation") or {}).get("rule", "")
+            v.headline = f"step {v.step} {v.kind} {v.name} [{v.rule}]"
         elif proc.returncode not in (0, 4):
             lines = (proc.stderr or proc.stdout).strip().splitlines()
             v.headline = lines[-1] if lines else "(no output)"
@@ -185,18 +218,19 @@ class Tally:
             self.errors.append(f"{what}: exit {v.rc}: {v.headline}  ({v.command})")
 
 
-def clean_matrix(r: Runner, layouts, seeds, steps) -> dict[tuple[str, str], Tally]:
-    tallies: dict[tuple[str, str], Tally] = {}
+def clean_matrix(r: Runner, layouts, seeds, steps, trainer="moe") -> dict[tuple[str, str, str], Tally]:
+    tallies: dict[tuple[str, str, str], Tally] = {}
     for dtype, optimizer, seed in itertools.product(DTYPES, OPTIMIZERS, seeds):
-        tally = tallies.setdefault((dtype, optimizer), Tally())
-        single = r.train("single 1", dtype, optimizer, seed, steps)
-        runs = {layout: r.train(layout, dtype, optimizer, seed, steps) for layout in layouts}
+        tally = tallies.setdefault((trainer, dtype, optimizer), Tally())
+        single = r.train("single 1", dtype, optimizer, seed, steps, trainer=trainer)
+        runs = {layout: r.train(layout, dtype, optimizer, seed, steps, trainer=trainer) for layout in layouts}
         for layout, run in runs.items():
             for last in range(steps):
-                tally.add(r.diff(single, run, last), f"single 1 vs {layout}, {dtype} {optimizer} seed {seed} steps 0:{last}")
+                tally.add(r.diff(single, run, last),
+                          f"{trainer} single 1 vs {layout}, {dtype} {optimizer} seed {seed} steps 0:{last}")
         for a, b in itertools.combinations(layouts, 2):
-            tally.add(r.diff(runs[a], runs[b]), f"{a} vs {b}, {dtype} {optimizer} seed {seed}")
-        print(f"  clean {dtype} {optimizer} seed {seed}: {tally.comparisons} compared so far, "
+            tally.add(r.diff(runs[a], runs[b]), f"{trainer} {a} vs {b}, {dtype} {optimizer} seed {seed}")
+        print(f"  clean {trainer} {dtype} {optimizer} seed {seed}: {tally.comparisons} compared so far, "
               f"{len(tally.alarms)} false alarm(s)", flush=True)
     return tallies
 
@@ -208,11 +242,22 @@ class Detection:
     layout: str
     caught: dict[float, Verdict] = field(default_factory=dict)  # epsilon -> verdict
 
+    def detected(self, eps: float) -> bool:
+        """Called a bug, and headlined at the fault's own record."""
+        v = self.caught[eps]
+        return v.rc == 1 and RIGHT_RECORD[self.fault](v)
+
+    def cell(self, eps: float) -> str:
+        v = self.caught[eps]
+        if v.rc == 1:
+            return "bug" if self.detected(eps) else f"bug elsewhere: {v.headline}"
+        return {4: "noise", 0: "equal"}.get(v.rc, f"exit {v.rc}")
+
     def limit(self) -> float | None:
-        """The smallest epsilon from which on every larger one is called a bug."""
+        """The smallest epsilon from which on every larger one is detected."""
         limit = None
         for eps in sorted(self.caught, reverse=True):
-            if self.caught[eps].rc != 1:
+            if not self.detected(eps):
                 break
             limit = eps
         return limit
@@ -244,24 +289,24 @@ def report(tallies, sized, plain, args, r: Runner) -> tuple[str, list[str]]:
     lines = [f"# Calibration ({'quick' if args.quick else 'full'} matrix)", "",
              f"`{' '.join(sys.argv)}`, {r.runs} training runs in {r.seconds / 60:.1f} min", "",
              "## Clean runs (no fault)", "",
-             "| dtype | optimizer | comparisons | equal | noise | false alarms | errors |",
-             "|---|---|---|---|---|---|---|"]
-    for (dtype, optimizer), t in tallies.items():
-        lines.append(f"| {dtype} | {optimizer} | {t.comparisons} | {t.equal} | {t.noise} | {len(t.alarms)} | {len(t.errors)} |")
+             "| trainer | dtype | optimizer | comparisons | equal | noise | false alarms | errors |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (trainer, dtype, optimizer), t in tallies.items():
+        lines.append(f"| {trainer} | {dtype} | {optimizer} | {t.comparisons} | {t.equal} | {t.noise} | "
+                     f"{len(t.alarms)} | {len(t.errors)} |")
         failures += [f"false alarm: {a}" for a in t.alarms] + [f"error: {e}" for e in t.errors]
     lines += ["", "## Faults of a size (test run only, compared with the clean single-process run)", "",
               "| fault | dtype | layout | " + " | ".join(f"{e:g}" for e in sorted(sized[0].caught, reverse=True))
               + " | detected from | stated |" if sized else "",
               "|---|---|---|" + "---|" * (len(sized[0].caught) + 2) if sized else ""]
     for d in sized:
-        cells = ["bug" if d.caught[e].rc == 1 else ("noise" if d.caught[e].rc == 4 else
-                 "equal" if d.caught[e].rc == 0 else f"exit {d.caught[e].rc}") for e in sorted(d.caught, reverse=True)]
+        cells = [d.cell(e) for e in sorted(d.caught, reverse=True)]
         stated = stated_limit(d.fault, d.dtype, d.layout)
         limit = d.limit()
         lines.append(f"| {d.fault} | {d.dtype} | {d.layout} | " + " | ".join(cells) +
                      f" | {limit if limit is not None else 'not detected'} | {stated if stated is not None else '-'} |")
         if stated is not None:
-            missed = [e for e, v in d.caught.items() if e >= stated and v.rc != 1]
+            missed = [e for e in d.caught if e >= stated and not d.detected(e)]
             if missed:
                 failures.append(f"{d.fault} {d.dtype} {d.layout}: missed at epsilon {missed}, stated limit {stated}")
         for e, v in d.caught.items():
@@ -269,8 +314,10 @@ def report(tallies, sized, plain, args, r: Runner) -> tuple[str, list[str]]:
                 failures.append(f"error: {d.fault} {d.dtype} {d.layout} epsilon {e}: exit {v.rc} {v.headline}")
     lines += ["", "## Faults without a size", "", "| fault | dtype | layout | verdict | headline |", "|---|---|---|---|---|"]
     for fault, dtype, layout, v in plain:
-        lines.append(f"| {fault} | {dtype} | {layout} | {'bug' if v.rc == 1 else f'exit {v.rc}'} | {v.headline} |")
-        if v.rc != 1:
+        promised = (fault, dtype) not in UNPROMISED_STRUCTURAL
+        verdict = "bug" if v.rc == 1 else f"exit {v.rc}" + ("" if promised else " (not promised)")
+        lines.append(f"| {fault} | {dtype} | {layout} | {verdict} | {v.headline} |")
+        if v.rc != 1 and promised:
             failures.append(f"missed: {fault} {dtype} {layout}: exit {v.rc}  ({v.command})")
     if failures:
         lines += ["", "## Failures", ""] + [f"- {f}" for f in failures]
@@ -289,25 +336,35 @@ def main() -> int:
                     help="reuse the training runs a previous call left in --out (same binaries only)")
     ap.add_argument("--no-bugs", action="store_true", help="the clean matrix only")
     ap.add_argument("--no-clean", action="store_true", help="the bug matrix only")
+    ap.add_argument("--trainers", nargs="+", choices=["moe", "transformer"], default=["moe", "transformer"],
+                    help="the trainers of the clean matrix (default both; the bug matrix is the MoE example's)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     build = Path(args.build)
     r = Runner(Path(os.environ.get("MOE_TRAIN", build / "examples" / "moe_train")),
-               Path(os.environ.get("DIFF_LOGS", build / "bin" / "diff_logs")), args.torchrun, out, args.reuse)
+               Path(os.environ.get("DIFF_LOGS", build / "bin" / "diff_logs")), args.torchrun, out, reuse=args.reuse)
     steps = QUICK_STEPS if args.quick else STEPS
     seeds = args.seeds or (QUICK_SEEDS if args.quick else SEEDS)
-    tallies = {} if args.no_clean else clean_matrix(r, QUICK_LAYOUTS if args.quick else LAYOUTS, seeds, steps)
+    tallies = {}
+    if not args.no_clean:
+        if "moe" in args.trainers:
+            tallies |= clean_matrix(r, QUICK_LAYOUTS if args.quick else LAYOUTS, seeds, steps)
+        if "transformer" in args.trainers:
+            tallies |= clean_matrix(r, QUICK_TRANSFORMER_LAYOUTS if args.quick else TRANSFORMER_LAYOUTS, seeds,
+                                    steps, trainer="transformer")
     sized, plain = ([], []) if args.no_bugs else bug_matrix(
         r, QUICK_BUG_LAYOUTS if args.quick else BUG_LAYOUTS, QUICK_EPSILONS if args.quick else EPSILONS,
         QUICK_STRUCTURAL if args.quick else STRUCTURAL_FAULTS, seeds[0], steps)
     text, failures = report(tallies, sized, plain, args, r)
     (out / "calibration.md").write_text(text)
     (out / "calibration.json").write_text(json.dumps({
-        "clean": {f"{d} {o}": {"comparisons": t.comparisons, "equal": t.equal, "noise": t.noise,
-                               "false_alarms": t.alarms, "errors": t.errors} for (d, o), t in tallies.items()},
+        "clean": {f"{tr} {d} {o}": {"comparisons": t.comparisons, "equal": t.equal, "noise": t.noise,
+                                    "false_alarms": t.alarms, "errors": t.errors}
+                  for (tr, d, o), t in tallies.items()},
         "sized": [{"fault": d.fault, "dtype": d.dtype, "layout": d.layout, "limit": d.limit(),
-                   "verdicts": {f"{e:g}": v.rc for e, v in d.caught.items()}} for d in sized],
+                   "verdicts": {f"{e:g}": {"rc": v.rc, "detected": d.detected(e), "headline": v.headline}
+                                for e, v in d.caught.items()}} for d in sized],
         "plain": [{"fault": f, "dtype": dt, "layout": l, "rc": v.rc, "headline": v.headline} for f, dt, l, v in plain],
     }, indent=1))
     print(text)

@@ -10,10 +10,10 @@
 #     - every torch translation unit compiled against the oldest supported LibTorch's headers,
 #       2.4 (scripts/torch_min_check.sh),
 #     - the CUDA path compiled against a CUDA build of torch, where nvcc is present
-#       (scripts/cuda_compile_check.sh; nothing runs on a GPU: scripts/gpu_check.sh does that),
-#     - the verdict's calibration, its full matrix (scripts/calibrate.sh, docs/calibration.md).
-#   Any of the four can be left out of --all: NUMPROBE_SANITIZE=0, NUMPROBE_TORCH_MIN_CHECK=0,
-#   NUMPROBE_CUDA_CHECK=0, NUMPROBE_CALIBRATE=0.
+#       (scripts/cuda_compile_check.sh; nothing runs on a GPU: scripts/gpu_check.sh does that).
+#   Any of the three can be left out of --all: NUMPROBE_SANITIZE=0, NUMPROBE_TORCH_MIN_CHECK=0,
+#   NUMPROBE_CUDA_CHECK=0. The verdict's full calibration matrix is a script of its own
+#   (scripts/calibrate.sh, ~40 min; .ci/run runs it after --all).
 set -euo pipefail
 
 usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -82,8 +82,9 @@ run_ctest() {
 # What is built and never run by a test here.
 note_not_run() {
   note "built, run by no test: the benchmarks (build/bin/*_bench: scripts/README.md says how to run them)"
+  note "the full calibration matrix is scripts/calibrate.sh (ctest ran its quick subset, calibration_quick)"
   if [ "$all" != 1 ]; then
-    note "not run without --all: sanitizers, LibTorch 2.4 header check, CUDA compile check, the full calibration matrix"
+    note "not run without --all: sanitizers, LibTorch 2.4 header check, CUDA compile check"
   elif [ "$CUDA_COMPILED" = 1 ]; then
     note "CUDA tests (build-cuda/tests/cuda_tests) and stats_cuda_bench: compiled, not run (no GPU here; scripts/gpu_check.sh runs them on one)"
   else
@@ -127,12 +128,6 @@ if [ "$all" = 1 ]; then
   else
     step "CUDA compile check (build-cuda/)" "$NUMPROBE_ROOT/scripts/cuda_compile_check.sh"
     if [ "$rc_all" = 0 ]; then CUDA_COMPILED=1; fi
-  fi
-  if [ "${NUMPROBE_CALIBRATE:-1}" != "0" ]; then
-    step "calibration, full matrix (out/calibration/calibration.md)" env NUMPROBE_CALIBRATE_BUILD=0 \
-      "$NUMPROBE_ROOT/scripts/calibrate.sh" --out "$NUMPROBE_ROOT/out/calibration"
-  else
-    note "calibration, full matrix: left out (NUMPROBE_CALIBRATE=0)"
   fi
 fi
 note_not_run

@@ -12,6 +12,12 @@ all ranks), `tp` (DTensor tensor parallel over all ranks, every rank sees the sa
 adds sequence parallel on the norms as torchtitan does), `fsdp-tp` (a dp x tp mesh: tensor
 parallel inside, FSDP2 over dp).
 
+`--dtype bfloat16` trains as torchtitan does by default: FSDP2's
+`MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`, float32 master weights and
+optimizer, bfloat16 forward and backward, each microbatch's gradient cast to float32 before its
+reduction and accumulation; the loss in float32. `single` and `tp` get the same policy from
+FSDP2 over a data-parallel mesh of one rank, so every setup casts and reduces alike.
+
 Every setup starts from the same global weights (the full model is built with the same seed on
 every rank, then sharded) and trains on the same data (microbatch `mb` of step `s` is drawn from
 its own generator seeded by (seed, s, mb)); a data-parallel rank r of dp trains global
@@ -36,7 +42,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                SequenceParallel, parallelize_module)
@@ -67,6 +73,8 @@ def parse_args(argv=None):
     p.add_argument("--out", default="out/transformer", help="the probe's run directory")
     p.add_argument("--probe", type=int, choices=[0, 1], default=1)
     p.add_argument("--fault", choices=FAULTS, default="none")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="the forward and backward's dtype (masters, optimizer and reductions stay float32)")
     return p.parse_args(argv)
 
 
@@ -208,8 +216,12 @@ def init_layout(args):
     if args.setup == "single":
         if world != 1:
             raise SystemExit("--setup single runs as one process")
-        return Layout()
-    dist.init_process_group("gloo")
+        if args.dtype == "float32":
+            return Layout()
+        # Mixed precision from FSDP2 over one rank: a process group of its own, no launcher.
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    else:
+        dist.init_process_group("gloo")
     rank = dist.get_rank()
     tp = tp_degree(args, world)
     if world % tp:
@@ -267,10 +279,16 @@ def apply_tp(model, mesh, sp):
         model.sequence_mesh = mesh
 
 
-def apply_fsdp(model, mesh):
+def mixed_precision(args):
+    if args.dtype == "float32":
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
+def apply_fsdp(model, mesh, policy):
     for block in model.layers:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             # Microbatch losses are already divided by their global count: sum over ranks.
@@ -283,8 +301,9 @@ def parallelize(model, args, layout, full_wq):
         apply_tp(model, layout.tp_mesh, args.sp)
     if args.fault == "shard-offset":
         plant_shard_offset_fault(model, full_wq)  # a TP checkpoint load, before FSDP shards dp
-    if args.setup in ("fsdp", "fsdp-tp"):
-        apply_fsdp(model, layout.dp_mesh)
+    # Mixed precision is FSDP2's: over a data-parallel mesh of one rank where the setup has none.
+    if args.setup in ("fsdp", "fsdp-tp") or args.dtype != "float32":
+        apply_fsdp(model, layout.dp_mesh, mixed_precision(args))
 
 
 # ---------------------------------------------------------------------------------------- faults
@@ -312,6 +331,8 @@ def microbatch_tokens(args, step, mb):
 
 
 def microbatch_loss(logits, targets, microbatches):
+    # In float32 whatever the compute dtype (torchtitan's loss casts its logits too).
+    logits = logits.float()
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)) / microbatches
 
 
@@ -341,7 +362,7 @@ def describe(args, layout):
     sizes = f"dim {args.dim} layers {args.layers} heads {args.heads} vocab {args.vocab} seq {args.seq} batch {args.batch}"
     sp = " sp" if args.sp else ""
     return (f"transformer {args.setup}{sp} x{layout.world} ({layout.dp} dp x {layout.tp} tp, gloo), "
-            f"{args.optimizer} lr {args.lr}, {args.microbatches} microbatches, {sizes}, "
+            f"{args.dtype}, {args.optimizer} lr {args.lr}, {args.microbatches} microbatches, {sizes}, "
             f"seed {args.seed}, fault {args.fault}")
 
 

@@ -41,7 +41,7 @@ std::optional<Walked> walk(const Config& base, const Config& test, const std::ve
     const Config at = with(base, std::vector<std::string>(changed.begin(), changed.begin() + static_cast<long>(i) + 1), test);
     const Against a = evaluate(at);
     c.findings.push_back(changes_text(pending, base, test) + " (" + at.text() + "): " + against_name(a));
-    if (a == Against::bug) return Walked{pending, context};
+    if (diverges(a)) return Walked{pending, context};
     if (a == Against::failed) continue;  // carried into the next step
     context.insert(context.end(), pending.begin(), pending.end());
     pending.clear();
@@ -56,6 +56,7 @@ const char* against_name(Against a) {
     case Against::failed: return "does not run";
     case Against::equal: return "bitwise equal";
     case Against::noise: return "noise";
+    case Against::cannot_tell: return "cannot tell";
     case Against::bug: return "unexplained divergence";
   }
   return "?";
@@ -82,7 +83,7 @@ void narrow_candidates(const Config& base, const Config& test, const Evaluate& o
     const Config one = with(last_good, {d}, test);
     const Against a = once(one);
     c.findings.push_back(change_text(d, base, test) + " alone (" + one.text() + "): " + against_name(a));
-    if (a == Against::bug) {
+    if (diverges(a)) {
       w.candidates = {d};
       return;
     }
@@ -93,7 +94,7 @@ void narrow_candidates(const Config& base, const Config& test, const Evaluate& o
     const Config trial = with(last_good, rest, test);
     const Against a = once(trial);
     c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() + "): " + against_name(a));
-    if (a == Against::bug) {
+    if (diverges(a)) {
       w.candidates = rest;
     } else if (a == Against::failed) {
       w.candidates = rest;
@@ -140,7 +141,7 @@ std::optional<Culprit> find_culprit(const Config& base, const Config& test, cons
     const Config trial = trial_of(rest);
     const Against a = once(trial);
     c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() + "): " + against_name(a));
-    if (a == Against::bug) kept = rest;                          // not needed
+    if (diverges(a)) kept = rest;                          // not needed
     else if (a == Against::failed) prerequisites.push_back(d);   // needed to run at all
     else combined.push_back(d);                                  // needed for the divergence
   }
@@ -159,7 +160,7 @@ std::optional<Culprit> find_culprit(const Config& base, const Config& test, cons
   // between the base and it.
   if (stop()) return std::nullopt;
   const Against at_before = c.before == base ? Against::equal : once(c.before);
-  if (at_before == Against::bug) {
+  if (diverges(at_before)) {
     c.findings.push_back("the configuration it acts on (" + c.before.text() + ") diverges already: bisecting to it");
     auto inner = find_culprit(base, c.before, once, stop, cost, order);
     if (inner) inner->findings.insert(inner->findings.begin(), c.findings.begin(), c.findings.end());

@@ -14,9 +14,13 @@
 namespace probe::bisect {
 
 // A configuration against the base: it did not run (a trainer refusing the combination), or it
-// is bitwise equal, noise only, or has an unexplained divergence.
-enum class Against { failed, equal, noise, bug };
+// is bitwise equal, noise only, holds differences the figures cannot judge (cannot tell), or has
+// an unexplained divergence.
+enum class Against { failed, equal, noise, cannot_tell, bug };
 const char* against_name(Against a);
+// What the search bisects: an unexplained divergence, or a difference that cannot be told (the
+// smallest change that brings it in is what a traced re-run and the replay then judge).
+inline bool diverges(Against a) { return a == Against::bug || a == Against::cannot_tell; }
 
 using Evaluate = std::function<Against(const Config&)>;
 

@@ -130,7 +130,7 @@ b::Against Bisect::against_base(const b::Config& c) {
     switch (r.verdict()) {
       case V::different:
       case V::run_errors: e.against = b::Against::bug; break;
-      case V::noise: e.against = b::Against::noise; break;
+      case V::noise: e.against = r.noise.by_rule.contains(d::Rule::cannot_tell) ? b::Against::cannot_tell : b::Against::noise; break;
       case V::equal:
       case V::within_tolerance: e.against = b::Against::equal; break;
       case V::incomplete:  // a rank died and the launcher hid it: no answer from it
@@ -319,7 +319,7 @@ int Bisect::run() {
     write_json({{"error", "the test run could not be compared with the base"}}, 3);
     return 3;
   }
-  if (whole != b::Against::bug) {
+  if (!b::diverges(whole)) {
     const int code = whole == b::Against::equal ? 0 : 4;
     std::cout << "\nNO CULPRIT  the test setup against the base: " << b::against_name(whole)
               << ": no unexplained divergence to bisect\n\n";

@@ -43,6 +43,63 @@ Explanation summation_order(const Pair& p, double bound) {
   return Explanation{false, Rule::summation_order, bound, root_size(p), std::max(root_size(p), bound), {}};
 }
 
+// Everything a record depends on is equal, yet it differs. Where both runs hold the step's
+// records alike, the same kernels ran on the same pieces: the computation differs. Otherwise,
+// between its recorded dependencies and it run ops the log does not see, and a kernel that reads
+// the same values in another layout (a
+// sequence shard rather than the whole sequence, a gathered tensor's strides, another blocking)
+// may accumulate in another order and round its result otherwise: each run's element then lies
+// within u·|x| of the same value (u: the unit roundoff of the op's dtype; an accumulation in a
+// wider type adds far less), the runs within 2u·|x| of each other. The rest of the module carries
+// that rounding to the record, as it carries a reduction's: `amplification` (the direct bound,
+// --reduction-amplification) times 2u, for each figure of its own size: the norm, l1, min and
+// max, the mean of the largest magnitude. Within all of that it is a rounding of the same
+// values, or a change of the computation no larger: the figures cannot tell which. Beyond any of
+// it, the computation differs. (The Python transformer in bfloat16, `tp 2` against `tp 2 --sp`:
+// the sequence-sharded RMSNorm's mean rounds to another bfloat16 in some rows, and `tap
+// layers.0.attention.wo` is 4.2e-3 apart at step 0, its maximum two ulps.)
+bool within_roundings(const Pair& p, double amplification) {
+  if (!both_tensors(p)) return false;
+  const TensorStats &a = p.base.m.rec.stats, &b = p.test.m.rec.stats;
+  if (a.dtype != b.dtype || a.shape != b.shape || a.nan != b.nan || a.inf != b.inf || a.nan > 0 || a.inf > 0)
+    return false;
+  const double r = amplification * 2 * unit_roundoff(a.dtype);
+  auto close = [r](double x, double y) { return std::abs(x - y) <= r * std::max(std::abs(x), std::abs(y)); };
+  const double magnitude = std::max({std::abs(a.min), std::abs(a.max), std::abs(b.min), std::abs(b.max)});
+  return r > 0 && std::isfinite(a.norm) && std::isfinite(b.norm) && close(a.norm, b.norm) && close(a.min, b.min) &&
+         close(a.max, b.max) && (!a.l1 || !b.l1 || close(*a.l1, *b.l1)) && std::abs(a.mean - b.mean) <= r * magnitude;
+}
+
+// Both runs hold the record alike: logged by the same ranks, as the same partial sum (or none).
+bool held_alike(const Pair& p) {
+  if (!(p.base.present && p.test.present)) return true;
+  return p.base.m.ranks == p.test.m.ranks && p.base.m.partial.count == p.test.m.partial.count;
+}
+
+// What a record whose dependencies are all equal is explained by.
+Explanation equal_inputs(const Pair& p, double amplification, bool layouts_alike) {
+  if (layouts_alike || !within_roundings(p, amplification)) return bug(Rule::unexplained);
+  const double bound = amplification * 2 * unit_roundoff(dtype_of(p));
+  return Explanation{false, Rule::cannot_tell, bound, root_size(p), std::max(root_size(p), bound),
+                     "what it depends on is equal and every figure is within " + lf::format_double(amplification) +
+                         " x 2u = " + lf::format_double(bound) +
+                         " of its own (a rounding of its dtype carried through the rest of its module), and the runs "
+                         "lay the step out otherwise: an op rounding the same values otherwise in another layout, or a change of the computation "
+                         "that small; the figures cannot tell which"};
+}
+
+// The weights a step starts from carry what the steps before left in them: their measured
+// difference (at least a rounding) is a root of what the step computes from them. Training
+// amplifies noise from step to step (AdamW at a learning rate of 0.1 by about 10x a step in the
+// Python transformer's calibration), so the roots of the first step alone would bound later
+// steps too tightly and call their clean differences bugs.
+Upstream as_root_of_its_step(const Pair& param) {
+  Upstream u;
+  u.add(param);
+  if (!param.why.bug) u.roots = std::max(u.roots, root_size(param));
+  return u;
+}
+
 // Inherited noise: within `bound` of the roots it descends from; what is computed from it may
 // inherit up to `ceiling` (the bound of noise grown from those roots, never that of an update
 // it went through: ceilings do not compound from step to step).
@@ -308,7 +365,7 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
   }
   if (p.kind == Kind::rng) return bug(Rule::rng);
   if (p.kind == Kind::input) return bug(Rule::data);
-  if (elements_moved(p)) return bug(Rule::elements_moved);
+  if (elements_moved(p)) return explain_moved(p, step, first_step);
   if (constant_factor(p)) return bug(Rule::constant_factor);
   Explanation why = explain_by_dependencies(p, step, first_step);
   // Moved or changed below what the figures resolve, the log cannot say: what the rules would
@@ -320,6 +377,26 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
                  "order-independent hash (format 8's mhash) cannot tell moved elements from "
                  "values changed below what the figures resolve";
   }
+  return why;
+}
+
+// The same values in other places. Where what it depends on is equal, or only summed in
+// another order (a grad of its mb_grads: each element rounds on its own, none moves), that is a
+// permutation, a wrong offset: a bug. Where its inputs differ by noise, values that repeat (an
+// Adam update's first step, p ± lr; zeros after a ReLU; a clipped tensor) trade places when
+// noise moves a tiny input across a threshold in opposite directions at two places: the
+// figures cannot tell that from a move (the Python transformer with AdamW, seed 3: `param
+// norm.weight` at step 1, 32 elements of two values, against `tp 2`).
+Explanation Explainer::explain_moved(const Pair& p, std::int64_t step, bool first_step) {
+  if (p.kind == Kind::grad) return bug(Rule::elements_moved);
+  Explanation why = explain_by_dependencies(p, step, first_step);
+  if (why.bug && why.rule == Rule::inherited) return why;
+  if (why.bug || (why.rule != Rule::inherited && why.rule != Rule::partial_sum)) return bug(Rule::elements_moved);
+  why.rule = Rule::cannot_tell;
+  why.detail = "the same values in other places (both runs' order-independent hashes agree) while what it "
+               "depends on differs by noise: values that repeat (an update of +-lr, zeros, a clipped "
+               "tensor) trade places where noise moves a tiny input; the figures cannot tell that from "
+               "a permutation";
   return why;
 }
 
@@ -343,7 +420,7 @@ Explanation Explainer::explain_by_dependencies(const Pair& p, std::int64_t step,
       } else {
         up.add(step_so_far_);
       }
-      return from_upstream(p, up, bug(Rule::unexplained));
+      return from_upstream(p, up, equal_inputs(p, options_.reduction_amplification, layouts_alike_));
     }
   }
 }
@@ -443,6 +520,7 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
   step_has_params_ = std::any_of(pairs.begin(), pairs.end(), [](const Pair& p) {
     return p.kind == Kind::param && p.base.present && p.test.present;
   });
+  layouts_alike_ = std::all_of(pairs.begin(), pairs.end(), held_alike);
   index_mb_grads(pairs);
   // Optimizer state is updated from the step's gradients: explained once they are.
   for (int pass = 0; pass < 2; ++pass) {
@@ -454,7 +532,7 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
       if (is_divergence(p.pair_class) && !p.set_aside && !one_sided_op) {
         p.why = explain(p, step, first_step);
         step_so_far_.add(p);
-        if (p.kind == Kind::param) step_params_.add(p);
+        if (p.kind == Kind::param) step_params_.add(as_root_of_its_step(p));
         if (p.kind == Kind::param || p.kind == Kind::grad) this_step_by_param_[p.name].add(p);
         if (p.kind == Kind::mb_grad)
           if (auto it = mb_grads_.find(p.name); it != mb_grads_.end()) it->second.diverging.add(p);

@@ -246,8 +246,10 @@ void print_pair(const char* title, const Pair& p, const std::string& label, std:
       << label << "\n";
   out << "  base: " << side_text(p.base, p.kind) << "\n";
   out << "  test: " << side_text(p.test, p.kind) << "\n";
-  if (p.rel_diff > 0 && p.kind != Kind::rng)
-    out << "  relative norm difference: " << rel_diff_text(p) << "\n";
+  if (p.rel_diff > 0 && p.kind != Kind::rng) {
+    const bool values = p.base.present && p.base.m.rec.state == Record::State::scalar;
+    out << (values ? "  relative difference: " : "  relative norm difference: ") << rel_diff_text(p) << "\n";
+  }
   if (!p.note.empty()) out << "  note: " << p.note << "\n";
 }
 

@@ -96,6 +96,9 @@ class Explainer {
   Explanation explain(const Pair& p, std::int64_t step, bool first_step);
   // The rules that read what the pair depends on, by its kind.
   Explanation explain_by_dependencies(const Pair& p, std::int64_t step, bool first_step);
+  // A pair whose elements moved (elements_moved()): a bug unless noise in what it depends on
+  // may have traded equal values between places.
+  Explanation explain_moved(const Pair& p, std::int64_t step, bool first_step);
   Explanation explain_param(const Pair& p, std::int64_t step, bool first_step) const;
   Explanation explain_grad(const Pair& p);
   Explanation explain_optim(const Pair& p) const;
@@ -112,6 +115,9 @@ class Explainer {
   // This step, built while its pairs are explained in execution order.
   Upstream step_params_;                               // diverging param records of the step
   bool step_has_params_ = false;                       // the step holds param records at all
+  // Both runs hold every record of the step alike (the same ranks, the same partial sums): the
+  // same kernels ran on the same pieces, so a record whose inputs are equal rounds alike.
+  bool layouts_alike_ = true;
   std::unordered_map<std::int64_t, Upstream> by_mb_;   // per microbatch, its records so far
   Upstream step_so_far_;                               // every record of the step so far
   std::unordered_map<std::string, MbGrads> mb_grads_;  // per parameter, when a grad differs
