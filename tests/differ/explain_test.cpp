@@ -26,6 +26,15 @@ std::vector<Record> reduction_step(std::int64_t step, int mbs, double grad_norm,
   return r;
 }
 
+// A reduction step of 2 microbatches whose weights and inputs are the same in every run, its
+// outputs of norm `out_norm` and hashes from `out_hash` on.
+std::vector<Record> forward_step(std::uint64_t out_hash, double out_norm) {
+  auto r = reduction_step(0, 2, 2.0, 1, out_hash, out_norm);
+  r.push_back(tensor(0, Kind::param, "w", 5, 1.0));
+  r.push_back(tensor(0, Kind::input, "tokens", 6, 1.0, 0));
+  return r;
+}
+
 Result compare(const std::filesystem::path& dir, const std::vector<Record>& a, const std::vector<Record>& b,
                DiffOptions opt = {}) {
   write_run(dir / "a", {a});
@@ -142,14 +151,7 @@ TEST(NoiseOrBug, InheritedNoiseStaysNoiseWithinTheAmplificationBound) {
 }
 
 TEST(NoiseOrBug, AForwardOutputThatDiffersWithEqualWeightsAndInputsIsUnexplained) {
-  auto dir = fresh_dir("noise_forward");
-  auto a = reduction_step(0, 2, 2.0, 1);
-  auto b = reduction_step(0, 2, 2.0, 1, 170, 3.0 * (1 + 1e-3));
-  for (auto* run : {&a, &b}) {
-    run->push_back(tensor(0, Kind::param, "w", 5, 1.0));
-    run->push_back(tensor(0, Kind::input, "tokens", 6, 1.0, 0));
-  }
-  auto r = compare(dir, a, b);
+  auto r = compare(fresh_dir("noise_forward"), forward_step(70, 3.0), forward_step(170, 3.0 * (1 + 1e-3)));
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->kind, Kind::output);
   EXPECT_EQ(r.first_unexplained->why.rule, Rule::unexplained);
@@ -162,12 +164,7 @@ TEST(NoiseOrBug, AForwardOutputWithinTwoRoundingsOfEqualInputsCannotBeTold) {
   // that lay the step out otherwise (one rank against two replicas): an unrecorded op's rounding
   // of the same values carried through its module, or a change that small.
   auto dir = fresh_dir("noise_forward_rounding");
-  auto a = reduction_step(0, 2, 2.0, 1);
-  auto b = reduction_step(0, 2, 2.0, 1, 170, 3.0 * (1 + 1e-8));
-  for (auto* run : {&a, &b}) {
-    run->push_back(tensor(0, Kind::param, "w", 5, 1.0));
-    run->push_back(tensor(0, Kind::input, "tokens", 6, 1.0, 0));
-  }
+  const auto a = forward_step(70, 3.0), b = forward_step(170, 3.0 * (1 + 1e-8));
   write_run(dir / "a", {a});
   write_run(dir / "b", {b, b});
   auto r = diff(dir / "a", dir / "b");

@@ -14,7 +14,6 @@ namespace lf = probe::log_format;
 
 namespace {
 
-
 Explanation bug(Rule rule) { return Explanation{true, rule, 0, 0, 0, {}}; }
 
 bool both_tensors(const Pair& p) {
@@ -46,24 +45,23 @@ Explanation summation_order(const Pair& p, double bound) {
 // Everything a record depends on is equal, yet it differs. Where both runs hold the step's
 // records alike, the same kernels ran on the same pieces: the computation differs. Otherwise,
 // between its recorded dependencies and it run ops the log does not see, and a kernel that reads
-// the same values in another layout (a
-// sequence shard rather than the whole sequence, a gathered tensor's strides, another blocking)
-// may accumulate in another order and round its result otherwise: each run's element then lies
-// within u·|x| of the same value (u: the unit roundoff of the op's dtype; an accumulation in a
-// wider type adds far less), the runs within 2u·|x| of each other. The rest of the module carries
-// that rounding to the record, as it carries a reduction's: `amplification` (the direct bound,
-// --reduction-amplification) times 2u, for each figure of its own size: the norm, l1, min and
+// the same values in another layout (a sequence shard rather than the whole sequence, a gathered
+// tensor's strides, another blocking) may accumulate in another order and round its result
+// otherwise: each run's element then lies within u·|x| of the same value (u: the unit roundoff of
+// the op's dtype; an accumulation in a wider type adds far less), the runs within 2u·|x| of each
+// other. The rest of the module carries that rounding to the record, as it carries a
+// reduction's: `bound` = the direct bound (--reduction-amplification) times 2u, for each figure
+// of its own size: the norm, l1, min and
 // max, the mean of the largest magnitude. Within all of that it is a rounding of the same
 // values, or a change of the computation no larger: the figures cannot tell which. Beyond any of
 // it, the computation differs. (The Python transformer in bfloat16, `tp 2` against `tp 2 --sp`:
 // the sequence-sharded RMSNorm's mean rounds to another bfloat16 in some rows, and `tap
 // layers.0.attention.wo` is 4.2e-3 apart at step 0, its maximum two ulps.)
-bool within_roundings(const Pair& p, double amplification) {
+bool within_roundings(const Pair& p, double r) {
   if (!both_tensors(p)) return false;
   const TensorStats &a = p.base.m.rec.stats, &b = p.test.m.rec.stats;
   if (a.dtype != b.dtype || a.shape != b.shape || a.nan != b.nan || a.inf != b.inf || a.nan > 0 || a.inf > 0)
     return false;
-  const double r = amplification * 2 * unit_roundoff(a.dtype);
   auto close = [r](double x, double y) { return std::abs(x - y) <= r * std::max(std::abs(x), std::abs(y)); };
   const double magnitude = std::max({std::abs(a.min), std::abs(a.max), std::abs(b.min), std::abs(b.max)});
   return r > 0 && std::isfinite(a.norm) && std::isfinite(b.norm) && close(a.norm, b.norm) && close(a.min, b.min) &&
@@ -78,8 +76,8 @@ bool held_alike(const Pair& p) {
 
 // What a record whose dependencies are all equal is explained by.
 Explanation equal_inputs(const Pair& p, double amplification, bool layouts_alike) {
-  if (layouts_alike || !within_roundings(p, amplification)) return bug(Rule::unexplained);
   const double bound = amplification * 2 * unit_roundoff(dtype_of(p));
+  if (layouts_alike || !within_roundings(p, bound)) return bug(Rule::unexplained);
   return Explanation{false, Rule::cannot_tell, bound, root_size(p), std::max(root_size(p), bound),
                      "what it depends on is equal and every figure is within " + lf::format_double(amplification) +
                          " x 2u = " + lf::format_double(bound) +
@@ -157,13 +155,6 @@ Cause unexplained_cause(const Pair& p, const std::string& s, const std::string& 
                std::move(ev)};
 }
 
-// An optimizer record that holds a number on both sides (`<param>.lr`, `<param>.step`), not a
-// tensor of state.
-bool is_setting(const Pair& p) {
-  return p.base.present && p.test.present && p.base.m.rec.state == Record::State::scalar &&
-         p.test.m.rec.state == Record::State::scalar;
-}
-
 std::string setting_words(const std::string& name) {
   if (name.ends_with(".lr")) return "learning rate";
   if (name.ends_with(".step")) return "update count";
@@ -221,6 +212,11 @@ bool elements_moved(const Pair& p) {
 
 bool cannot_tell_moved(const Pair& p) {
   return figures_hide_the_difference(p) && !(p.base.m.rec.stats.mhash && p.test.m.rec.stats.mhash);
+}
+
+bool is_setting(const Pair& p) {
+  return p.base.present && p.test.present && p.base.m.rec.state == Record::State::scalar &&
+         p.test.m.rec.state == Record::State::scalar;
 }
 
 std::string parameter_of_state(const std::string& name) {

@@ -120,7 +120,7 @@ std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<Step
                                      const std::vector<Pair>& pairs, const Pair& first) {
   if (first.pair_class != PairClass::different) return std::nullopt;
   // A number of the update (`.lr`, `.step`) rather than a state tensor: the explainer's own words.
-  if (first.kind == Kind::optim && first.base.m.rec.state == Record::State::scalar) return std::nullopt;
+  if (first.kind == Kind::optim && is_setting(first)) return std::nullopt;
   if (first.kind == Kind::optim) return state_differs(step, pairs, first);
   // The update between two recorded steps: only when nothing ran unrecorded in between.
   if (first.kind == Kind::param && previous && previous->step == step - 1 && previous->grads_compared > 0)

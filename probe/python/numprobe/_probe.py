@@ -253,19 +253,19 @@ class Probe:
         for w in self._params.values():
             for optimizer, lr in zip(self._optimizers, rates):
                 state = optimizer.state.get(w.parameter)
-                rate = lr.get(id(w.parameter))
-                if not state:
-                    self._record_lr(w.name, rate)
-                    continue
-                for key, value in state.items():
-                    if key != "step" and isinstance(value, torch.Tensor):
-                        self._record(Kind.optim, f"{w.name}.{key}", None, value)
-                step = state.get("step")
-                if isinstance(step, torch.Tensor):
-                    self._c.record_scalar(Kind.optim, f"{w.name}.step", local_piece(step)[0].detach())
-                elif step is not None:
-                    self._c.record_scalar(Kind.optim, f"{w.name}.step", float(step))
-                self._record_lr(w.name, rate)
+                if state:
+                    self._record_state(w.name, state)
+                self._record_lr(w.name, lr.get(id(w.parameter)))
+
+    def _record_state(self, name, state):
+        for key, value in state.items():
+            if key != "step" and isinstance(value, torch.Tensor):
+                self._record(Kind.optim, f"{name}.{key}", None, value)
+        step = state.get("step")
+        if isinstance(step, torch.Tensor):
+            self._c.record_scalar(Kind.optim, f"{name}.step", local_piece(step)[0].detach())
+        elif step is not None:
+            self._c.record_scalar(Kind.optim, f"{name}.step", float(step))
 
     def _record_lr(self, name, rate):
         # The learning rate of the update just taken (a tensor when the optimizer keeps it as one).

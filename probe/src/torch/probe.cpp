@@ -375,19 +375,16 @@ struct Probe::Impl {
         const auto& o = watched[i];
         // The learning rate of the update just taken, also where it keeps no state (SGD without
         // momentum): a schedule that differs shows at the step it differs.
+        if (const auto state = detail::optimizer_state_of(*o.optimizer, o.reader, p.parameter)) {
+          for (const auto& [state_name, t] : state->tensors) {
+            if (!t.defined()) continue;  // a state this configuration does not use
+            // State shaped like a sharded parameter is sharded like it (ZeRO).
+            const bool like_parameter = !p.shard.empty() && t.sizes().equals(p.parameter.sizes());
+            add(Kind::optim, p.name + "." + state_name, std::nullopt, t, like_parameter ? p.shard : Shard{});
+          }
+          if (state->step) add_scalar(p.name + ".step", static_cast<double>(*state->step), {}, Kind::optim);
+        }
         const auto rate = lr[i].find(p.parameter.unsafeGetTensorImpl());
-        const auto state = detail::optimizer_state_of(*o.optimizer, o.reader, p.parameter);
-        if (!state) {
-          if (rate != lr[i].end()) add_scalar(p.name + ".lr", rate->second, {}, Kind::optim);
-          continue;
-        }
-        for (const auto& [state_name, t] : state->tensors) {
-          if (!t.defined()) continue;  // a state this configuration does not use
-          // State shaped like a sharded parameter is sharded like it (ZeRO).
-          const bool like_parameter = !p.shard.empty() && t.sizes().equals(p.parameter.sizes());
-          add(Kind::optim, p.name + "." + state_name, std::nullopt, t, like_parameter ? p.shard : Shard{});
-        }
-        if (state->step) add_scalar(p.name + ".step", static_cast<double>(*state->step), {}, Kind::optim);
         if (rate != lr[i].end()) add_scalar(p.name + ".lr", rate->second, {}, Kind::optim);
       }
     }

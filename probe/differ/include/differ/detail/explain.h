@@ -132,6 +132,10 @@ class Explainer {
   std::unordered_set<std::string> partial_words_;
 };
 
+// An optimizer record that holds a number on both sides (`<param>.lr`, `<param>.step`): a
+// setting of the update, not a tensor of state.
+bool is_setting(const Pair& p);
+
 // The parameter an optimizer state record belongs to: "<param>.<state>" without ".<state>".
 std::string parameter_of_state(const std::string& name);
 
