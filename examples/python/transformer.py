@@ -28,6 +28,11 @@ Planted faults (--fault): `tp-norm-unreduced` (tp/fsdp-tp with --sp: the norms c
 sequence shards and hand each rank's partial weight gradient back as if it were the reduced one),
 `shard-offset` (tp/fsdp-tp: every rank loads rank 0's rows of layers.0.attention.wq.weight).
 
+`--compile aot_eager|inductor` compiles each block in place with `fullgraph=True` (after tensor
+parallel, before FSDP2, as torchtitan does): its taps become graph operators. `--taps none` drops
+every tap (block outputs and the row-parallel products): the probe watches and wraps the forward
+only, as a user's first try does.
+
 A size where one single-process step takes well over 100 ms on one core (for overhead figures):
     --dim 256 --layers 4 --heads 8 --vocab 1024 --seq 64 --batch 2   (about 220 ms a step)
 """
@@ -73,6 +78,10 @@ def parse_args(argv=None):
     p.add_argument("--out", default="out/transformer", help="the probe's run directory")
     p.add_argument("--probe", type=int, choices=[0, 1], default=1)
     p.add_argument("--fault", choices=FAULTS, default="none")
+    p.add_argument("--compile", choices=["none", "aot_eager", "inductor"], default="none",
+                   help="torch.compile each block (fullgraph) with this backend")
+    p.add_argument("--taps", choices=["all", "none"], default="all",
+                   help="none: the probe watches and wraps the forward only, as a user's first try")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="the forward and backward's dtype (masters, optimizer and reductions stay float32)")
     return p.parse_args(argv)
@@ -155,12 +164,14 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(args.dim)
         self.output = nn.Linear(args.dim, args.vocab, bias=False)
         self.sequence_mesh = None  # the TP mesh under sequence parallel: block outputs are shards
+        self.taps = args.taps == "all"
 
     def forward(self, tokens):
         h = self.tok_embeddings(tokens)
         for i, layer in enumerate(self.layers):
             h = layer(h)
-            tap(f"layers.{i}", self.as_global(h))
+            if self.taps:
+                tap(f"layers.{i}", self.as_global(h))
         return self.output(self.norm(h))
 
     def as_global(self, h):
@@ -301,6 +312,9 @@ def parallelize(model, args, layout, full_wq):
         apply_tp(model, layout.tp_mesh, args.sp)
     if args.fault == "shard-offset":
         plant_shard_offset_fault(model, full_wq)  # a TP checkpoint load, before FSDP shards dp
+    if args.compile != "none":  # each block in place, after TP and before FSDP, as torchtitan does
+        for block in model.layers:
+            block.compile(backend=args.compile, fullgraph=True)
     # Mixed precision is FSDP2's: over a data-parallel mesh of one rank where the setup has none.
     if args.setup in ("fsdp", "fsdp-tp") or args.dtype != "float32":
         apply_fsdp(model, layout.dp_mesh, mixed_precision(args))
@@ -404,7 +418,8 @@ def build_model(args, layout):
     torch.manual_seed(args.seed)
     model = Transformer(args)
     full_wq = model.get_parameter(SHARD_OFFSET_PARAM).detach().clone()
-    tap_row_parallel_products(model)
+    if args.taps == "all":
+        tap_row_parallel_products(model)
     if args.fault == "tp-norm-unreduced":
         plant_norm_fault(model)
     parallelize(model, args, layout, full_wq)

@@ -109,6 +109,22 @@ TEST(LogIo, WrittenStepsReadBackInOrder) {
   EXPECT_FALSE(reader.unterminated());
 }
 
+TEST(LogIo, AStepThatRanCompiledCodeSaysSoAtItsEnd) {
+  auto path = fresh_dir("compiled") / "diff.log";
+  {
+    probe::LogWriter writer(path, lf::Header{});
+    const std::string record = lf::format_record(loss(0, 1.0)) + "\n";
+    writer.write_step(0, record, 1);
+    writer.write_step(1, lf::format_record(loss(1, 1.0)) + "\n", 1, /*compiled=*/true);
+  }
+  EXPECT_NE(read_all(path).find("\n#end step=1 records=1 compiled=1\n"), std::string::npos) << read_all(path);
+  probe::LogReader reader(path);
+  while (reader.next()) {
+  }
+  EXPECT_FALSE(reader.step_compiled(0));
+  EXPECT_TRUE(reader.step_compiled(1));
+}
+
 TEST(LogIo, EachStepEndsWithItsEndMarkerAndAnEmptyStepWritesNothing) {
   auto path = fresh_dir("markers") / "diff.log";
   lf::Header header;

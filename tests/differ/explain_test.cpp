@@ -3,6 +3,9 @@
 // neighbouring case must not be called noise, is held back in another.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "differ/report.h"
@@ -181,6 +184,49 @@ TEST(NoiseOrBug, AForwardOutputWithinTwoRoundingsOfEqualInputsCannotBeTold) {
   ASSERT_TRUE(same.first_unexplained);
   EXPECT_EQ(same.first_unexplained->why.rule, Rule::unexplained);
   EXPECT_EQ(same.exit_code(), 1);
+}
+
+namespace {
+
+// Marks every step of the run at `dir` as one that ran compiled code (log format 9).
+void mark_compiled(const std::filesystem::path& dir) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.path().filename() != "diff.log") continue;
+    std::ifstream in(entry.path());
+    std::string text, line;
+    while (std::getline(in, line)) text += line + (line.rfind("#end ", 0) == 0 ? " compiled=1\n" : "\n");
+    in.close();
+    std::ofstream(entry.path()) << text;
+  }
+}
+
+}  // namespace
+
+TEST(NoiseOrBug, AnOutputWithinTwoRoundingsOfEqualInputsInACompiledRunCannotBeTold) {
+  // The same layout, but one run compiled (a fused kernel: the same function rounded
+  // otherwise): within 10 x 2u in every figure the figures cannot tell; beyond, the
+  // computation differs, compiled or not.
+  auto dir = fresh_dir("noise_forward_compiled");
+  const auto a = forward_step(70, 3.0);
+  write_run(dir / "eager", {a});
+  write_run(dir / "close", {forward_step(170, 3.0 * (1 + 1e-8))});
+  write_run(dir / "far", {forward_step(170, 3.0 * (1 + 1e-4))});
+  mark_compiled(dir / "close");
+  mark_compiled(dir / "far");
+  auto close = diff(dir / "eager", dir / "close");
+  ASSERT_TRUE(close.first_divergence);
+  EXPECT_EQ(close.first_divergence->why.rule, Rule::cannot_tell);
+  EXPECT_EQ(close.exit_code(), 4);
+  EXPECT_NE(text_of(close).find("one run ran the step compiled and the other did not"), std::string::npos)
+      << text_of(close);
+  auto far = diff(dir / "eager", dir / "far");
+  ASSERT_TRUE(far.first_unexplained);
+  EXPECT_EQ(far.first_unexplained->why.rule, Rule::unexplained);
+  EXPECT_EQ(far.exit_code(), 1);
+  // Both compiled alike, or both eager: the same code on the same pieces, a bug however small.
+  mark_compiled(dir / "eager");
+  EXPECT_EQ(diff(dir / "eager", dir / "close").exit_code(), 1);
+  EXPECT_EQ(diff(dir / "eager", dir / "far").exit_code(), 1);
 }
 
 TEST(NoiseOrBug, ConsequencesOfABugAreBugsAndTheRootHeadlines) {

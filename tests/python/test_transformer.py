@@ -58,6 +58,12 @@ def single(runs):
     ("tp", 2, ["--setup", "tp"]),
     ("tp-sp", 2, ["--setup", "tp", "--sp"]),
     ("fsdp-tp", 4, ["--setup", "fsdp-tp", "--tp", "2"]),
+    # Each block compiled in place (fullgraph), as torchtitan compiles: the row-parallel taps are
+    # graph operators, FSDP2's unsharded gradients are still hooked.
+    ("fsdp-inductor", 2, ["--setup", "fsdp", "--compile", "inductor"]),
+    ("tp-aot-eager", 2, ["--setup", "tp", "--compile", "aot_eager"]),
+    # What a user writes first: watch and forward only, no tap of the row-parallel sums.
+    ("tp-sp-no-taps", 2, ["--setup", "tp", "--sp", "--taps", "none"]),
 ])
 def test_clean_setup_agrees_with_single(single, runs, name, nproc, flags):
     result, report = compare(single, train(runs / name, nproc, *flags))
@@ -94,6 +100,12 @@ def test_unreduced_sequence_parallel_norm_grad_is_headlined(single, runs, name, 
     assert f"{pair['name']}  [{pair['class']}]" in line, report
     # Each rank's own summand taken for the reduced gradient: the TP replicas disagree.
     assert pair["cause"]["rule"] == "replica_mismatch", report
+
+
+def test_aot_eager_blocks_log_what_eager_blocks_log(single, runs):
+    """aot_eager runs the traced graph with eager kernels: the same bits, taps included."""
+    result, report = compare(single, train(runs / "single-aot-eager", 1, "--setup", "single", "--compile", "aot_eager"))
+    assert result["exit_code"] == 0, report
 
 
 def test_wrong_shard_offset_is_headlined(single, runs):

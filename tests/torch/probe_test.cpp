@@ -217,6 +217,41 @@ TEST(Probe, ScalarTensorIsTheValueAtTheCall) {
   EXPECT_EQ(value, (std::map<std::string, double>{{"loss", 0.25}, {"grad_norm", 3.0}, {"lr", 1e-3}}));
 }
 
+// The numprobe::tap operator, called through the dispatcher as a compiled graph calls it,
+// records what probe::tap records (a shard, a partial sum) and marks its step as compiled.
+TEST(Probe, TheTapOperatorRecordsAsTapDoesAndMarksItsStepCompiled) {
+  auto dir = fresh_dir("tap_operator");
+  const auto op = c10::Dispatcher::singleton()
+                      .findSchemaOrThrow("numprobe::tap", "")
+                      .typed<void(c10::string_view, const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
+                                  std::int64_t, std::int64_t)>();
+  const at::Tensor t = at::arange(6, at::kFloat).reshape({2, 3});
+  {
+    probe::Probe p(options_in(dir));
+    p.begin_step(0);
+    p.tap("eager", t);
+    p.end_step();
+    p.begin_step(1);
+    op.call("whole", t, {}, {}, 0, 1);
+    op.call("shard", t, {4, 3}, {2, 0}, 0, 1);
+    op.call("summand", t, {}, {}, 1, 2);
+    op.call("meta", at::empty({2, 3}, at::TensorOptions().device(at::kMeta)), {}, {}, 0, 1);  // nothing
+    p.end_step();
+  }
+  std::map<std::string, probe::Record> taps;
+  for (const auto& r : read_records(dir / "rank0" / "diff.log")) taps[r.name] = r;
+  ASSERT_EQ(taps.size(), 4u);
+  EXPECT_EQ(taps["whole"].stats.hash, taps["eager"].stats.hash);
+  EXPECT_EQ(taps["shard"].stats.shard.offset, (std::vector<std::int64_t>{2, 0}));
+  EXPECT_EQ(taps["summand"].stats.partial.index, 1);
+  EXPECT_EQ(taps["summand"].stats.partial.count, 2);
+  probe::LogReader reader(dir / "rank0" / "diff.log");
+  while (reader.next()) {
+  }
+  EXPECT_FALSE(reader.step_compiled(0));  // the eager tap
+  EXPECT_TRUE(reader.step_compiled(1));
+}
+
 // An MoE expert that received no tokens: every tensor it sees has no elements, and one of its
 // parameters has none either.
 struct IdleExpertImpl : torch::nn::Module {

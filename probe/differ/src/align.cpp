@@ -319,7 +319,7 @@ std::size_t Aligner::add_to_series(const Pair& p, std::size_t hint, bool both_ru
   return si;
 }
 
-void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test) {
+void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test, bool same_code) {
   if (base && test) match_ops(*base, *test);
   pair_up(step, base, test);
   std::vector<Pair>& pairs = pairs_;
@@ -353,7 +353,7 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
     if ((p.pair_class == PairClass::different || p.pair_class == PairClass::within_tol) && p.kind != Kind::rng) offer_top(p);
   }
   const bool first_step_of_both = result_.base.first_step == step && result_.test.first_step == step;
-  explainer_.explain_step(step, first_step_of_both, pairs);
+  explainer_.explain_step(step, first_step_of_both, pairs, same_code);
   // After the explanations, so that a report drawing every pair (--html's heat map) shows each
   // one's verdict; op records of one run only, partial sums and records covering other
   // microbatches were set aside, not compared.

@@ -108,7 +108,8 @@ Result compare_once(Run& base, Run& test, const DiffOptions& options, KindsRecor
       continue;
     }
     if (has_a && has_b) ++r.paired_steps;
-    aligner.compare_step(step, has_a ? &a : nullptr, has_b ? &b : nullptr);
+    aligner.compare_step(step, has_a ? &a : nullptr, has_b ? &b : nullptr,
+                         base.step_compiled(step) == test.step_compiled(step));
   }
   aligner.finish();
   r.base.records = base.records_read();

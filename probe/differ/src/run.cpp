@@ -318,4 +318,9 @@ std::filesystem::path Run::rank_dir(int rank) const {
   return {};
 }
 
+bool Run::step_compiled(std::int64_t step) const {
+  return std::any_of(ranks_.begin(), ranks_.end(),
+                     [step](const auto& src) { return src->reader && src->reader->step_compiled(step); });
+}
+
 }  // namespace probe::differ

@@ -15,7 +15,8 @@
 
 namespace probe::log_format {
 
-inline constexpr int kVersion = 8;  // written (4: op records; 5: partial records; 6: covers; 7: split ops; 8: l1, mhash)
+inline constexpr int kVersion = 9;  // written (4: op records; 5: partial records; 6: covers; 7: split ops; 8: l1, mhash;
+                                    // 9: compiled steps)
 inline constexpr int kOldestVersion = 1;  // oldest still read
 inline constexpr std::string_view kHeaderTag = "#numprobe";
 inline constexpr std::string_view kStepEndTag = "#end";
@@ -30,10 +31,13 @@ struct Header {
   std::string setup;  // free text describing the run's layout
 };
 
-// A step's end (format 2): "#end step=<N> records=<K>", K the record lines of step N before it.
+// A step's end (format 2): "#end step=<N> records=<K>", K the record lines of step N before it;
+// format 9 adds " compiled=1" where code a compiler generated (torch.compile) ran in the step,
+// whose kernels round otherwise than eager ones.
 struct StepEnd {
   std::int64_t step = 0;
   std::int64_t records = 0;
+  bool compiled = false;
 };
 
 // Why the probe stopped recording (format 3): "#stopped step=<N> reason=<escaped text>", the
@@ -69,7 +73,7 @@ std::string format_header(const Header& header);
 // between kOldestVersion and kVersion.
 Header parse_header(std::string_view line);
 
-std::string format_step_end(std::int64_t step, std::size_t records);
+std::string format_step_end(std::int64_t step, std::size_t records, bool compiled = false);
 // True for a line starting with "#end " (a step end, well-formed or not).
 inline bool is_step_end(std::string_view line) {
   return line.size() > kStepEndTag.size() && line.substr(0, kStepEndTag.size()) == kStepEndTag &&

@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -47,7 +49,8 @@ class LogWriter {
   void write_step(std::int64_t step, const std::vector<std::string>& lines);
   // The same for `count` records already formatted into `records`, each line ending in '\n'
   // (log_format::append_record): the caller's buffer can be reused from step to step.
-  void write_step(std::int64_t step, std::string_view records, std::size_t count);
+  // `compiled`: compiled code ran in the step (log_format::StepEnd).
+  void write_step(std::int64_t step, std::string_view records, std::size_t count, bool compiled = false);
   const std::filesystem::path& path() const;
 
  private:
@@ -98,6 +101,9 @@ class LogReader {
   };
   const std::optional<Stop>& stopped() const { return stopped_; }
   std::int64_t line_number() const { return line_number_; }
+  // Format 9: whether step `step`'s end, once read, says compiled code ran in it. Safe to ask
+  // from another thread than the one reading (the differ reads ahead on a worker).
+  bool step_compiled(std::int64_t step) const;
 
   // Closes the file, keeping the read position: the next next() reopens it there. For readers
   // of more files than the process may hold open at once (thousands of ranks).
@@ -127,6 +133,8 @@ class LogReader {
   std::string open_first_text_;
   std::optional<std::int64_t> open_step_;  // the first parsed record's step
   std::optional<std::int64_t> open_other_step_;  // a record of another step among them
+  mutable std::mutex compiled_mutex_;
+  std::set<std::int64_t> compiled_steps_;  // steps whose end said compiled=1
 };
 
 }  // namespace probe

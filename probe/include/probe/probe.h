@@ -222,6 +222,11 @@ class Probe {
   // as watch_parameter's hook records it: kind `mb_grad`, the running backward's microbatch.
   void record_mb_grad(const std::string& name, const at::Tensor& grad, const Shard& shard = {},
                       Partial partial = {});
+  // Code a compiler generated (torch.compile) runs in the current step: its fused kernels may
+  // round otherwise than eager ones, which the differ allows for in a comparison with a run that
+  // ran other code (the step's end says so, log format 9). The Python package calls it for a
+  // compiled module's forward; the numprobe::tap operator for a tap inside a compiled graph.
+  void note_compiled();
   // Whether the current step records `kind` (enabled, in the kinds, a step `every` selects):
   // lets a trainer's own hooks skip work the probe would drop.
   bool records(Kind kind) const;
@@ -262,5 +267,7 @@ class Probe {
 // Records `t` as a tap of the active probe (the most recently constructed enabled one), with
 // its shard or as a summand (Probe::tap); a no-op when there is none.
 void tap(const std::string& name, const at::Tensor& t, const Shard& shard = {}, Partial partial = {});
+// Probe::note_compiled of the active probe; a no-op when there is none.
+void note_compiled();
 
 }  // namespace probe

@@ -4,13 +4,14 @@ The C++ probe (numprobe._C.Probe) hashes, computes the statistics, numbers repea
 writes the log; this class decides what to record and when, as probe::Probe does for LibTorch
 modules, so that the two write the same records for the same training."""
 import operator
+import sys
 import threading
 import weakref
 
 import torch
 from torch.utils._pytree import tree_leaves
 
-from . import _C
+from . import _C, _ops
 from ._dtensor import Unrecordable, is_dtensor, local_piece, warn_unrecordable
 from ._fsdp import fsdp_params, unsharded_param
 
@@ -37,7 +38,8 @@ class Probe:
         self._c = _C.Probe(run_dir=None if run_dir is None else str(run_dir), **options)
         self._params = {}  # name -> _Watched, in watch order
         self._optimizers = []
-        self._handles = []  # module hooks (scopes, FSDP2's unsharded parameters)
+        self._handles = []  # module hooks (scopes)
+        self._unsharded = []  # _Unsharded: FSDP2 parameters whose unsharded gradient is hooked
         self._scoped_modules = weakref.WeakSet()
         self._threads = threading.local()  # .scopes: the module scopes open on a thread
         self._tracing = self._c.tracing
@@ -60,7 +62,7 @@ class Probe:
             w.remove()
         for handle in self._handles:
             handle.remove()
-        self._params, self._optimizers, self._handles = {}, [], []
+        self._params, self._optimizers, self._handles, self._unsharded = {}, [], [], []
         self._scoped_modules = weakref.WeakSet()  # watch() again scopes them again
 
     def __enter__(self):
@@ -85,7 +87,7 @@ class Probe:
         for name, parameter in module.named_parameters():
             fsdp = sharded.get(id(parameter))
             if self._watch(prefix + name, parameter, hook=fsdp is None) and fsdp is not None:
-                self._hook_unsharded(prefix + name, *fsdp)
+                self._hook_unsharded(prefix + name, fsdp[1])
         if self._tracing:
             self._scope_modules(module, prefix)
 
@@ -142,11 +144,14 @@ class Probe:
         partials = [p for _, _, p in inputs]
         self._c.begin_forward(name, microbatch, [t for t, _, _ in inputs],
                               shards if any(shards) else [], partials if any(partials) else [])
+        if _compiled(module):
+            self._c.note_compiled()
         scope = _C.Scope(name, True, 0, 1)
         try:
             output = module(*args, **kwargs)
         finally:
             scope.close()
+        self._hook_unsharded_params()
         outputs = _tensors(output)
         for i, t in enumerate(outputs):
             self._record_output(name if len(outputs) == 1 else f"{name}.{i}", microbatch, t)
@@ -155,6 +160,7 @@ class Probe:
     def backward(self, microbatch, loss, grad=None):
         """``loss.backward(grad)`` for global microbatch ``microbatch``: its per-microbatch
         gradient records carry that id, and its ops are traced when the trace setting says so."""
+        self._hook_unsharded_params()
         self._c.begin_backward(_index(microbatch, "backward", "microbatch"))
         try:
             torch.autograd.backward(loss, grad)
@@ -164,7 +170,12 @@ class Probe:
     def tap(self, name, t, shard=None, partial=None):
         """A named intermediate tensor of the current forward microbatch. A DTensor is recorded
         as its local piece; a plain tensor that is a piece of a global one says where it sits,
-        ``shard=(global_shape, offset)``, or which summand it is, ``partial=(index, count)``."""
+        ``shard=(global_shape, offset)``, or which summand it is, ``partial=(index, count)``.
+        In code torch.compile traces, the tap is an operator of the graph that records into
+        the active probe when the graph runs."""
+        if torch.compiler.is_compiling():
+            _ops.tap(name, t, shard, partial)
+            return
         if not self._c.enabled:
             return
         if not isinstance(t, torch.Tensor):
@@ -288,23 +299,26 @@ class Probe:
         self._params[name] = watched
         return True
 
-    def _hook_unsharded(self, name, owner, fsdp_param):
+    def _hook_unsharded(self, name, fsdp_param):
         """FSDP2: the sharded parameter's .grad comes after the reduce-scatter (every rank's
         microbatches summed), so each backward's contribution is taken from the unsharded
-        parameter, which FSDP2 makes at its first all-gather: hooked by a forward pre-hook of
-        the module that owns it, which runs after FSDP2's own (the all-gather)."""
-        ref, watched = weakref.ref(self), self._params[name]
-        hooked = []
-
-        def hook_once(*_):
-            param = unsharded_param(fsdp_param)
-            if hooked and hooked[0] is param or param is None:
-                return
-            hooked[:] = [param]
-            watched.handles.append(param.register_hook(_mb_grad_hook(ref, name)))
-
+        parameter, which FSDP2 makes at its first all-gather: hooked once it exists, after a
+        forward and before a backward (_hook_unsharded_params). Not from a hook of the module
+        that owns it: torch.compile traces module hooks, and a hook registered there is a
+        graph break."""
+        self._unsharded = [u for u in self._unsharded if u.name != name]  # a rebuilt model's
         if self._c.kinds_contain(Kind.mb_grad):
-            watched.handles.append(owner.register_forward_pre_hook(hook_once))
+            self._unsharded.append(_Unsharded(name, fsdp_param))
+
+    def _hook_unsharded_params(self):
+        ref = weakref.ref(self)
+        for u in self._unsharded:
+            param = unsharded_param(u.fsdp_param)
+            watched = self._params.get(u.name)
+            if param is None or param is u.hooked or watched is None:
+                continue
+            u.hooked = param
+            watched.handles.append(param.register_hook(_mb_grad_hook(ref, u.name)))
 
     def _scope_modules(self, module, prefix):
         """Each submodule's forward inside a scope named after it (op records' names)."""
@@ -335,6 +349,14 @@ class Probe:
         stack = self._scope_stack()
         if stack and stack[-1][0] == path:
             stack.pop()[1].close()
+
+
+class _Unsharded:
+    """A watched FSDP2 parameter and the unsharded parameter its gradient hook is on (or None)."""
+    __slots__ = ("name", "fsdp_param", "hooked")
+
+    def __init__(self, name, fsdp_param):
+        self.name, self.fsdp_param, self.hooked = name, fsdp_param, None
 
 
 class _Watched:
@@ -375,6 +397,17 @@ class _Nothing:
 _NOTHING = _Nothing()
 
 
+def _compiled(module):
+    """Whether running ``module`` runs code torch.compile generated: it or a submodule is
+    compiled (``torch.compile(module)``, or ``module.compile()`` in place, as torchtitan compiles
+    each block)."""
+    dynamo = sys.modules.get("torch._dynamo.eval_frame")  # not loaded: nothing was compiled
+    if dynamo is None or not isinstance(module, torch.nn.Module):
+        return False
+    return any(isinstance(m, dynamo.OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None
+               for m in module.modules())
+
+
 def _learning_rates(optimizer):
     """id(parameter) -> its group's learning rate, for every group that has one."""
     return {id(p): g["lr"] for g in optimizer.param_groups if "lr" in g for p in g["params"]}
@@ -402,7 +435,10 @@ def _index(value, call, what):
 
 def tap(name, t, shard=None, partial=None):
     """Records ``t`` as a tap of the active probe (the most recently constructed enabled one);
-    nothing when there is none."""
+    nothing when there is none. Traced by torch.compile, it is the graph's operator (Probe.tap)."""
+    if torch.compiler.is_compiling():
+        _ops.tap(name, t, shard, partial)
+        return
     probe = _active() if _active else None
     if probe is not None:
         probe.tap(name, t, shard, partial)

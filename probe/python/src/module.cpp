@@ -151,6 +151,7 @@ void bind_probe(py::module_& m) {
              p.begin_forward(name, mb, inputs, s, ps);
            })
       .def("record_output", &probe::Probe::record_output)
+      .def("note_compiled", &probe::Probe::note_compiled)
       .def("begin_backward", &probe::Probe::begin_backward)
       .def("end_backward", &probe::Probe::end_backward)
       .def("tap",

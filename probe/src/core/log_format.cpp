@@ -403,10 +403,11 @@ Header parse_header(std::string_view line) {
   return header;
 }
 
-std::string format_step_end(std::int64_t step, std::size_t records) {
+std::string format_step_end(std::int64_t step, std::size_t records, bool compiled) {
   std::string out(kStepEndTag);
   out += " step=" + std::to_string(step);
   out += " records=" + std::to_string(records);
+  if (compiled) out += " compiled=1";
   return out;
 }
 
@@ -427,6 +428,9 @@ StepEnd parse_step_end(std::string_view line) {
     } else if (f.key == "records") {
       end.records = parse_int(f.value, f.key);
       has_records = true;
+    } else if (f.key == "compiled") {
+      if (f.value != "0" && f.value != "1") fail("compiled=" + std::string(f.value) + " in step end is not 0 or 1");
+      end.compiled = f.value == "1";
     } else {
       fail("unknown field '" + std::string(f.key) + "' in step end");
     }

@@ -247,14 +247,14 @@ void LogWriter::write_step(std::int64_t step, const std::vector<std::string>& li
   write_step(step, records, lines.size());
 }
 
-void LogWriter::write_step(std::int64_t step, std::string_view records, std::size_t count) {
+void LogWriter::write_step(std::int64_t step, std::string_view records, std::size_t count, bool compiled) {
   if (count == 0) return;
   // One message per step, not per line: each message wakes spdlog's worker thread, and with
   // hundreds of records a step those wake-ups cost more than the records (docs/perf.md).
   // The step end comes last: a reader trusts a step only once it has read it.
   std::string& text = impl_->step_text;  // its capacity is kept from step to step
   text.assign(records);
-  text += log_format::format_step_end(step, count);
+  text += log_format::format_step_end(step, count, compiled);
   impl_->write(text, step);
 }
 
@@ -375,6 +375,15 @@ void LogReader::end_step(std::string_view line) {
   if (end.records != records)
     throw error("step end says " + std::to_string(end.records) + " records of step " + s +
                 ", read " + std::to_string(records));
+  if (end.compiled) {
+    std::lock_guard lock(compiled_mutex_);
+    compiled_steps_.insert(end.step);
+  }
+}
+
+bool LogReader::step_compiled(std::int64_t step) const {
+  std::lock_guard lock(compiled_mutex_);
+  return compiled_steps_.count(step) > 0;
 }
 
 void LogReader::read_stop_line(std::string_view line) {

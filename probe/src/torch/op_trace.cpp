@@ -21,6 +21,7 @@ namespace {
 std::atomic<OpTracer*> g_active_tracer{nullptr};
 
 constexpr std::string_view kEvaluateFunction = "autograd::engine::evaluate_function: ";
+constexpr std::string_view kProbeNamespace = "numprobe::";
 
 // A backward node being evaluated on this thread: the forward op that created it, once its
 // BACKWARD_FUNCTION RecordFunction (which carries the sequence number) has started.
@@ -185,6 +186,8 @@ std::unique_ptr<at::ObserverContext> start_op(OpTracer& tracer, const at::Record
     tt.nodes.push_back({std::nullopt, true});
     return std::make_unique<OpObservation>(What::evaluate_function);
   }
+  // The probe's own operators (numprobe::tap in a compiled graph) record; they compute nothing.
+  if (name.substr(0, kProbeNamespace.size()) == kProbeNamespace) return std::make_unique<OpObservation>(What::dataless);
   const bool in_backward = !tt.nodes.empty();
   const auto& frames = scope_frames();
   // Passed through, not counted as an op: the ops a DTensor op runs on its local tensors are

@@ -212,6 +212,7 @@ struct Probe::Impl {
   std::int64_t step = 0;
   std::optional<std::int64_t> last_ended_step;  // steps may not go backwards within one log
   std::optional<std::int64_t> forward_microbatch, backward_microbatch;
+  bool step_compiled = false;  // note_compiled() since the step began
   // number_repeated_keys' open-addressing table, kept across steps: no allocation per record.
   struct KeySlot {
     std::int64_t record = -1;  // index of the key's first record in the step
@@ -598,6 +599,7 @@ void Probe::end_step() {
 
   std::vector<PendingRecord> records;
   std::int64_t step = 0;
+  bool compiled = false;
   {
     std::lock_guard lock(impl.mutex);
     records.swap(impl.records);
@@ -608,6 +610,8 @@ void Probe::end_step() {
     ++impl.step;
     impl.forward_microbatch.reset();
     impl.backward_microbatch.reset();
+    compiled = impl.step_compiled;
+    impl.step_compiled = false;
   }
   if (impl.tracer) impl.tracer->end_step();
   impl.number_repeated_keys(records);
@@ -629,7 +633,7 @@ void Probe::end_step() {
   }
   impl.batch.clear();
   try {
-    impl.writer->write_step(step, lines, records.size());
+    impl.writer->write_step(step, lines, records.size(), compiled);
   } catch (const LogWriteError& e) {
     if (impl.options.on_error == ProbeOptions::OnError::throw_error) throw;
     impl.stop_recording(e.what(), e.stop_line_written
@@ -736,6 +740,12 @@ void Probe::tap(const std::string& name, const at::Tensor& t, const Shard& shard
   impl_->add(Kind::tap, name, mb, t, shard, partial);
 }
 
+void Probe::note_compiled() {
+  if (!enabled()) return;
+  std::lock_guard lock(impl_->mutex);
+  impl_->step_compiled = true;
+}
+
 void Probe::scalar(const std::string& name, double value) { record_scalar(Kind::scalar, name, value); }
 
 void Probe::scalar(const std::string& name, const at::Tensor& value) { record_scalar(Kind::scalar, name, value); }
@@ -768,6 +778,10 @@ void Probe::record(Kind kind, const std::string& name, std::optional<std::int64_
 
 void tap(const std::string& name, const at::Tensor& t, const Shard& shard, Partial partial) {
   if (Probe* p = g_active_probe.load(std::memory_order_acquire)) p->tap(name, t, shard, partial);
+}
+
+void note_compiled() {
+  if (Probe* p = g_active_probe.load(std::memory_order_acquire)) p->note_compiled();
 }
 
 }  // namespace probe

@@ -41,6 +41,9 @@ class Run {
   const std::string& torch_version() const { return torch_version_; }
   IssueLog& issues() { return issues_; }
   std::int64_t records_read() const { return records_read_; }
+  // Whether compiled code ran in step `step` on some rank (log format 9's step ends), once the
+  // step was read by next_step().
+  bool step_compiled(std::int64_t step) const;
   // Set once a rank's log turned out truncated (a killed writer): the first step that may be
   // incomplete. Steps from it on are not compared.
   std::optional<std::int64_t> incomplete_from() const { return incomplete_from_; }

@@ -24,7 +24,8 @@ class Aligner {
   Aligner(const DiffOptions& options, Result& result);
 
   // Compares one step; base or test is null when the step is in one run only.
-  void compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test);
+  // `same_code`: both runs ran the step compiled, or both eager (Run::step_compiled).
+  void compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test, bool same_code = true);
   // Fills what is known once every step was read: kinds and names in one run only, the
   // absence and nonfinite causes, the top differences.
   void finish();

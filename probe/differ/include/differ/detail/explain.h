@@ -67,7 +67,8 @@ class Explainer {
 
   // Sets `why` on every divergent pair of the step (pairs in execution order). `first_step`:
   // the first step both runs recorded (parameters there are the initialization).
-  void explain_step(std::int64_t step, bool first_step, std::vector<Pair>& pairs);
+  // `same_code`: both runs ran the step's code compiled alike, or both eager.
+  void explain_step(std::int64_t step, bool first_step, std::vector<Pair>& pairs, bool same_code = true);
 
   // The evidence of a bug-class explanation, for the headline: what the pair depends on and
   // how it compares (built once, for the pair that is headlined).
@@ -117,7 +118,8 @@ class Explainer {
   bool step_has_params_ = false;                       // the step holds param records at all
   // Both runs hold every record of the step alike (the same ranks, the same partial sums): the
   // same kernels ran on the same pieces, so a record whose inputs are equal rounds alike.
-  bool layouts_alike_ = true;
+  bool layouts_alike_ = true;  // the same ranks hold the same pieces of every record
+  bool same_code_ = true;      // and both runs ran the step compiled, or both eager
   std::unordered_map<std::int64_t, Upstream> by_mb_;   // per microbatch, its records so far
   Upstream step_so_far_;                               // every record of the step so far
   std::unordered_map<std::string, MbGrads> mb_grads_;  // per parameter, when a grad differs
