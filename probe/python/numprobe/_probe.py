@@ -171,12 +171,13 @@ class Probe:
         """A named intermediate tensor of the current forward microbatch. A DTensor is recorded
         as its local piece; a plain tensor that is a piece of a global one says where it sits,
         ``shard=(global_shape, offset)``, or which summand it is, ``partial=(index, count)``.
+        A forward recomputed in backward (activation checkpointing) records nothing again.
         In code torch.compile traces, the tap is an operator of the graph that records into
         the active probe when the graph runs."""
         if torch.compiler.is_compiling():
             _ops.tap(name, t, shard, partial)
             return
-        if not self._c.enabled:
+        if not self._c.enabled or _in_backward():
             return
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"numprobe: tap('{name}') takes a tensor, not {type(t).__name__}")
@@ -340,6 +341,11 @@ class Probe:
 
     def _open_scope(self, path):
         stack = self._scope_stack()
+        if _in_backward():
+            # Activation checkpointing's recompute: its ops are no backward ops of the module
+            # (the forward traced them already), so they are not traced.
+            stack.append((path, _Recompute()))
+            return
         parent = stack[-1][0] if stack else ""
         # Scopes join with '.': open the part of the path below the enclosing module's.
         relative = path[len(parent) + 1:] if parent and path.startswith(parent + ".") else path
@@ -349,6 +355,18 @@ class Probe:
         stack = self._scope_stack()
         if stack and stack[-1][0] == path:
             stack.pop()[1].close()
+
+
+class _Recompute:
+    """A module's forward recomputed in backward: untraced until it returns (close)."""
+    __slots__ = ("_untraced",)
+
+    def __init__(self):
+        self._untraced = _C.Untraced()
+        self._untraced.__enter__()
+
+    def close(self):
+        self._untraced.__exit__(None, None, None)
 
 
 class _Unsharded:
@@ -395,6 +413,13 @@ class _Nothing:
 
 
 _NOTHING = _Nothing()
+
+
+def _in_backward():
+    """Whether autograd's engine is running a backward on this thread: a forward run there is
+    activation checkpointing's recompute (torch.utils.checkpoint, reentrant or not), whose taps
+    the forward already recorded."""
+    return torch._C._current_graph_task_id() != -1
 
 
 def _compiled(module):
