@@ -87,7 +87,7 @@ class Probe:
         for name, parameter in module.named_parameters():
             fsdp = sharded.get(id(parameter))
             if self._watch(prefix + name, parameter, hook=fsdp is None) and fsdp is not None:
-                self._hook_unsharded(prefix + name, fsdp[1])
+                self._hook_unsharded(prefix + name, *fsdp)
         if self._tracing:
             self._scope_modules(module, prefix)
 
@@ -300,26 +300,38 @@ class Probe:
         self._params[name] = watched
         return True
 
-    def _hook_unsharded(self, name, fsdp_param):
+    def _hook_unsharded(self, name, owner, fsdp_param):
         """FSDP2: the sharded parameter's .grad comes after the reduce-scatter (every rank's
         microbatches summed), so each backward's contribution is taken from the unsharded
-        parameter, which FSDP2 makes at its first all-gather: hooked once it exists, after a
-        forward and before a backward (_hook_unsharded_params). Not from a hook of the module
-        that owns it: torch.compile traces module hooks, and a hook registered there is a
-        graph break."""
+        parameter, which FSDP2 makes at its first all-gather: hooked once it exists
+        (_hook_unsharded_params), by a forward pre-hook of the module that owns it, which runs
+        after FSDP2's own (the all-gather), and after each forward and before each backward of
+        the probe's. torch.compile traces the module's hooks, where registering a tensor hook
+        is a graph break: traced, the pre-hook does nothing and the probe's calls hook it."""
         self._unsharded = [u for u in self._unsharded if u.name != name]  # a rebuilt model's
-        if self._c.kinds_contain(Kind.mb_grad):
-            self._unsharded.append(_Unsharded(name, fsdp_param))
+        if not self._c.kinds_contain(Kind.mb_grad):
+            return
+        unsharded = _Unsharded(name, fsdp_param)
+        self._unsharded.append(unsharded)
+        ref = weakref.ref(self)
+
+        def hook_unsharded(*_):
+            if not torch.compiler.is_compiling():
+                _with(ref, lambda p: p._hook_unsharded_param(unsharded))
+
+        self._params[name].handles.append(owner.register_forward_pre_hook(hook_unsharded))
 
     def _hook_unsharded_params(self):
-        ref = weakref.ref(self)
         for u in self._unsharded:
-            param = unsharded_param(u.fsdp_param)
-            watched = self._params.get(u.name)
-            if param is None or param is u.hooked or watched is None:
-                continue
-            u.hooked = param
-            watched.handles.append(param.register_hook(_mb_grad_hook(ref, u.name)))
+            self._hook_unsharded_param(u)
+
+    def _hook_unsharded_param(self, u):
+        param = unsharded_param(u.fsdp_param)
+        watched = self._params.get(u.name)
+        if param is None or param is u.hooked or watched is None:
+            return
+        u.hooked = param
+        watched.handles.append(param.register_hook(_mb_grad_hook(weakref.ref(self), u.name)))
 
     def _scope_modules(self, module, prefix):
         """Each submodule's forward inside a scope named after it (op records' names)."""
