@@ -2,7 +2,8 @@
 // tracing a model (torch.compile: Dynamo, AOTAutograd, Inductor) keeps them in its graph as
 // calls, not as Python it cannot follow. The operator returns nothing and mutates nothing: to
 // AOTAutograd such a call is dead code unless it is declared to have a side effect, which the
-// Python package does (numprobe/_ops.py) with the fake kernel a tracer needs.
+// Python package does (numprobe/_ops.py); the Meta kernel below is what a tracer's fake tensors
+// run.
 //
 // The kernel records into the active probe (probe::tap): a compiled graph holds no reference
 // to a Probe object, and the probe may be constructed after the graph was compiled.
