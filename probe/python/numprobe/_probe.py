@@ -39,7 +39,6 @@ class Probe:
         self._params = {}  # name -> _Watched, in watch order
         self._optimizers = []
         self._handles = []  # module hooks (scopes)
-        self._unsharded = []  # _Unsharded: FSDP2 parameters whose unsharded gradient is hooked
         self._scoped_modules = weakref.WeakSet()
         self._threads = threading.local()  # .scopes: the module scopes open on a thread
         self._tracing = self._c.tracing
@@ -62,7 +61,7 @@ class Probe:
             w.remove()
         for handle in self._handles:
             handle.remove()
-        self._params, self._optimizers, self._handles, self._unsharded = {}, [], [], []
+        self._params, self._optimizers, self._handles = {}, [], []
         self._scoped_modules = weakref.WeakSet()  # watch() again scopes them again
 
     def __enter__(self):
@@ -308,30 +307,28 @@ class Probe:
         after FSDP2's own (the all-gather), and after each forward and before each backward of
         the probe's. torch.compile traces the module's hooks, where registering a tensor hook
         is a graph break: traced, the pre-hook does nothing and the probe's calls hook it."""
-        self._unsharded = [u for u in self._unsharded if u.name != name]  # a rebuilt model's
         if not self._c.kinds_contain(Kind.mb_grad):
             return
-        unsharded = _Unsharded(name, fsdp_param)
-        self._unsharded.append(unsharded)
-        ref = weakref.ref(self)
+        watched, ref = self._params[name], weakref.ref(self)
+        watched.fsdp_param = fsdp_param
 
         def hook_unsharded(*_):
             if not torch.compiler.is_compiling():
-                _with(ref, lambda p: p._hook_unsharded_param(unsharded))
+                _with(ref, lambda p: p._hook_unsharded_param(watched))
 
-        self._params[name].handles.append(owner.register_forward_pre_hook(hook_unsharded))
+        watched.handles.append(owner.register_forward_pre_hook(hook_unsharded))
 
     def _hook_unsharded_params(self):
-        for u in self._unsharded:
-            self._hook_unsharded_param(u)
+        for watched in self._params.values():
+            if watched.fsdp_param is not None:
+                self._hook_unsharded_param(watched)
 
-    def _hook_unsharded_param(self, u):
-        param = unsharded_param(u.fsdp_param)
-        watched = self._params.get(u.name)
-        if param is None or param is u.hooked or watched is None:
+    def _hook_unsharded_param(self, watched):
+        param = unsharded_param(watched.fsdp_param)
+        if param is None or param is watched.unsharded:
             return
-        u.hooked = param
-        watched.handles.append(param.register_hook(_mb_grad_hook(weakref.ref(self), u.name)))
+        watched.unsharded = param
+        watched.handles.append(param.register_hook(_mb_grad_hook(weakref.ref(self), watched.name)))
 
     def _scope_modules(self, module, prefix):
         """Each submodule's forward inside a scope named after it (op records' names)."""
@@ -381,19 +378,14 @@ class _Recompute:
         self._untraced.__exit__(None, None, None)
 
 
-class _Unsharded:
-    """A watched FSDP2 parameter and the unsharded parameter its gradient hook is on (or None)."""
-    __slots__ = ("name", "fsdp_param", "hooked")
-
-    def __init__(self, name, fsdp_param):
-        self.name, self.fsdp_param, self.hooked = name, fsdp_param, None
-
-
 class _Watched:
-    __slots__ = ("name", "parameter", "handles")
+    """A watched parameter and its hooks; under FSDP2 (with mb_grad recorded) its FSDPParam and the
+    unsharded parameter its gradient hook is on."""
+    __slots__ = ("name", "parameter", "handles", "fsdp_param", "unsharded")
 
     def __init__(self, name, parameter):
         self.name, self.parameter, self.handles = name, parameter, []
+        self.fsdp_param = self.unsharded = None
 
     def remove(self):
         for handle in self.handles:
