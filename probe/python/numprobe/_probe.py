@@ -39,6 +39,9 @@ class Probe:
         self._params = {}  # name -> _Watched, in watch order
         self._optimizers = []
         self._handles = []  # module hooks (scopes)
+        # id(module) -> whether it runs compiled code, found once a step: a walk of every
+        # submodule per microbatch costs ~1 us a module once torch._dynamo is loaded.
+        self._compiled = {}
         self._scoped_modules = weakref.WeakSet()
         self._threads = threading.local()  # .scopes: the module scopes open on a thread
         self._tracing = self._c.tracing
@@ -111,6 +114,7 @@ class Probe:
         """Names the step (>= 0, and only forward: ValueError otherwise) and records every
         watched parameter's value: the weights this step's forward reads."""
         self._c.begin_step(_index(step, "begin_step", "step"))
+        self._compiled.clear()  # a module may have been compiled since
         if self._c.records(Kind.param):
             for w in self._params.values():
                 self._record(Kind.param, w.name, None, w.parameter)
@@ -143,7 +147,10 @@ class Probe:
         partials = [p for _, _, p in inputs]
         self._c.begin_forward(name, microbatch, [t for t, _, _ in inputs],
                               shards if any(shards) else [], partials if any(partials) else [])
-        if _compiled(module):
+        compiled = self._compiled.get(id(module))
+        if compiled is None:
+            compiled = self._compiled[id(module)] = _compiled(module)
+        if compiled:
             self._c.note_compiled()
         scope = _C.Scope(name, True, 0, 1)
         try:
