@@ -38,6 +38,13 @@ ensure_venv() {
     "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" xxhash numpy pytest \
       "scikit-build-core>=0.10"
   fi
+  # torchtitan as it ships (pure Python, --no-deps: its requirements pin another torch), with
+  # what its model and parallelize code import (tests/python/test_torchtitan.py).
+  if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys, spmd_types, torchdata, tyro, triton; sys.exit(m.version('torchtitan') != '0.3.0')" 2>/dev/null; then
+    log "installing torchtitan==0.3.0 (--no-deps), spmd_types, torchdata, tyro, triton into $VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps torchtitan==0.3.0
+    "$VENV/bin/pip" install -q --disable-pip-version-check spmd_types==0.2.3 torchdata tyro triton
+  fi
   TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
   export TORCH_PREFIX
   export PATH="$VENV/bin:$PATH"  # torchrun, and python with xxhash for the cross-check test

@@ -381,3 +381,45 @@ TEST(NoiseOrBug, AnUpdateFromInheritedNoiseIsHeldToTheNetworksBoundNotToItsNorms
   ASSERT_TRUE(beyond.first_unexplained) << text_of(beyond);
   EXPECT_EQ(beyond.first_unexplained->why.rule, Rule::optimizer);
 }
+
+namespace {
+
+// A step of two parameters, w and v, each a float32[1024,1024] grad summed from 2 mb_grads that
+// are the same in every run; the test run's grads are the base's times `fw` and `fv`.
+std::vector<Record> clipped_step(double fw, double fv) {
+  std::vector<Record> r;
+  for (const auto& [name, f] : {std::pair{"w", fw}, std::pair{"v", fv}}) {
+    for (int mb = 0; mb < 2; ++mb) r.push_back(tensor(0, Kind::mb_grad, name, 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
+    Record g = tensor(0, Kind::grad, name, f == 1 ? 1 : 2, 2.0 * f);
+    g.stats.min = -f;
+    g.stats.max = f;
+    g.stats.shape = {1024, 1024};
+    r.push_back(g);
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST(NoiseOrBug, EveryGradientScaledByOneFactorWithinATotalNormsRoundingCannotBeTold) {
+  // Gradient clipping by a total norm each run rounds in its own order: every grad of the step
+  // is the base run's times one factor. 2^21 float32 elements: the norms agree to within
+  // γ_N + 4u ≈ 0.125, so 1 - 4e-5 cannot be told from a uniform change; beyond, or where one
+  // grad keeps its value, the reduction is wrong.
+  auto dir = fresh_dir("noise_clipped");
+  const double f = 1 - 4e-5;
+  auto scaled = compare(dir / "all", clipped_step(1, 1), clipped_step(f, f));
+  ASSERT_TRUE(scaled.first_divergence);
+  EXPECT_EQ(scaled.first_divergence->why.rule, Rule::cannot_tell);
+  EXPECT_EQ(scaled.exit_code(), 4);
+  EXPECT_NE(text_of(scaled).find("every gradient of the step is the base run's times one factor"), std::string::npos)
+      << text_of(scaled);
+  EXPECT_EQ(text_of(scaled).find("[wrong_reduction]"), std::string::npos) << text_of(scaled);
+  auto one = compare(dir / "one", clipped_step(1, 1), clipped_step(f, 1));
+  ASSERT_TRUE(one.first_unexplained);
+  EXPECT_EQ(one.first_unexplained->why.rule, Rule::wrong_reduction);
+  auto two = compare(dir / "two", clipped_step(1, 1), clipped_step(f, 1 - 8e-5));
+  EXPECT_EQ(two.exit_code(), 1);
+  auto far = compare(dir / "far", clipped_step(1, 1), clipped_step(0.7, 0.7));
+  EXPECT_EQ(far.exit_code(), 1);
+}

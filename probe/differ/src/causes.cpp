@@ -205,6 +205,9 @@ std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOpti
   // Its mb_grads are set aside (partial sums, records covering other microbatches): not
   // compared, nothing to tell the two apart by (the explanation judges it, explain.h).
   if (mb_grads_set_aside(g.name, s.pairs)) return std::nullopt;
+  // The explainer found what the figures cannot decide (every grad of the step scaled by one
+  // factor: a clipping coefficient, explain.h) and says why in its explanation.
+  if (g.why.rule == Rule::cannot_tell) return std::nullopt;
   const double bound = sum_order_bound(g, s.pairs, o);
   const std::string rel = lf::format_double(g.rel_diff);
   if (mb_grads_equal(g.name, s.pairs)) {

@@ -320,27 +320,98 @@ Explanation Explainer::explain_grad(const Pair& p) {
     // parallelism). Not compared, so the grad is judged by the summation-order bound of every
     // summand (its own partial sums are those summands, not roots to amplify) and, where what the
     // step computed it from diverges, also by that noise.
-    const MbGrads& mb = it->second;
-    const double bound = summation_order_bound(p, mb.summands, mb.norms, mb.unit, options_);
+    const double bound = grad_bound(p);
     // Not counted in summation_order_grads_: that counts grads whose mb_grads compared equal.
     if (p.rel_diff <= bound) return summation_order(p, bound);
     Upstream up = carried();
     up.add(step_so_far_);
-    if (up.pairs == 0) return bug(Rule::wrong_reduction);
-    return from_upstream(p, up, bug(Rule::unexplained));
+    if (up.pairs == 0) return unless_scaled(p, bug(Rule::wrong_reduction));
+    return unless_scaled(p, from_upstream(p, up, bug(Rule::unexplained)));
   }
   if (it != mb_grads_.end() && it->second.count > 0) {
     const MbGrads& mb = it->second;
-    if (mb.diverging.pairs > 0) return from_upstream(p, mb.diverging, bug(Rule::unexplained));
-    const double bound = summation_order_bound(p, mb.summands, mb.norms, mb.unit, options_);
-    if (p.rel_diff > bound) return bug(Rule::wrong_reduction);
+    if (mb.diverging.pairs > 0) return unless_scaled(p, from_upstream(p, mb.diverging, bug(Rule::unexplained)));
+    const double bound = grad_bound(p);
+    if (p.rel_diff > bound) return unless_scaled(p, bug(Rule::wrong_reduction));
     ++summation_order_grads_;
     return summation_order(p, bound);
   }
   Upstream up = carried();
   up.add(step_so_far_);
-  const double bound = summation_order_bound(p, 0, 0, 0, options_);
-  return from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(Rule::unexplained));
+  const double bound = grad_bound(p);
+  return unless_scaled(p, from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(Rule::unexplained)));
+}
+
+double Explainer::grad_bound(const Pair& p) const {
+  const auto it = mb_grads_.find(p.name);
+  if (it == mb_grads_.end() || (it->second.count == 0 && !it->second.set_aside))
+    return summation_order_bound(p, 0, 0, 0, options_);
+  const MbGrads& mb = it->second;
+  return summation_order_bound(p, mb.summands, mb.norms, mb.unit, options_);
+}
+
+// Gradient clipping (torch.nn.utils.clip_grad_norm_, torchtitan's trainer) multiplies every
+// gradient of a step by one coefficient c = max_norm / (‖g‖ + 1e-6), with ‖g‖ the total norm of
+// all of them, computed in the gradients' dtype in each layout's own order (every rank its
+// shards, then a reduction over the ranks). In floating point a sum of N non-negative terms is
+// within γ_N = N·u / (1 − N·u) of the exact sum relative to itself, whatever the order, so ‖g‖ =
+// √Σ is within γ_N / 2 + u of the exact norm, and two runs' coefficients within γ_N + 4u of each
+// other (N: the elements of every gradient of the step; u: their dtype's). Each grad is then the
+// base run's times f = c_test / c_base, up to its own summation-order noise. torchtitan's llama3
+// at debug sizes, clipped at 1.0, one rank against FSDP2 over two: every gradient 4.2e-5 apart,
+// their mb_grads bitwise equal (the float32 norm of 2.1 off by 7.3e-5 and 3.1e-5 from exact).
+// Where every grad of the step is one factor f times the base run's, f ≠ 1 within that bound,
+// the grads cannot tell a clipping coefficient from a change that uniform: cannot_tell.
+void Explainer::find_step_grad_scale(const std::vector<Pair>& pairs) {
+  step_grad_scale_ = 1;
+  step_grad_scale_bound_ = 0;
+  std::vector<double> ratios;
+  std::int64_t elements = 0;
+  double u = 0;
+  for (const auto& p : pairs) {
+    if (p.kind != Kind::grad || !both_tensors(p)) continue;
+    const TensorStats &b = p.base.m.rec.stats, &t = p.test.m.rec.stats;
+    if (!(b.norm > 0) || !std::isfinite(b.norm) || !std::isfinite(t.norm) || b.shape != t.shape) return;
+    ratios.push_back(t.norm / b.norm);
+    elements += b.numel();
+    u = std::max(u, unit_roundoff(dtype_of(p)));
+  }
+  if (ratios.size() < 2 || u <= 0) return;
+  std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
+  const double f = ratios[ratios.size() / 2];
+  const double n_u = static_cast<double>(elements) * u;
+  if (f == 1 || n_u >= 0.5) return;
+  const double bound = n_u / (1 - n_u) + 4 * u;
+  if (std::abs(f - 1) > bound) return;
+  for (const auto& p : pairs)
+    if (p.kind == Kind::grad && both_tensors(p) && !scaled_alike(p, f)) return;
+  step_grad_scale_ = f;
+  step_grad_scale_bound_ = bound;
+}
+
+// The grad is f times the base run's within its summation-order bound, figure by figure.
+bool Explainer::scaled_alike(const Pair& p, double f) const {
+  const TensorStats &b = p.base.m.rec.stats, &t = p.test.m.rec.stats;
+  if (b.dtype != t.dtype || b.nan != t.nan || b.inf != t.inf || b.nan > 0 || b.inf > 0) return false;
+  const double tol = grad_bound(p) + 2 * unit_roundoff(dtype_of(p));
+  const double magnitude = std::max(std::abs(b.min), std::abs(b.max)) * f;
+  auto close = [tol](double x, double y) { return std::abs(x - y) <= tol * std::max(std::abs(x), std::abs(y)); };
+  return close(t.norm, f * b.norm) && std::abs(t.min - f * b.min) <= tol * magnitude &&
+         std::abs(t.max - f * b.max) <= tol * magnitude && std::abs(t.mean - f * b.mean) <= tol * magnitude &&
+         (!b.l1 || !t.l1 || close(*t.l1, f * *b.l1));
+}
+
+Explanation Explainer::unless_scaled(const Pair& p, Explanation otherwise) const {
+  if (step_grad_scale_ == 1 || !otherwise.bug || !both_tensors(p)) return otherwise;
+  const double scale = std::abs(step_grad_scale_ - 1);
+  return Explanation{false, Rule::cannot_tell, step_grad_scale_bound_, root_size(p),
+                     std::max(root_size(p), scale + grad_bound(p)),
+                     "every gradient of the step is the base run's times one factor, 1 " +
+                         std::string(step_grad_scale_ < 1 ? "- " : "+ ") + lf::format_double(scale) +
+                         ", within " + lf::format_double(step_grad_scale_bound_) +
+                         " of 1: gradient clipping by a total norm each run computes in its own order "
+                         "(a norm of that many elements rounds by up to that much), or a change of "
+                         "every gradient that uniform; the figures cannot tell which"};
 }
 
 Explanation Explainer::explain_optim(const Pair& p) const {
@@ -526,6 +597,7 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
   layouts_alike_ = std::all_of(pairs.begin(), pairs.end(), held_alike);
   same_code_ = same_code;
   index_mb_grads(pairs);
+  find_step_grad_scale(pairs);
   // Optimizer state is updated from the step's gradients: explained once they are.
   for (int pass = 0; pass < 2; ++pass) {
     for (auto& p : pairs) {

@@ -4,10 +4,10 @@ placements on their mesh; plain tensors are whole."""
 import warnings
 
 try:
-    from torch.distributed.tensor import DTensor, Partial, Shard
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 except ImportError:
     try:  # torch < 2.5 keeps DTensor here
-        from torch.distributed._tensor import DTensor, Partial, Shard
+        from torch.distributed._tensor import DTensor, Partial, Replicate, Shard
     except ImportError:  # a torch built without distributed: no DTensor to meet
         DTensor = None
 if DTensor is not None:
@@ -29,20 +29,53 @@ def is_dtensor(t):
     return DTensor is not None and isinstance(t, DTensor)
 
 
-def local_piece(t):
+def local_piece(t, own_dims=()):
     """(local tensor, shard, partial): shard is (global_shape, offset) or None for the whole
     tensor; partial is (index, count) or None. Reads no data and sends nothing. Raises
-    Unrecordable for placements no shard or partial sum describes."""
+    Unrecordable for placements no shard or partial sum describes.
+
+    ``own_dims``: names of mesh dims along which each rank's piece is a microbatch of its own
+    (the data-parallel dims of a trainer whose activations are DTensors over the whole mesh,
+    torchtitan's full_dtensor): their placements say where the rank's rows sit in a batch of
+    every rank's microbatches, or that its gradient is one of their summands, and the probe
+    records the piece as that rank's microbatch instead (a placement is a claim about the
+    values; what the rank holds is its own microbatch's)."""
     if not is_dtensor(t):
         return t, None, None
     mesh, placements = t.device_mesh, t.placements
     _check_strided(placements)
     local = t._local_tensor  # to_local() would add an autograd node; this is the same tensor
+    own = _own_dims(mesh, own_dims)
     shard = None
     if any(_is_shard(p) for p in placements):
         _, offset = compute_local_shape_and_global_offset(t.shape, mesh, placements)
         shard = (list(t.shape), list(offset))
-    return local, shard, _partial_of(mesh, placements)
+        if own:
+            shard = _within_own(shard, local.shape, placements, own)
+    kept = [Replicate() if i in own else p for i, p in enumerate(placements)]
+    return local, shard, _partial_of(mesh, kept)
+
+
+def _own_dims(mesh, names):
+    if not names or mesh.mesh_dim_names is None:
+        return frozenset()
+    return frozenset(i for i, n in enumerate(mesh.mesh_dim_names) if n in names)
+
+
+def _within_own(shard, local_shape, placements, own):
+    """The shard within the rank's own microbatch: tensor dims cut only by its own mesh dims
+    are whole there."""
+    shape, offset = shard
+    for d in range(len(shape)):
+        by_own = any(_is_shard(p) and p.dim == d for i, p in enumerate(placements) if i in own)
+        if not by_own:
+            continue
+        if any(_is_shard(p) and p.dim == d for i, p in enumerate(placements) if i not in own):
+            raise Unrecordable(f"placements {placements}: dim {d} is cut by data-parallel and other mesh dims")
+        shape[d], offset[d] = local_shape[d], 0
+    if shape == list(local_shape):
+        return None
+    return shape, offset
 
 
 def warn_unrecordable(name, error):

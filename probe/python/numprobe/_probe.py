@@ -45,6 +45,9 @@ class Probe:
         self._scoped_modules = weakref.WeakSet()
         self._threads = threading.local()  # .scopes: the module scopes open on a thread
         self._tracing = self._c.tracing
+        # Mesh dim names along which each rank's per-microbatch DTensors are its own microbatch
+        # (local_piece's own_dims; a trainer integration sets them, torchtitan's full_dtensor).
+        self._own_microbatch_dims = ()
         if self._c.enabled:
             _active = weakref.ref(self)
 
@@ -76,8 +79,11 @@ class Probe:
 
     def watch(self, module, prefix=""):
         """Watches every parameter of ``module``, named ``prefix`` + its named_parameters()
-        name: its value at begin_step, its per-microbatch gradient (a tensor hook, before
-        accumulation), its .grad at end_step. DTensor parameters (tensor parallel, FSDP2) are
+        name without the segments wrappers add (activation checkpointing's
+        ``_checkpoint_wrapped_module``, torch.compile's ``_orig_mod``, FSDP1's
+        ``_fsdp_wrapped_module``), so a wrapped and a plain model name them alike: its value at
+        begin_step, its per-microbatch gradient (a tensor hook, before accumulation), its .grad
+        at end_step. DTensor parameters (tensor parallel, FSDP2) are
         recorded as their local shard with its global offset. Under FSDP2 the per-microbatch
         gradient is taken from the unsharded parameter, before the reduce-scatter. With an op
         trace set, every submodule's forward opens a scope named after it."""
@@ -88,8 +94,9 @@ class Probe:
         sharded = fsdp_params(module)
         for name, parameter in module.named_parameters():
             fsdp = sharded.get(id(parameter))
-            if self._watch(prefix + name, parameter, hook=fsdp is None) and fsdp is not None:
-                self._hook_unsharded(prefix + name, *fsdp)
+            name = prefix + _unwrapped(name)
+            if self._watch(name, parameter, hook=fsdp is None) and fsdp is not None:
+                self._hook_unsharded(name, *fsdp)
         if self._tracing:
             self._scope_modules(module, prefix)
 
@@ -142,26 +149,35 @@ class Probe:
         microbatch = _index(microbatch, "forward", "microbatch")
         if not self._c.enabled:
             return module(*args, **kwargs)
-        inputs = [self._input_piece(name, t) for t in _tensors((args, kwargs))]
-        shards = [s for _, s, _ in inputs]
-        partials = [p for _, _, p in inputs]
-        self._c.begin_forward(name, microbatch, [t for t, _, _ in inputs],
+        scope = self._begin_forward(name, microbatch, module, (args, kwargs))
+        try:
+            output = module(*args, **kwargs)
+        finally:
+            scope.close()
+        self._end_forward(name, microbatch, output)
+        return output
+
+    def _begin_forward(self, name, microbatch, module, inputs):
+        """What forward_named does before the module runs; returns the scope to close after it.
+        (Also what a trainer integration's forward pre-hook calls.)"""
+        pieces = [self._input_piece(name, t) for t in _tensors(inputs)]
+        shards = [s for _, s, _ in pieces]
+        partials = [p for _, _, p in pieces]
+        self._c.begin_forward(name, microbatch, [t for t, _, _ in pieces],
                               shards if any(shards) else [], partials if any(partials) else [])
         compiled = self._compiled.get(id(module))
         if compiled is None:
             compiled = self._compiled[id(module)] = _compiled(module)
         if compiled:
             self._c.note_compiled()
-        scope = _C.Scope(name, True, 0, 1)
-        try:
-            output = module(*args, **kwargs)
-        finally:
-            scope.close()
+        return _C.Scope(name, True, 0, 1)
+
+    def _end_forward(self, name, microbatch, output):
+        """What forward_named does after the module ran: its outputs' records."""
         self._hook_unsharded_params()
         outputs = _tensors(output)
         for i, t in enumerate(outputs):
             self._record_output(name if len(outputs) == 1 else f"{name}.{i}", microbatch, t)
-        return output
 
     def backward(self, microbatch, loss, grad=None):
         """``loss.backward(grad)`` for global microbatch ``microbatch``: its per-microbatch
@@ -189,7 +205,7 @@ class Probe:
             raise TypeError(f"numprobe: tap('{name}') takes a tensor, not {type(t).__name__}")
         with self._untraced():
             if is_dtensor(t):
-                piece = self._piece(name, t)
+                piece = self._piece(name, t, Kind.tap)
                 if piece is None:
                     return
                 t, shard, partial = piece
@@ -234,20 +250,23 @@ class Probe:
         if t is None:
             self._c.record(kind, name, microbatch, None, None, None)
             return
-        piece = self._piece(name, t)
+        piece = self._piece(name, t, kind)
         if piece is not None:
             self._c.record(kind, name, microbatch, *piece)
 
-    def _piece(self, name, t):
-        """local_piece(t), or None (and a warning) for placements the log cannot describe."""
+    def _piece(self, name, t, kind=None):
+        """local_piece(t), or None (and a warning) for placements the log cannot describe.
+        A per-microbatch record's DTensor is its rank's own microbatch along the probe's
+        own-microbatch mesh dims (local_piece)."""
+        own = self._own_microbatch_dims if kind in _PER_MICROBATCH else ()
         try:
-            return local_piece(t)
+            return local_piece(t, own)
         except Unrecordable as e:
             warn_unrecordable(name, e)
             return None
 
     def _input_piece(self, name, t):
-        piece = self._piece(name, t)
+        piece = self._piece(name, t, Kind.input)
         return piece if piece is not None else (t._local_tensor, None, None)  # then as a whole
 
     def _untraced(self):
@@ -340,8 +359,10 @@ class Probe:
     def _scope_modules(self, module, prefix):
         """Each submodule's forward inside a scope named after it (op records' names)."""
         ref = weakref.ref(self)
-        for path, sub in module.named_modules(prefix=prefix.rstrip(".")):
-            if not path or sub in self._scoped_modules:
+        for raw, sub in module.named_modules(prefix=prefix.rstrip(".")):
+            # A wrapped module's scope is its wrapper's (the same path once unwrapped).
+            path = _unwrapped(raw)
+            if not path or sub in self._scoped_modules or raw.rsplit(".", 1)[-1] in _WRAPPERS:
                 continue
             self._scoped_modules.add(sub)
             self._handles.append(sub.register_forward_pre_hook(
@@ -408,7 +429,7 @@ def _mb_grad_hook(ref, name):
         if probe is None or not probe._c.records(Kind.mb_grad):
             return None
         with probe._untraced():
-            piece = probe._piece(name, grad)
+            piece = probe._piece(name, grad, Kind.mb_grad)
             if piece is not None:
                 probe._c.record_mb_grad(name, *piece)
         return None
@@ -424,6 +445,17 @@ class _Nothing:
 
 
 _NOTHING = _Nothing()
+
+
+_PER_MICROBATCH = (Kind.input, Kind.output, Kind.output_grad, Kind.mb_grad, Kind.tap)
+
+# The attribute names under which wrappers hold the module they wrap.
+_WRAPPERS = ("_checkpoint_wrapped_module", "_orig_mod", "_fsdp_wrapped_module")
+
+
+def _unwrapped(name):
+    """A parameter or module path without the wrappers' segments."""
+    return ".".join(part for part in name.split(".") if part not in _WRAPPERS)
 
 
 def _in_backward():

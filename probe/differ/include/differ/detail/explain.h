@@ -102,6 +102,14 @@ class Explainer {
   Explanation explain_moved(const Pair& p, std::int64_t step, bool first_step);
   Explanation explain_param(const Pair& p, std::int64_t step, bool first_step) const;
   Explanation explain_grad(const Pair& p);
+  // The summation-order bound of a grad from its mb_grads (the fixed option bound without).
+  double grad_bound(const Pair& p) const;
+  // Every grad of the step is the base run's times one factor (gradient clipping by a total
+  // norm computed in another order): sets step_grad_scale_.
+  void find_step_grad_scale(const std::vector<Pair>& pairs);
+  bool scaled_alike(const Pair& p, double f) const;
+  // `otherwise`, unless the grad is the step's common factor times the base run's.
+  Explanation unless_scaled(const Pair& p, Explanation otherwise) const;
   Explanation explain_optim(const Pair& p) const;
   Explanation from_upstream(const Pair& p, const Upstream& up, Explanation none_upstream) const;
   Explanation from_update(const Pair& p, const Upstream& up) const;
@@ -124,6 +132,8 @@ class Explainer {
   Upstream step_so_far_;                               // every record of the step so far
   std::unordered_map<std::string, MbGrads> mb_grads_;  // per parameter, when a grad differs
   std::unordered_map<std::string, Upstream> this_step_by_param_;  // grad/param divergence
+  double step_grad_scale_ = 1;        // the factor every grad of the step differs by (1: none)
+  double step_grad_scale_bound_ = 0;  // how far a total norm's rounding may move it from 1
   // The steps before.
   std::int64_t previous_step_ = -1;  // the last step explained (-1: none)
   std::unordered_map<std::string, Upstream> previous_by_param_;  // its grad/param/optim divergence

@@ -1,0 +1,90 @@
+"""numprobe attached to torchtitan 0.3's Trainer (numprobe.integrations.torchtitan): its llama3
+at debug sizes on CPU over Gloo, trained by torchtitan's own parallelize, optimizer, LR scheduler
+and loss code (tests/python/torchtitan_run.py says what it changes to run here). Clean layouts
+against one rank are noise (exit 4), with torchtitan's gradient clipping on; planted bugs are
+headlined."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torchtitan", reason="torchtitan==0.3.0 (scripts/setup.sh installs it)")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUN = os.path.join(HERE, "torchtitan_run.py")
+STEPS, MICROBATCHES = 3, 4
+
+
+def train(out, nproc, *flags):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                           RUN, "--out", str(out), "--steps", str(STEPS), "--microbatches", str(MICROBATCHES), *flags],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return out
+
+
+def diff(base, test, tmp_path):
+    out = tmp_path / f"{test.name}.json"
+    done = subprocess.run(["diff_logs", str(base), str(test), "--json", str(out), "--no-color"],
+                          capture_output=True, text=True)
+    assert done.returncode in (0, 1, 4), done.stderr
+    return done.returncode, json.loads(out.read_text()), done.stdout
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("tt") / "single", 1)
+
+
+CLEAN = {
+    "fsdp2": (2, ["--dp", "2"]),
+    "tp2_sp": (2, ["--tp", "2"]),
+    # Compiled per block as torchtitan does (fullgraph). (Compile, AC and TP together fail in
+    # torch 2.13 itself, with or without the probe: a DeviceMesh among the tensors saved for
+    # backward.)
+    "fsdp2_tp2_compiled": (4, ["--dp", "2", "--tp", "2", "--compile", "aot_eager"]),
+    "tp2_sp_full_ac": (2, ["--tp", "2", "--ac", "full"]),
+    "fsdp2_selective_ac": (2, ["--dp", "2", "--ac", "selective"]),
+    "full_dtensor_fsdp2": (2, ["--dp", "2", "--backend", "full_dtensor"]),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(CLEAN))
+def test_a_clean_torchtitan_layout_against_one_rank_is_noise(single, tmp_path, layout):
+    nproc, flags = CLEAN[layout]
+    code, result, text = diff(single, train(tmp_path / layout, nproc, *flags), tmp_path)
+    assert code == 4, text[:3000]
+    assert result["paired_steps"] == STEPS
+    header = text.splitlines()[1]
+    assert "torchtitan" in header and "rank" in header, header  # the layout and this rank's coordinates
+
+
+BUGS = {
+    # Clipping by the local norm: each rank's shards scaled by their own coefficient.
+    "fsdp2_clip_local": (2, ["--dp", "2", "--fault", "clip_local"], "grad"),
+    "tp2_clip_local": (2, ["--tp", "2", "--fault", "clip_local"], "grad"),
+    # One parameter's gradient x 1.01 on one rank.
+    "tp2_grad_scale": (2, ["--tp", "2", "--fault", "grad_scale"], "grad layers.0.attention.wo.weight"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BUGS))
+def test_a_planted_torchtitan_bug_is_headlined(single, tmp_path, case):
+    nproc, flags, headline = BUGS[case]
+    code, result, text = diff(single, train(tmp_path / case, nproc, *flags), tmp_path)
+    assert code == 1, text[:3000]
+    first = result["first_unexplained_divergence"]
+    assert first is not None and f"{first['kind']} {first['name']}".startswith(headline), first
+    assert first["step"] == 1
+
+
+def test_every_microbatch_optimizer_state_and_learning_rate_are_recorded(single):
+    lines = (single / "rank0" / "diff.log").read_text().splitlines()
+    step1 = [line for line in lines if line.startswith("step=1 ")]
+    assert sum(" kind=output name=model " in line for line in step1) == MICROBATCHES
+    assert sum(" kind=output name=loss " in line for line in step1) == MICROBATCHES
+    assert any(" kind=optim name=lm_head.weight.exp_avg_sq " in line for line in step1)
+    assert any(" kind=optim name=lm_head.weight.lr " in line for line in step1)

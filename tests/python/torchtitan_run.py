@@ -1,0 +1,311 @@
+"""torchtitan 0.3's llama3 (its debug flavor, fewer layers) trained on CPU over Gloo by numprobe's
+ProbedTrainer, torchtitan's own Trainer with the probe attached: its parallelize code (TP, SP,
+FSDP2, compile per block, AC), optimizer, LR scheduler and loss, and synthetic data.
+
+    torchrun --standalone --nproc-per-node 4 torchtitan_run.py --out OUT --dp 2 --tp 2
+
+What this script changes of torchtitan so that it runs here, nothing of it edited:
+- imports that nothing on this path runs are stubbed when absent (tensorboard, HF datasets and
+  tokenizers: the metrics writer, the text datasets, the tokenizer);
+- the device is the CPU: torchtitan takes "cuda" where no accelerator is found, its device memory
+  monitor calls torch.cuda functions torch.cpu lacks, and its timeout barrier passes a CUDA
+  device id;
+- attention is torchtitan's SDPA module (flex attention compiles too slowly on CPU), the loss
+  its plain cross entropy (the chunked loss runs the output layer inside the loss), the data
+  a tokenizer-free loader of random tokens;
+- FSDP2's gradient sum is sent as SUM (torchtitan's divide factor of 1 makes it PREMUL_SUM,
+  which Gloo lacks);
+- the weights: torchtitan initializes each rank's shard from that rank's RNG on CPU (the
+  DTensor RNG tracker that keeps sharded and whole initializations alike is CUDA's), so one
+  whole initialization is loaded into every layout after the Trainer is built.
+Planted faults (--fault) are bugs a trainer can have: a wrong TP plan entry, an unreduced norm
+gradient under sequence parallel, clipping by this rank's local norm, a gradient scaled on one rank.
+"""
+import argparse
+import importlib.machinery
+import os
+import sys
+import types
+from dataclasses import dataclass, replace
+
+import torch
+import torch.distributed as dist
+import torch.distributed.fsdp  # noqa: F401  (registers the "fake" backend torchtitan's mesh uses)
+
+
+def stub_unused_imports():
+    def stub(name, **attrs):
+        module = types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        module.__dict__.update(attrs)
+        sys.modules[name] = module
+        return module
+
+    for name, attrs in (("tensorboard", {}), ("datasets", {"Dataset": object, "load_dataset": None}),
+                        ("tokenizers", {"AddedToken": object, "Tokenizer": object})):
+        try:
+            __import__(name)
+        except ImportError:
+            stub(name, **attrs)
+            if name == "tensorboard":
+                stub("torch.utils.tensorboard", SummaryWriter=object)
+            if name == "datasets":
+                stub("datasets.distributed", split_dataset_by_node=None)
+
+
+stub_unused_imports()
+
+from torchtitan.components.dataloader import BaseDataLoader  # noqa: E402  (after the stubs)
+from torchtitan.components.tokenizer import BaseTokenizer  # noqa: E402
+
+
+def run_on_cpu():
+    import torchtitan.components.metrics as metrics
+    import torchtitan.distributed.parallel_dims as parallel_dims
+    import torchtitan.distributed.utils as dist_utils
+    import torchtitan.tools.utils as tools
+
+    tools.device_type, tools.device_module = "cpu", torch.cpu
+    parallel_dims.device_type = "cpu"
+    dist_utils.device_type, dist_utils.device_module = "cpu", torch.cpu
+    dist_utils.set_pg_timeouts = lambda *args, **kwargs: None
+
+    class CpuMemory:
+        device_name = "cpu"
+
+        def get_peak_stats(self):
+            return metrics.DeviceMemStats(0.0, 0.0, 0.0, 0.0, 0, 0)
+
+        def reset_peak_stats(self):
+            pass
+
+    metrics.build_device_memory_monitor = lambda: CpuMemory()
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--dp", type=int, default=1, help="FSDP2 degree (data_parallel_shard_degree)")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--sp", type=int, default=1, help="sequence parallel under TP (torchtitan's default: 1)")
+    p.add_argument("--backend", default="partial_dtensor", choices=["partial_dtensor", "full_dtensor"])
+    p.add_argument("--compile", default="none", choices=["none", "aot_eager", "inductor"])
+    p.add_argument("--ac", default="none", choices=["none", "full", "selective"])
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--microbatches", type=int, default=2, help="global microbatches per step")
+    p.add_argument("--batch", type=int, default=2, help="sequences per microbatch")
+    p.add_argument("--seq", type=int, default=16)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--max-norm", type=float, default=1.0)
+    p.add_argument("--fault", default="none", choices=["none", "plan", "norm_grad", "clip_local", "grad_scale"])
+    p.add_argument("--probe", type=int, default=1)
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
+    world = int(os.environ["WORLD_SIZE"])  # under torchrun, also for one process
+    # Before torchtitan's own init_distributed, which then keeps this group; as it would do,
+    # autograd runs on the calling thread.
+    dist.init_process_group("gloo")
+    torch.autograd.set_multithreading_enabled(False)
+
+    run_on_cpu()
+    from numprobe.integrations.torchtitan import ProbeConfig, ProbedTrainer
+    config = trainer_config(args, world, ProbedTrainer.Config, ProbeConfig)
+    trainer = config.build()
+    sum_as_sum(trainer)
+    load_one_initialization(trainer, config, args)
+    plant(args, trainer)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+        dist.destroy_process_group()
+
+
+def trainer_config(args, world, Config, ProbeConfig):
+    from torchtitan.components.loss import CrossEntropyLoss
+    from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
+    from torchtitan.components.optimizer import default_adamw
+    from torchtitan.config import CompileConfig, DebugConfig, ParallelismConfig, TrainingConfig
+    from torchtitan.components.metrics import MetricsProcessor
+
+    vocab = 2048
+    local_batch = args.batch
+    dp = args.dp
+    if args.microbatches % dp:
+        raise SystemExit(f"--microbatches {args.microbatches} is not a multiple of --dp {dp}")
+    optimizer = default_adamw(lr=args.lr)
+    optimizer.implementation = "foreach"
+    return Config(
+        model_spec=model_spec(args),
+        dump_folder=os.path.join(args.out, "torchtitan"),
+        tokenizer=NoTokenizer.Config(vocab=vocab),
+        dataloader=RandomTokenLoader.Config(vocab=vocab, seed=args.seed,
+                                       microbatches_per_step=args.microbatches // dp),
+        loss=CrossEntropyLoss.Config(global_vocab_size=vocab),
+        optimizer=optimizer,
+        lr_scheduler=LRSchedulersContainer.Config(warmup_steps=2),
+        metrics=MetricsProcessor.Config(log_freq=1000),
+        training=TrainingConfig(local_batch_size=local_batch, global_batch_size=local_batch * args.microbatches,
+                                seq_len=args.seq, steps=args.steps, max_norm=args.max_norm,
+                                mixed_precision_param="float32", disable_cuda_graphs=True),
+        parallelism=ParallelismConfig(data_parallel_shard_degree=dp, tensor_parallel_degree=args.tp,
+                                      enable_sequence_parallel=bool(args.sp), spmd_backend=args.backend),
+        compile=CompileConfig(enable=args.compile != "none", components=["model"],
+                              backend="inductor" if args.compile == "none" else args.compile),
+        activation_checkpoint=ac_config(args.ac),
+        debug=DebugConfig(seed=args.seed),
+        probe=ProbeConfig(enable=bool(args.probe), run_dir=args.out),
+    )
+
+
+def model_spec(args):
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.llama3 import model_registry
+
+    spec = model_registry("debugmodel")
+    spec.model.layers = spec.model.layers[: args.layers]
+    for block in spec.model.layers:
+        block.attention.inner_attention = ScaledDotProductAttention.Config()
+    spec.state_dict_adapter = None
+    return spec
+
+
+def ac_config(mode):
+    if mode == "none":
+        return None
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+    return FullAC.Config() if mode == "full" else SelectiveAC.Config()
+
+
+class NoTokenizer(BaseTokenizer):
+    @dataclass(kw_only=True, slots=True)
+    class Config(BaseTokenizer.Config):
+        vocab: int = 2048
+
+    def __init__(self, config, *, tokenizer_path=None):
+        super().__init__()
+        self._vocab = config.vocab
+
+    def encode(self, *args, **kwargs):
+        return []
+
+    def decode(self, *args, **kwargs):
+        return ""
+
+    def get_vocab_size(self):
+        return self._vocab
+
+
+class RandomTokenLoader(BaseDataLoader):
+    """Random token sequences: global microbatch g of step s the same in every layout (the
+    Attachment's numbering: this rank's i-th microbatch of a step is i * dp + dp_rank)."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(BaseDataLoader.Config):
+        vocab: int = 2048
+        seed: int = 0
+        microbatches_per_step: int = 1
+
+    def __init__(self, config, *, dp_world_size, dp_rank, tokenizer, seq_len, local_batch_size,
+                 snapshot_every_n_steps=None):
+        self.config, self.dp, self.rank = config, dp_world_size, dp_rank
+        self.seq, self.batch = seq_len, local_batch_size
+
+    def __iter__(self):
+        step = 1
+        while True:
+            for i in range(self.config.microbatches_per_step):
+                g = torch.Generator().manual_seed((self.config.seed * 1_000_003 + step) * 1_009 + i * self.dp + self.rank)
+                tokens = torch.randint(0, self.config.vocab, (self.batch, self.seq + 1), generator=g)
+                yield {"input": tokens[:, :-1]}, tokens[:, 1:]
+            step += 1
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state_dict):
+        pass
+
+
+def sum_as_sum(trainer):
+    """FSDP2 reduces torchtitan's gradients (divide factor 1) as PREMUL_SUM(1), which Gloo lacks:
+    sent as SUM, then multiplied by 1 (bitwise the same)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for part in trainer.model_parts:
+        for module in part.modules():
+            if isinstance(module, FSDPModule):
+                module.set_force_sum_reduction_for_comms(True)
+
+
+def load_one_initialization(trainer, config, args):
+    """Every layout starts from one whole initialization, made alike on every rank: each
+    parameter's piece of it is copied into the parameter (a DTensor's local shard)."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    with torch.device("cpu"):
+        torch.manual_seed(args.seed)
+        whole = config.model_spec.model.build()
+        with torch.no_grad():
+            whole.init_weights(buffer_device=None)
+    values = dict(whole.named_parameters())
+    wrappers = ("_checkpoint_wrapped_module", "_orig_mod", "_fsdp_wrapped_module")
+    with torch.no_grad():
+        for part in trainer.model_parts:
+            for name, param in part.named_parameters():
+                value = values[".".join(s for s in name.split(".") if s not in wrappers)]
+                if isinstance(param, DTensor):
+                    shape, offset = compute_local_shape_and_global_offset(value.shape, param.device_mesh,
+                                                                          param.placements)
+                    piece = value[tuple(slice(o, o + n) for o, n in zip(offset, shape))]
+                    param.to_local().copy_(piece)
+                else:
+                    param.copy_(value)
+
+
+def plant(args, trainer):
+    if args.fault == "clip_local":
+        plant_local_clipping()
+    elif args.fault == "grad_scale":
+        plant_gradient_scale(trainer, "layers.0.attention.wo.weight", 1.01)
+    elif args.fault != "none":
+        raise NotImplementedError(args.fault)
+
+
+def plant_local_clipping():
+    """Clipping by this rank's own gradient norm: the norm of its local shards, not reduced."""
+    import torchtitan.distributed.utils as dist_utils
+    from torch.distributed.tensor import DTensor
+
+    def clip_by_local_norm(parameters, max_norm, *args, **kwargs):
+        grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+                 for p in parameters if p.grad is not None]
+        total = torch.nn.utils.get_total_norm(grads, 2.0, False, True)
+        torch.nn.utils.clip_grads_with_norm_(grads, max_norm, total, True)
+        return total
+
+    dist_utils.clip_grad_norm_ = clip_by_local_norm
+
+
+def plant_gradient_scale(trainer, name, factor):
+    """One parameter's gradient scaled on the last rank only, before the optimizer step."""
+    if dist.get_rank() != dist.get_world_size() - 1:
+        return
+    param = dict(trainer.model_parts[0].named_parameters())[name]
+
+    def scale(*_):
+        with torch.no_grad():
+            grad = param.grad.to_local() if hasattr(param.grad, "to_local") else param.grad
+            grad.mul_(factor)
+
+    trainer.optimizers.register_step_pre_hook(scale)
+
+
+if __name__ == "__main__":
+    main()
