@@ -26,7 +26,7 @@ import importlib.machinery
 import os
 import sys
 import types
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -106,15 +106,14 @@ def parse_args():
 
 def main():
     args = parse_args()
-    world = int(os.environ["WORLD_SIZE"])  # under torchrun, also for one process
-    # Before torchtitan's own init_distributed, which then keeps this group; as it would do,
-    # autograd runs on the calling thread.
+    # Under torchrun, also for one process; before torchtitan's own init_distributed, which then
+    # keeps this group. As it would do, autograd runs on the calling thread.
     dist.init_process_group("gloo")
     torch.autograd.set_multithreading_enabled(False)
 
     run_on_cpu()
     from numprobe.integrations.torchtitan import ProbeConfig, ProbedTrainer
-    config = trainer_config(args, world, ProbedTrainer.Config, ProbeConfig)
+    config = trainer_config(args, ProbedTrainer.Config, ProbeConfig)
     trainer = config.build()
     sum_as_sum(trainer)
     load_one_initialization(trainer, config, args)
@@ -126,7 +125,7 @@ def main():
         dist.destroy_process_group()
 
 
-def trainer_config(args, world, Config, ProbeConfig):
+def trainer_config(args, Config, ProbeConfig):
     from torchtitan.components.loss import CrossEntropyLoss
     from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
     from torchtitan.components.optimizer import default_adamw

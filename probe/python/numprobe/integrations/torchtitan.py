@@ -88,7 +88,6 @@ class Attachment:
             raise NotImplementedError("numprobe: attaching to torchtitan's pipeline schedules is not supported; "
                                       "record a pipeline run through numprobe.Probe's forward_named per stage")
         self.probe = probe
-        self._trainer = trainer
         batch = trainer.parallel_dims.get_optional_mesh("batch") if trainer.parallel_dims.dp_enabled else None
         self._dp_degree, self._dp_rank = (batch.size(), batch.get_local_rank()) if batch is not None else (1, 0)
         if trainer.parallel_dims.spmd_backend == "full_dtensor":
