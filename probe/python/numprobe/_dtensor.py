@@ -52,8 +52,9 @@ def local_piece(t, own_dims=()):
         shard = (list(t.shape), list(offset))
         if own:
             shard = _within_own(shard, local.shape, placements, own)
-    kept = [Replicate() if i in own else p for i, p in enumerate(placements)]
-    return local, shard, _partial_of(mesh, kept)
+    if own:  # (only then: every record comes through here)
+        placements = [Replicate() if i in own else p for i, p in enumerate(placements)]
+    return local, shard, _partial_of(mesh, placements)
 
 
 def _own_dims(mesh, names):
