@@ -42,6 +42,18 @@ inline void write_run(const std::filesystem::path& dir, const std::vector<std::v
   }
 }
 
+// Marks every step of the run at `dir` as one that ran compiled code (log format 9).
+inline void mark_compiled(const std::filesystem::path& dir) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.path().filename() != "diff.log") continue;
+    std::ifstream in(entry.path());
+    std::string text, line;
+    while (std::getline(in, line)) text += line + (line.rfind("#end ", 0) == 0 ? " compiled=1\n" : "\n");
+    in.close();
+    std::ofstream(entry.path()) << text;
+  }
+}
+
 // Report text compared by content: each line trimmed and its runs of blanks made one space,
 // so a test pins what a report says, not its column widths.
 inline std::string squeeze(const std::string& text) {

@@ -186,22 +186,6 @@ TEST(NoiseOrBug, AForwardOutputWithinTwoRoundingsOfEqualInputsCannotBeTold) {
   EXPECT_EQ(same.exit_code(), 1);
 }
 
-namespace {
-
-// Marks every step of the run at `dir` as one that ran compiled code (log format 9).
-void mark_compiled(const std::filesystem::path& dir) {
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    if (entry.path().filename() != "diff.log") continue;
-    std::ifstream in(entry.path());
-    std::string text, line;
-    while (std::getline(in, line)) text += line + (line.rfind("#end ", 0) == 0 ? " compiled=1\n" : "\n");
-    in.close();
-    std::ofstream(entry.path()) << text;
-  }
-}
-
-}  // namespace
-
 TEST(NoiseOrBug, AnOutputWithinTwoRoundingsOfEqualInputsInACompiledRunCannotBeTold) {
   // The same layout, but one run compiled (a fused kernel: the same function rounded
   // otherwise): within 10 x 2u in every figure the figures cannot tell; beyond, the

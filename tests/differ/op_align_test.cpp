@@ -78,6 +78,56 @@ TEST(OpAlign, OpsInOneRunOnlyAreSetAsideAndListed) {
   EXPECT_NE(text_of(r).find("OPS IN ONE RUN ONLY"), std::string::npos);
 }
 
+namespace {
+
+// One forward: fc1, a GELU, in the test run (compiled) an op of its own after the GELU, a tap
+// of what comes out. The GELU's outputs differ by a rounding (1e-8 relative, equal inputs: the
+// fused kernel's); the test's extra op outputs `extra_norm`.
+void write_gelu_runs(const std::filesystem::path& dir, const std::string& extra, double extra_norm) {
+  auto rec = [](const std::string& name, std::uint64_t out, double norm, std::vector<std::optional<std::uint64_t>> in) {
+    Record r = tensor(0, Kind::op, name, out, norm, 0);
+    r.phase = Phase::forward;
+    r.inputs = std::move(in);
+    return r;
+  };
+  const std::vector<Record> base = {rec("fc1/aten::linear#0", 10, 7.0, {1, 2, 3}),
+                                    rec("model/aten::gelu#0", 11, 4.0, {10}), tensor(0, Kind::tap, "fc1.gelu", 11, 4.0, 0)};
+  std::vector<Record> test = {rec("fc1/aten::linear#0", 10, 7.0, {1, 2, 3}),
+                              rec("model/aten::gelu#0", 21, 4.0 * (1 + 1e-8), {10}),
+                              rec(extra, 22, extra_norm, {21}), tensor(0, Kind::tap, "fc1.gelu", 22, extra_norm, 0)};
+  write_run(dir / "eager", {base});
+  write_run(dir / "compiled", {test});
+  mark_compiled(dir / "compiled");
+}
+
+}  // namespace
+
+TEST(OpAlign, AnOpOfOneRunOnlyThatChangesAValueBeyondRoundingIsABug) {
+  // The GELU's rounding, carried through the rest of the network, could explain a tap that
+  // differs by 1e-4; but the test run multiplied the GELU's output by 1 + 1e-4 in an op the
+  // other run does not have: it computes another function there.
+  auto dir = fresh_dir("op_one_sided_change");
+  write_gelu_runs(dir, "model/aten::mul#0", 4.0 * (1 + 1e-4));
+  const auto r = diff(dir / "eager", dir / "compiled");
+  EXPECT_EQ(r.exit_code(), 1) << text_of(r);
+  ASSERT_TRUE(r.first_unexplained);
+  EXPECT_EQ(r.first_unexplained->name, "fc1.gelu");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::different_ops);
+  EXPECT_NE(text_of(r).find("model/aten::mul#0"), std::string::npos) << text_of(r);
+}
+
+TEST(OpAlign, AnOpOfOneRunOnlyThatOnlyCopiesOrRoundsTheValueIsNoBug) {
+  // A copy of the GELU's output (its norm is the GELU's own) and a dtype round trip (within 2u
+  // of it) change nothing the other run computes.
+  for (const double moved : {0.0, 1e-7}) {
+    auto dir = fresh_dir("op_one_sided_copy");
+    write_gelu_runs(dir, "model/aten::clone#0", 4.0 * (1 + 1e-8) * (1 + moved));
+    const auto r = diff(dir / "eager", dir / "compiled");
+    EXPECT_NE(r.exit_code(), 1) << text_of(r);
+    EXPECT_EQ(text_of(r).find("different_ops"), std::string::npos) << text_of(r);
+  }
+}
+
 TEST(OpAlign, DifferentOpSequencesNameTheOneRunOpsThatFeedTheFirstInheritedOp) {
   auto dir = fresh_dir("op_sequence");
   const auto bwd = Phase::backward;

@@ -113,6 +113,18 @@ Explanation inherited_noise(Rule rule, const Pair& p, double bound, double roots
   return Explanation{false, rule, bound, roots, std::max(root_size(p), ceiling), std::move(detail)};
 }
 
+// A value one run passes through an op of its own that changed it (one_sided_ops.h).
+Explanation different_ops(const Pair& p, const OneSidedChange& c) {
+  const std::string other = c.run == "test" ? "base" : "test";
+  return Explanation{true, Rule::different_ops, c.bound, 0, 0,
+                     std::string(kind_name(p.kind)) + " " + p.name + " is, in the " + c.run + " run, the output of " +
+                         c.op + " (an op of that run only) on " + c.producer + "'s, which the " + other +
+                         " run reads as it is; it moves it by relative norm " + lf::format_double(c.change) +
+                         ", beyond the " + lf::format_double(c.bound) +
+                         " a copy or a rounding of the noise in " + c.producer +
+                         " may: the runs execute different ops"};
+}
+
 std::string mb_text(const Pair& p) { return p.mb ? " mb " + std::to_string(*p.mb) : ""; }
 
 // The most summands either side's partial sum holds (0: neither holds one).
@@ -441,6 +453,7 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
   if (p.kind == Kind::input) return bug(Rule::data);
   if (elements_moved(p)) return explain_moved(p, step, first_step);
   if (constant_factor(p)) return bug(Rule::constant_factor);
+  if (auto change = one_sided_ops_.change(p)) return different_ops(p, *change);
   Explanation why = explain_by_dependencies(p, step, first_step);
   // Moved or changed below what the figures resolve, the log cannot say: what the rules would
   // call noise (a difference of size 0 is within every bound) is "cannot tell" instead. A bug
@@ -598,6 +611,7 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
   same_code_ = same_code;
   index_mb_grads(pairs);
   find_step_grad_scale(pairs);
+  one_sided_ops_.start_step(pairs);
   // Optimizer state is updated from the step's gradients: explained once they are.
   for (int pass = 0; pass < 2; ++pass) {
     for (auto& p : pairs) {
@@ -620,6 +634,7 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
       // grouping under another layout ((x + a) + b against x + (a + b); tensor against sequence
       // parallelism, seeds 3, 1234 and 2027 of the calibration, docs/calibration.md).
       if (p.set_aside || partial_count(p) >= 2) note_partial_root(p);
+      if (pass == 0) one_sided_ops_.note_paired(p);
     }
   }
   carry_to_next_step(step, pairs);
@@ -664,6 +679,7 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
                      " (a schedule, a warmup or a group's setting that differs)",
                  std::move(ev)};
   }
+  if (rule == Rule::different_ops) return Cause{rule, p.why.detail + " (step " + s + ")", std::move(ev)};
   if (rule == Rule::elements_moved)
     return Cause{rule,
                  what(p) + " holds other elements at step " + s +

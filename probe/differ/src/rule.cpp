@@ -19,6 +19,7 @@ constexpr std::array<RuleInfo, kRuleCount> kRules = {{
     {Rule::data, "data", bug, true},
     {Rule::elements_moved, "elements_moved", bug, true},
     {Rule::constant_factor, "constant_factor", bug, true},
+    {Rule::different_ops, "different_ops", bug, true},
     {Rule::init, "init", bug, true},
     {Rule::inherited, "inherited", follows, true},
     {Rule::partial_sum, "partial_sum", noise, true},

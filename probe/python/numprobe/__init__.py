@@ -19,10 +19,11 @@ if torch.__version__.split("+")[0] != _C.torch_version:
     raise ImportError(f"numprobe was built against torch {_C.torch_version} and this Python has torch "
                       f"{torch.__version__}: reinstall it (pip install --no-build-isolation .) with this torch")
 
+from ._compile import traced_backend
 from ._diff import diff
 from ._probe import Probe, tap
 from ._scope import Scope
 
 current_scope = _C.current_scope  # the joined name of the innermost scope open on this thread
 __version__ = "0.1.0"
-__all__ = ["Probe", "Scope", "tap", "diff", "current_scope", "__version__"]
+__all__ = ["Probe", "Scope", "tap", "diff", "traced_backend", "current_scope", "__version__"]

@@ -3,6 +3,7 @@
 The C++ probe (numprobe._C.Probe) hashes, computes the statistics, numbers repeated names and
 writes the log; this class decides what to record and when, as probe::Probe does for LibTorch
 modules, so that the two write the same records for the same training."""
+import contextlib
 import operator
 import sys
 import threading
@@ -11,7 +12,7 @@ import weakref
 import torch
 from torch.utils._pytree import tree_leaves
 
-from . import _C, _ops
+from . import _C, _compile, _ops
 from ._dtensor import Unrecordable, is_dtensor, local_piece, warn_unrecordable
 from ._fsdp import fsdp_params, unsharded_param
 
@@ -50,6 +51,10 @@ class Probe:
         self._own_microbatch_dims = ()
         if self._c.enabled:
             _active = weakref.ref(self)
+        # Compiled code's op records: Inductor inserts them while a traced probe is open.
+        self._node_records = self._c.enabled and self._tracing
+        if self._node_records:
+            _compile.install()
 
     # What the C++ probe knows.
     enabled = property(lambda self: self._c.enabled, doc="Whether it records (enabled, and its log has not failed).")
@@ -69,6 +74,9 @@ class Probe:
             handle.remove()
         self._params, self._optimizers, self._handles = {}, [], []
         self._scoped_modules = weakref.WeakSet()  # watch() again scopes them again
+        if self._node_records:
+            self._node_records = False
+            _compile.uninstall()
 
     def __enter__(self):
         return self
@@ -365,10 +373,9 @@ class Probe:
             if not path or sub in self._scoped_modules or raw.rsplit(".", 1)[-1] in _WRAPPERS:
                 continue
             self._scoped_modules.add(sub)
-            self._handles.append(sub.register_forward_pre_hook(
-                lambda m, a, path=path: _with(ref, lambda p: p._open_scope(path))))
-            self._handles.append(sub.register_forward_hook(
-                lambda m, a, o, path=path: _with(ref, lambda p: p._close_scope(path)), always_call=True))
+            open_scope, close_scope = _scope_hooks(ref, path)
+            self._handles.append(sub.register_forward_pre_hook(open_scope))
+            self._handles.append(sub.register_forward_hook(close_scope, always_call=True))
 
     def _scope_stack(self):
         stack = getattr(self._threads, "scopes", None)
@@ -436,15 +443,7 @@ def _mb_grad_hook(ref, name):
     return hook
 
 
-class _Nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
-_NOTHING = _Nothing()
+_NOTHING = contextlib.nullcontext()
 
 
 _PER_MICROBATCH = (Kind.input, Kind.output, Kind.output_grad, Kind.mb_grad, Kind.tap)
@@ -479,6 +478,24 @@ def _compiled(module):
 def _learning_rates(optimizer):
     """id(parameter) -> its group's learning rate, for every group that has one."""
     return {id(p): g["lr"] for g in optimizer.param_groups if "lr" in g for p in g["params"]}
+
+
+def _scope_hooks(ref, path):
+    """A module's forward pre-hook and forward hook that open and close its scope; in code
+    torch.compile traces, calls of the scope operators (numprobe/_compile.py)."""
+    def open_scope(module, args):
+        if torch.compiler.is_compiling():
+            _ops.scope_open_op(path)
+        else:
+            _with(ref, lambda p: p._open_scope(path))
+
+    def close_scope(module, args, output):
+        if torch.compiler.is_compiling():
+            _ops.scope_close_op(path)
+        else:
+            _with(ref, lambda p: p._close_scope(path))
+
+    return open_scope, close_scope
 
 
 def _with(ref, fn):

@@ -5,6 +5,7 @@
 #include <ATen/SequenceNumber.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +23,8 @@ std::atomic<OpTracer*> g_active_tracer{nullptr};
 
 constexpr std::string_view kEvaluateFunction = "autograd::engine::evaluate_function: ";
 constexpr std::string_view kProbeNamespace = "numprobe::";
+// What Dynamo names a compiled graph's run (torch/_dynamo/convert_frame.py).
+constexpr std::string_view kCompiledRegion = "Torch-Compiled Region";
 
 // A backward node being evaluated on this thread: the forward op that created it, once its
 // BACKWARD_FUNCTION RecordFunction (which carries the sequence number) has started.
@@ -64,15 +67,15 @@ struct OpObservation : at::ObserverContext {
   explicit OpObservation(What w) : what(w) {}
 };
 
-void report_failure(const char* where) {
+void report_failure(const std::string& where) {
   static std::atomic<bool> reported{false};
   if (reported.exchange(true)) return;
   try {
     throw;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "numprobe: op trace: %s failed, op records may be missing: %s\n", where, e.what());
+    std::fprintf(stderr, "numprobe: op trace: %s failed, op records may be missing: %s\n", where.c_str(), e.what());
   } catch (...) {
-    std::fprintf(stderr, "numprobe: op trace: %s failed, op records may be missing\n", where);
+    std::fprintf(stderr, "numprobe: op trace: %s failed, op records may be missing\n", where.c_str());
   }
 }
 
@@ -107,36 +110,42 @@ std::vector<std::size_t> shard_figures(const OpTracer& tracer, const at::Tensor&
   return entries;
 }
 
+// The observer's own ATen calls (hashes, statistics, copies) are neither traced nor seen by a
+// profiler, nor by a Python dispatch mode the op runs under: a user's mode would count them, a
+// tracer's (FakeTensorMode while torch.compile traces) would reject a real tensor.
+struct OwnCalls {
+  at::DisableRecordFunctionGuard no_callbacks;
+  c10::impl::ExcludeDispatchKeyGuard no_python{c10::python_ks};
+};
+
 // The op's schema and arguments, copied before it runs (an in-place op writes its input).
 void keep_arguments(const at::RecordFunction& fn, OpObservation& obs) {
-  at::DisableRecordFunctionGuard no_callbacks;
+  OwnCalls own;
   obs.dumping = true;
   obs.schema = schema_of(fn);
   for (const c10::IValue& v : fn.inputs()) obs.arguments.push_back(dumpable(v));
 }
 
-void record_inputs(const OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs) {
-  std::vector<at::Tensor> tensors;
-  for (const c10::IValue& v : fn.inputs()) append_tensors(tensors, v);
+void record_input_tensors(const OpTracer& tracer, const std::vector<at::Tensor>& tensors, OpObservation& obs) {
   obs.inputs.reserve(tensors.size());
-  // The observer's own ATen calls are neither traced nor seen by a profiler.
-  at::DisableRecordFunctionGuard no_callbacks;
+  OwnCalls own;
   for (const at::Tensor& t : tensors) {
     obs.inputs.push_back(t.defined() ? std::optional(tracer.sink().figures(t, {})) : std::nullopt);
     if (obs.split.split()) obs.input_shards.push_back(shard_figures(tracer, t, obs.split));
   }
 }
 
-// Records of each tensor output: `name`, or `name.<i>` when the op returns several.
-void record_outputs(OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs, const std::string& name) {
-  std::vector<at::Tensor> outputs;
-  for (const c10::IValue& v : fn.outputs()) append_tensors(outputs, v);
-  at::DisableRecordFunctionGuard no_callbacks;
-  std::string dump;  // one dump per op, named by each of its output records
-  if (obs.dumping)
-    dump = tracer.sink().dump(obs.context.step, [&] {
-      return dump_bytes(obs.schema, name, std::move(obs.arguments), fn.outputs());
-    });
+void record_inputs(const OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs) {
+  std::vector<at::Tensor> tensors;
+  for (const c10::IValue& v : fn.inputs()) append_tensors(tensors, v);
+  record_input_tensors(tracer, tensors, obs);
+}
+
+// Records of each tensor output: `name`, or `name.<i>` when the op returns several; `dump` the
+// op's dump ("" for none).
+void push_outputs(OpTracer& tracer, const std::vector<at::Tensor>& outputs, const OpObservation& obs,
+                  const std::string& name, const std::string& dump) {
+  OwnCalls own;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     Record r;
     r.kind = Kind::op;
@@ -154,6 +163,19 @@ void record_outputs(OpTracer& tracer, const at::RecordFunction& fn, OpObservatio
     }
     tracer.sink().push(std::move(r), std::move(entries));
   }
+}
+
+void record_outputs(OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs, const std::string& name) {
+  std::vector<at::Tensor> outputs;
+  for (const c10::IValue& v : fn.outputs()) append_tensors(outputs, v);
+  std::string dump;  // one dump per op, named by each of its output records
+  if (obs.dumping) {
+    OwnCalls own;
+    dump = tracer.sink().dump(obs.context.step, [&] {
+      return dump_bytes(obs.schema, name, std::move(obs.arguments), fn.outputs());
+    });
+  }
+  push_outputs(tracer, outputs, obs, name, dump);
 }
 
 // Whether one of `values` is a tensor without data: a tensor subclass that Python dispatches (a
@@ -189,13 +211,20 @@ std::unique_ptr<at::ObserverContext> start_op(OpTracer& tracer, const at::Record
   // The probe's own operators (numprobe::tap in a compiled graph) record; they compute nothing.
   if (name.substr(0, kProbeNamespace.size()) == kProbeNamespace) return std::make_unique<OpObservation>(What::dataless);
   const bool in_backward = !tt.nodes.empty();
+  // A compiled graph's run is no op of the model: the ops in it are the compiler's (its node
+  // records stand for the model's), and its backward is AOTAutograd's, not traced.
+  if (tt.op_depth == 0 && !in_backward && name.substr(0, kCompiledRegion.size()) == kCompiledRegion) {
+    ++tt.op_depth;
+    return std::make_unique<OpObservation>(What::skipped);
+  }
   const auto& frames = scope_frames();
   // Passed through, not counted as an op: the ops a DTensor op runs on its local tensors are
   // the outermost ones with data, and are recorded in its place.
   if (tt.op_depth == 0 && has_dataless_tensor(fn.inputs())) return std::make_unique<OpObservation>(What::dataless);
   if (tt.op_depth++ > 0) return std::make_unique<OpObservation>(What::nested);
-  if (!in_backward && (frames.empty() || !frames.back().traced))
-    return std::make_unique<OpObservation>(What::skipped);  // an untraced scope inside a traced one
+  // An untraced scope inside a traced one, or compiled code (its graph's nodes record instead).
+  if (!in_backward && (frames.empty() || !frames.back().traced || frames.back().compiled))
+    return std::make_unique<OpObservation>(What::skipped);
 
   auto obs = std::make_unique<OpObservation>(What::recorded);
   if (in_backward) {
@@ -263,7 +292,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   try {
     return start_op(*tracer, fn);
   } catch (...) {
-    report_failure("an op's start");
+    report_failure("the start of " + std::string(fn.name()));
     return nullptr;
   }
 }
@@ -274,7 +303,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   try {
     end_op(*tracer, fn, static_cast<OpObservation&>(*ctx));
   } catch (...) {
-    report_failure("an op's end");
+    report_failure("the end of " + std::string(fn.name()));
   }
 }
 
@@ -320,6 +349,51 @@ void scope_left() {
     tt.handle = 0;
     tt.op_depth = 0;
   }
+}
+
+void open_compiled_scope(const std::string& path) {
+  auto& frames = scope_frames();
+  ScopeFrame frame;
+  // "": the graph's own region, named as the scope it runs in.
+  frame.name = path.empty() && !frames.empty() ? frames.back().name : path;
+  frame.root = path.empty() && !frames.empty() && frames.back().root;
+  frame.split = frames.empty() ? Split{} : frames.back().split;
+  frame.compiled = true;
+  // Outside every scope nothing is traced, compiled or not.
+  const bool outside = frames.empty() && path.empty();
+  frames.push_back(std::move(frame));
+  if (!outside) scope_entered();
+}
+
+void close_compiled_scope(const std::string& path) {
+  auto& frames = scope_frames();
+  if (frames.empty() || !frames.back().compiled) return;
+  if (!path.empty() && frames.back().name != path) return;
+  scope_left();
+  frames.pop_back();
+}
+
+void record_compiled_node(const std::string& op, const std::vector<at::Tensor>& inputs,
+                          const std::vector<at::Tensor>& outputs) {
+  OpTracer* tracer = g_active_tracer.load(std::memory_order_acquire);
+  if (!tracer) return;
+  try {
+    tracer->record_node(op, inputs, outputs);
+  } catch (...) {
+    report_failure("a compiled node's record");
+  }
+}
+
+void OpTracer::record_node(const std::string& op, const std::vector<at::Tensor>& inputs,
+                           const std::vector<at::Tensor>& outputs) {
+  const auto& frames = scope_frames();
+  if (frames.empty() || !frames.back().traced || !spec_.traces_forward()) return;
+  OpObservation obs(OpObservation::What::recorded);
+  obs.phase = Phase::forward;
+  obs.split = frames.back().split;
+  obs.context = thread_trace().forward;
+  record_input_tensors(*this, inputs, obs);
+  push_outputs(*this, outputs, obs, numbered(Phase::forward, obs.context.microbatch, frames.back().name + "/" + op), "");
 }
 
 OpTracer::OpTracer(TraceSpec spec, Sink sink) : spec_(std::move(spec)), sink_(std::move(sink)) {

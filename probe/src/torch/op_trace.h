@@ -30,11 +30,23 @@ struct ScopeFrame {
   bool root = false;    // children do not join it
   bool traced = false;  // ops directly inside are recorded (set by scope_entered)
   Split split;          // its own, or the enclosing scope's
+  // A module scope of compiled code (numprobe::scope_open): the ATen ops dispatched inside are
+  // the compiler's (decomposed, fused), not the model's; its graph's node records stand for them.
+  bool compiled = false;
 };
 std::vector<ScopeFrame>& scope_frames();  // this thread's, innermost last
 // Called by Scope right after pushing its frame / right before popping it.
 void scope_entered();
 void scope_left();
+
+// A compiled graph's module scopes: opened and closed by its numprobe::scope_open/scope_close
+// calls, in its order of effects. `path` is the module's whole name (it does not join).
+void open_compiled_scope(const std::string& path);
+void close_compiled_scope(const std::string& path);  // the innermost, if it is `path`'s
+// A compiled graph's node (numprobe::node): op `op` (`aten::gelu`) of the innermost scope took
+// `inputs` and returned `outputs`; recorded as a forward op where the trace selects its scope.
+void record_compiled_node(const std::string& op, const std::vector<at::Tensor>& inputs,
+                          const std::vector<at::Tensor>& outputs);
 
 // Where an op runs: the step and the microbatch the probe is in.
 struct OpContext {
@@ -105,6 +117,9 @@ class OpTracer {
   std::string numbered(Phase phase, std::optional<std::int64_t> mb, const std::string& name);
   std::optional<OpContext> backward_context();
   const Sink& sink() const { return sink_; }
+  // Records a compiled graph's node (record_compiled_node) in the innermost traced scope.
+  void record_node(const std::string& op, const std::vector<at::Tensor>& inputs,
+                   const std::vector<at::Tensor>& outputs);
 
  private:
   TraceSpec spec_;

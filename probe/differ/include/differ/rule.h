@@ -25,6 +25,7 @@ enum class Rule : std::uint8_t {
   data,
   elements_moved,
   constant_factor,
+  different_ops,
   init,
   inherited,
   partial_sum,

@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "differ/detail/one_sided_ops.h"
 #include "differ/options.h"
 #include "differ/result.h"
 
@@ -128,6 +129,7 @@ class Explainer {
   // same kernels ran on the same pieces, so a record whose inputs are equal rounds alike.
   bool layouts_alike_ = true;  // the same ranks hold the same pieces of every record
   bool same_code_ = true;      // and both runs ran the step compiled, or both eager
+  OneSidedOps one_sided_ops_;  // the step's ops of one run only, and the op outputs seen so far
   std::unordered_map<std::int64_t, Upstream> by_mb_;   // per microbatch, its records so far
   Upstream step_so_far_;                               // every record of the step so far
   std::unordered_map<std::string, MbGrads> mb_grads_;  // per parameter, when a grad differs
