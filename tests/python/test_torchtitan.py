@@ -68,6 +68,13 @@ BUGS = {
     "tp2_clip_local": (2, ["--tp", "2", "--fault", "clip_local"], "grad"),
     # One parameter's gradient x 1.01 on one rank.
     "tp2_grad_scale": (2, ["--tp", "2", "--fault", "grad_scale"], "grad layers.0.attention.wo.weight"),
+    # A wrong plan entry: the vocabulary-parallel embedding's partial lookups used unreduced
+    # (no tap: the model's output is the first record it reaches).
+    "tp2_sp_wrong_plan": (2, ["--tp", "2", "--fault", "plan"], "output model"),
+    "tp2_wrong_plan": (2, ["--tp", "2", "--sp", "0", "--fault", "plan"], "output model"),
+    # The sequence-parallel norm's weight gradient never summed over the TP ranks.
+    "fsdp2_tp2_sp_norm_grad": (4, ["--dp", "2", "--tp", "2", "--fault", "norm_grad"],
+                               "mb_grad layers.0.ffn_norm.weight"),
 }
 
 

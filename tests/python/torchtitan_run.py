@@ -18,8 +18,11 @@ What this script changes of torchtitan so that it runs here, nothing of it edite
 - the weights: torchtitan initializes each rank's shard from that rank's RNG on CPU (the
   DTensor RNG tracker that keeps sharded and whole initializations alike is CUDA's), so one
   whole initialization is loaded into every layout after the Trainer is built.
-Planted faults (--fault) are bugs a trainer can have: a wrong TP plan entry, an unreduced norm
-gradient under sequence parallel, clipping by this rank's local norm, a gradient scaled on one rank.
+Planted faults (--fault) are bugs a trainer can have: a wrong TP plan entry (plan: the embedding's
+partial lookups declared replicated), an unreduced norm gradient under sequence parallel
+(norm_grad), clipping by this rank's local norm (clip_local), a gradient scaled on one rank
+(grad_scale). The first two patch torchtitan's sharding configuration and its RMSNorm before the
+Trainer builds the model.
 """
 import argparse
 import importlib.machinery
@@ -114,6 +117,7 @@ def main():
     run_on_cpu()
     from numprobe.integrations.torchtitan import ProbeConfig, ProbedTrainer
     config = trainer_config(args, ProbedTrainer.Config, ProbeConfig)
+    plant_before_build(args)
     trainer = config.build()
     sum_as_sum(trainer)
     load_one_initialization(trainer, config, args)
@@ -254,11 +258,10 @@ def load_one_initialization(trainer, config, args):
         with torch.no_grad():
             whole.init_weights(buffer_device=None)
     values = dict(whole.named_parameters())
-    wrappers = ("_checkpoint_wrapped_module", "_orig_mod", "_fsdp_wrapped_module")
     with torch.no_grad():
         for part in trainer.model_parts:
             for name, param in part.named_parameters():
-                value = values[".".join(s for s in name.split(".") if s not in wrappers)]
+                value = values[plain_name(name)]
                 if isinstance(param, DTensor):
                     shape, offset = compute_local_shape_and_global_offset(value.shape, param.device_mesh,
                                                                           param.placements)
@@ -268,13 +271,75 @@ def load_one_initialization(trainer, config, args):
                     param.copy_(value)
 
 
+WRAPPERS = ("_checkpoint_wrapped_module", "_orig_mod", "_fsdp_wrapped_module")
+
+
+def plain_name(name):
+    return ".".join(s for s in name.split(".") if s not in WRAPPERS)
+
+
+def plant_before_build(args):
+    """The faults that live in the model's configuration or code (torchtitan builds the model
+    from them in the Trainer's constructor)."""
+    if args.fault == "plan":
+        plant_wrong_plan_entry()
+    elif args.fault == "norm_grad":
+        plant_local_norm()
+
+
 def plant(args, trainer):
     if args.fault == "clip_local":
         plant_local_clipping()
     elif args.fault == "grad_scale":
         plant_gradient_scale(trainer, "layers.0.attention.wo.weight", 1.01)
-    elif args.fault != "none":
-        raise NotImplementedError(args.fault)
+    elif args.fault == "norm_grad":
+        for part in trainer.model_parts:
+            for name, module in part.named_modules():
+                if plain_name(name) == "layers.0.ffn_norm":
+                    module.local_norm_fault = True
+
+
+def plant_wrong_plan_entry():
+    """The vocabulary-parallel embedding's output declared replicated, not a partial sum: each
+    rank looks up only the rows of its vocabulary shard (zeros for the other tokens), and that
+    is used as the whole embedding, never reduced. (torchtitan checks a module's declared output
+    placement against the DTensor it returns, so a row-parallel Linear's entry cannot be wrong
+    this way; the embedding runs in a local_map region, whose output is what the plan says.)"""
+    import dataclasses
+
+    import spmd_types as spmd
+    import torchtitan.models.llama3.sharding as sharding
+    from torchtitan.models.common.decoder_sharding import dense_activation_placement
+
+    configure = sharding.set_llama3_sharding_config
+
+    def configure_wrongly(config, *, enable_sp):
+        configure(config, enable_sp=enable_sp)
+        embed = config.tok_embeddings
+        embed.sharding_config = dataclasses.replace(embed.sharding_config,
+                                                    out_src_shardings=dense_activation_placement(tp=spmd.R))
+
+    sharding.set_llama3_sharding_config = configure_wrongly
+
+
+def plant_local_norm():
+    """The norm a module marked `local_norm_fault` computes on this rank's sequence shard with its
+    replicated weight's local value: the weight's gradient is this shard's contribution only,
+    still labelled Replicate, so it is never summed over the TP ranks (the sequence-parallel
+    norm gradient a trainer forgets to all-reduce)."""
+    from torch.distributed.tensor import DTensor
+    from torchtitan.models.common.nn_modules import RMSNorm
+
+    forward = RMSNorm.forward
+
+    def forward_locally(self, x):
+        if not getattr(self, "local_norm_fault", False) or not isinstance(x, DTensor) \
+                or not isinstance(self.weight, DTensor):
+            return forward(self, x)
+        out = torch.nn.functional.rms_norm(x.to_local(), self.normalized_shape, self.weight.to_local(), self.eps)
+        return DTensor.from_local(out, x.device_mesh, x.placements, run_check=False)
+
+    RMSNorm.forward = forward_locally
 
 
 def plant_local_clipping():
