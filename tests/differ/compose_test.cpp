@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "differ/detail/compose.h"
-#include "differ/detail/names.h"
+#include "differ/detail/merge/compose.h"
+#include "differ/detail/read/names.h"
 #include "differ/diff.h"
 
 using namespace probe::differ;

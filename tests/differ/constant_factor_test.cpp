@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "differ/detail/constant_factor.h"
+#include "differ/detail/judge/constant_factor.h"
 #include "differ/report.h"
 #include "differ_test_util.h"
 

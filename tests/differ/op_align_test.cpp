@@ -6,7 +6,7 @@
 
 #include "differ/report_html.h"
 #include "differ_test_util.h"
-#include "differ/detail/op_align.h"
+#include "differ/detail/judge/op_align.h"
 #include "probe/trace_spec.h"
 
 using namespace differ_test;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "differ/detail/python_log.h"
+#include "differ/detail/read/python_log.h"
 #include "differ_test_util.h"
 
 using namespace differ_test;

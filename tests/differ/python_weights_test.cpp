@@ -2,7 +2,7 @@
 // weights.log, one block per call: read as `param` records, the k-th block step k.
 #include <gtest/gtest.h>
 
-#include "differ/detail/python_weights.h"
+#include "differ/detail/read/python_weights.h"
 #include "differ_test_util.h"
 
 using namespace differ_test;

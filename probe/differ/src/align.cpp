@@ -9,11 +9,11 @@
 #include <string_view>
 #include <tuple>
 
-#include "differ/detail/causes.h"
-#include "differ/detail/classify.h"
-#include "differ/detail/constant_factor.h"
-#include "differ/detail/covers.h"
-#include "differ/detail/op_match.h"
+#include "differ/detail/judge/causes.h"
+#include "differ/detail/pair/classify.h"
+#include "differ/detail/judge/constant_factor.h"
+#include "differ/detail/merge/covers.h"
+#include "differ/detail/pair/op_match.h"
 #include "probe/log_format.h"
 
 namespace probe::differ {

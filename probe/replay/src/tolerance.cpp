@@ -8,6 +8,8 @@
 #include <unordered_map>
 
 #include "op_call.h"
+#include "probe/dtype_facts.h"
+#include "probe/tensor_stats.h"
 
 namespace probe::replay {
 namespace {
@@ -194,16 +196,6 @@ at::Tensor random_signs(const at::Tensor& like, at::Generator& gen) {
   return at::empty_like(like).bernoulli_(0.5, gen).mul_(2).sub_(1);
 }
 
-double unit_roundoff(c10::ScalarType dtype) {
-  switch (dtype) {
-    case c10::ScalarType::Double: return std::ldexp(1.0, -53);
-    case c10::ScalarType::Float: return std::ldexp(1.0, -24);
-    case c10::ScalarType::Half: return std::ldexp(1.0, -11);
-    case c10::ScalarType::BFloat16: return std::ldexp(1.0, -8);
-    case c10::ScalarType::Float8_e4m3fn: return std::ldexp(1.0, -4);
-    case c10::ScalarType::Float8_e5m2: return std::ldexp(1.0, -3);
-    default: return 0;
-  }
-}
+double unit_roundoff(c10::ScalarType dtype) { return probe::unit_roundoff(probe::dtype_name(dtype)); }
 
 }  // namespace probe::replay

@@ -18,6 +18,10 @@ namespace probe::differ {
 class NameMapper;
 struct Group;
 struct StepGroups;
+// Deletes the step merge's groups where their type is known (merge.cpp).
+struct StepGroupsDelete {
+  void operator()(StepGroups* groups) const;
+};
 
 class Run {
  public:
@@ -82,7 +86,9 @@ class Run {
   std::string setup_, torch_version_;
   IssueLog issues_;
   std::int64_t records_read_ = 0;
-  std::unique_ptr<StepGroups> step_groups_;  // the step merge's groups (detail/merge.h)
+  // The step merge's groups (detail/merge/merge.h), made by the first step merged.
+  std::unique_ptr<StepGroups, StepGroupsDelete> step_groups_;
+  StepGroups& step_groups();
   std::optional<std::int64_t> incomplete_from_;
   bool partial_view_ = false;  // one rank's log of a multi-rank run, named on its own
   int missing_ranks_ = 0;      // ranks of world_size without a log

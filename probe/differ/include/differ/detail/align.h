@@ -10,12 +10,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "differ/detail/covers.h"
-#include "differ/detail/op_align.h"
+#include "differ/detail/merge/covers.h"
+#include "differ/detail/judge/op_align.h"
 #include "differ/options.h"
 #include "differ/result.h"
-#include "differ/detail/explain.h"
-#include "differ/detail/weight_causes.h"
+#include "differ/detail/judge/explain.h"
+#include "differ/detail/judge/weight_causes.h"
 
 namespace probe::differ {
 

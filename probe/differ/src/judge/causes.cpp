@@ -1,0 +1,340 @@
+// The likely-cause rules: each looks at the step of the first divergence (or, for absences and
+// NaN/Inf, the whole comparison) and returns its cause with the evidence, or nothing.
+#include "differ/detail/judge/causes.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "differ/detail/pair/classify.h"
+#include "differ/detail/judge/constant_factor.h"
+#include "differ/detail/judge/explain.h"
+#include "differ/detail/read/names.h"
+#include "probe/log_format.h"
+
+namespace probe::differ {
+namespace lf = probe::log_format;
+
+namespace {
+
+std::string mb_text(const Pair& p) { return p.mb ? " mb=" + std::to_string(*p.mb) : ""; }
+
+bool both_tensors(const Pair& p) {
+  return p.base.present && p.test.present && p.base.m.rec.state == Record::State::tensor &&
+         p.test.m.rec.state == Record::State::tensor;
+}
+
+bool has_mb_grad(const std::string& name, const std::vector<Pair>& pairs) {
+  return std::any_of(pairs.begin(), pairs.end(),
+                     [&](const Pair& p) { return p.kind == Kind::mb_grad && p.name == name; });
+}
+
+// Every mb_grad of the parameter is bitwise equal or set aside (a partial sum against another
+// record, a record covering other microbatches than the other run's), and there is at least one.
+bool mb_grads_equal(const std::string& name, const std::vector<Pair>& pairs) {
+  std::int64_t mbs = 0;
+  for (const auto& p : pairs) {
+    if (p.kind != Kind::mb_grad || p.name != name) continue;
+    if (p.pair_class != PairClass::equal && !p.set_aside) return false;
+    ++mbs;
+  }
+  return mbs > 0;
+}
+
+// An mb_grad of the parameter is set aside: a partial sum (sequence parallelism), or a record
+// covering other microbatches than the other run's (expert parallelism).
+bool mb_grads_set_aside(const std::string& name, const std::vector<Pair>& pairs) {
+  return std::any_of(pairs.begin(), pairs.end(),
+                     [&](const Pair& p) { return p.kind == Kind::mb_grad && p.name == name && p.set_aside; });
+}
+
+// An mb_grad of the parameter covers other microbatches than the other run's.
+bool mb_grads_covered(const std::string& name, const std::vector<Pair>& pairs) {
+  return std::any_of(pairs.begin(), pairs.end(),
+                     [&](const Pair& p) { return p.kind == Kind::mb_grad && p.name == name && p.covered; });
+}
+
+// The summation-order bound of grad g from its mb_grads in the step (explain.h).
+double sum_order_bound(const Pair& g, const std::vector<Pair>& pairs, const DiffOptions& o) {
+  std::int64_t summands = 0;
+  double norms = 0, unit = 0;
+  for (const auto& p : pairs) {
+    if (p.kind != Kind::mb_grad || p.name != g.name || !p.base.present) continue;
+    ++summands;
+    unit = std::max(unit, coarsest_unit_roundoff(p));
+    if (p.base.m.rec.state == Record::State::tensor && std::isfinite(p.base.m.rec.stats.norm))
+      norms += p.base.m.rec.stats.norm;
+  }
+  return summation_order_bound(g, summands, norms, unit, o);
+}
+
+std::int64_t nonfinite(const Merged& m) {
+  return m.rec.state == Record::State::tensor ? m.rec.stats.nan + m.rec.stats.inf : 0;
+}
+
+// What the step's rng and input pairs show.
+struct RngAndInputs {
+  const Pair* first_rng = nullptr;    // the first rng fingerprint that differs
+  const Pair* first_input = nullptr;  // the first input both runs hold that differs
+  bool inputs_differ = false;         // an input diverges (also one-sided)
+  std::int64_t inputs_compared = 0;   // inputs both runs hold
+};
+
+RngAndInputs rng_and_inputs(const std::vector<Pair>& pairs) {
+  RngAndInputs e;
+  for (const auto& p : pairs) {
+    // A fingerprint absent from one run says nothing about the RNG state (names differ).
+    if (p.kind == Kind::rng && p.pair_class == PairClass::different && !e.first_rng) e.first_rng = &p;
+    if (p.kind == Kind::input) {
+      e.inputs_compared += p.base.present && p.test.present;
+      if (is_divergence(p.pair_class)) e.inputs_differ = true;
+      if (p.pair_class == PairClass::different && !e.first_input) e.first_input = &p;
+    }
+  }
+  return e;
+}
+
+// "--kinds" text that drops `drop` from the comparison's kinds.
+std::string kinds_without(std::uint32_t drop, const DiffOptions& o) {
+  // Every kind (--kinds all) is said as no choice: -kind is shorter than the list of the rest.
+  const bool chosen = o.kinds_mask && *o.kinds_mask != kAllKinds;
+  std::string text;
+  for (int k = 0; k < kKindCount; ++k) {
+    const std::uint32_t bit = 1u << k;
+    const std::string name(kind_name(static_cast<Kind>(k)));
+    if (!chosen && (drop & bit)) text += (text.empty() ? "-" : ",-") + name;
+    if (chosen && (*o.kinds_mask & bit) && !(drop & bit)) text += (text.empty() ? "" : ",") + name;
+  }
+  return text;
+}
+
+}  // namespace
+
+std::optional<Cause> none_gradient_cause(const DivergentStep& s) {
+  const Pair& first = s.first;
+  if (first.pair_class != PairClass::none_one_side) return std::nullopt;
+  std::int64_t none_base = 0, none_test = 0, grads = 0;
+  for (const auto& p : s.pairs) {
+    if (p.kind != Kind::grad) continue;
+    ++grads;
+    if (p.pair_class == PairClass::none_one_side) (p.base.m.rec.state == Record::State::none ? none_base : none_test)++;
+  }
+  const bool in_base = first.base.m.rec.state == Record::State::none;
+  std::string msg = std::string(kind_name(first.kind)) + " " + first.name + " is none in the " +
+                    (in_base ? "base" : "test") +
+                    " run: the gradient was never computed, or was read before backward";
+  const std::int64_t n = in_base ? none_base : none_test;
+  const std::string step = std::to_string(s.step);
+  if (grads > 0 && n == grads)
+    msg += "; all " + std::to_string(grads) + " grads of step " + step + " are none there";
+  else if (n > 1)
+    msg += "; " + std::to_string(n) + " of " + std::to_string(grads) + " grads of step " + step +
+           " are none there";
+  return Cause{Rule::none_gradient, msg};
+}
+
+std::optional<Cause> data_cause(const DivergentStep& s) {
+  // The run diverges where data enters it: other data (and, with it, usually another seed).
+  const RngAndInputs e = rng_and_inputs(s.pairs);
+  if (!e.first_input || (s.first.kind != Kind::rng && s.first.kind != Kind::input))
+    return std::nullopt;
+  return Cause{Rule::data, "input " + e.first_input->name + mb_text(*e.first_input) +
+                           " differs at step " + std::to_string(s.step) +
+                           ": the runs were fed different data (data seed, sampler or "
+                           "shuffling, or how the dataset is split over data-parallel ranks)" +
+                           (e.first_rng ? "; the RNG fingerprints differ too: a different seed "
+                                          "would explain both"
+                                        : "")};
+}
+
+std::optional<Cause> rng_cause(const DivergentStep& s) {
+  // Inputs equal but RNG fingerprints differ.
+  const RngAndInputs e = rng_and_inputs(s.pairs);
+  if (!e.first_rng || e.inputs_differ) return std::nullopt;
+  const bool inputs = e.inputs_compared > 0;
+  return Cause{Rule::rng, std::string(inputs ? "inputs are equal but the" : "the") +
+                          " RNG fingerprint " + e.first_rng->name + mb_text(*e.first_rng) +
+                          " differs at step " + std::to_string(s.step) +
+                          (inputs ? "" : " (no input was compared: different inputs are not ruled out)") +
+                          ": dropout/RNG state (seed, generator offset, or RNG consumed in a "
+                          "different order)"};
+}
+
+std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
+  // A gradient whose replicas disagree while every microbatch contribution is equal: it was
+  // not reduced across the replicas.
+  const Pair& first = s.first;
+  const bool base_disagrees = first.base.present && first.base.m.replicas_disagree;
+  const bool test_disagrees = first.test.present && first.test.m.replicas_disagree;
+  if (first.kind != Kind::grad || !is_divergence(first.pair_class) || !(base_disagrees || test_disagrees) ||
+      !mb_grads_equal(first.name, s.pairs))
+    return std::nullopt;
+  // "<which> replicas of the <run> run (ranks ...)": the run whose replicas disagree.
+  const auto replicas = [&](const char* which) {
+    return std::string(which) + "replicas of the " + (test_disagrees ? "test" : "base") + " run (ranks " +
+           format_ranks(test_disagrees ? first.test.m.ranks : first.base.m.ranks) + ")";
+  };
+  std::string message = "grad " + first.name + " differs between ";
+  if (mb_grads_covered(first.name, s.pairs))
+    message += replicas("") +
+               " while its mb_grads cover several microbatches each (an expert's gradient from one "
+               "expert-parallel dispatch) and every compared one is bitwise equal: the gradient was not "
+               "all-reduced over the data-parallel replicas of its expert-parallel group";
+  else if (mb_grads_set_aside(first.name, s.pairs))
+    message += replicas("") +
+               " while its mb_grads are partial sums (each rank's sequence shard) and every "
+               "compared one is bitwise equal: the gradient was not all-reduced over the "
+               "tensor-parallel group (each rank keeps its own shard's part), or not over the "
+               "data-parallel one";
+  else
+    message += replicas("data-parallel ") +
+               " while every mb_grad is bitwise equal: the gradient was not reduced across "
+               "data-parallel ranks (a skipped all-reduce, or one over the wrong group)";
+  return Cause{Rule::unreduced_gradient, message};
+}
+
+// The first divergence is a grad that differs (and no unreduced_gradient). Its mb_grads tell a
+// reduction that only summed in another order from one that got the sum wrong.
+std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOptions& o) {
+  const Pair& g = s.first;
+  if (!both_tensors(g) || g.kind != Kind::grad || g.pair_class != PairClass::different) return std::nullopt;
+  // A NaN/Inf makes any norm difference meaningless: the nonfinite rule names it. Elements
+  // that moved without changing a figure are no reduction order either.
+  if (!std::isfinite(g.base.m.rec.stats.norm) || !std::isfinite(g.test.m.rec.stats.norm) ||
+      elements_moved(g))
+    return std::nullopt;
+  // Its mb_grads are set aside (partial sums, records covering other microbatches): not
+  // compared, nothing to tell the two apart by (the explanation judges it, explain.h).
+  if (mb_grads_set_aside(g.name, s.pairs)) return std::nullopt;
+  // The explainer found what the figures cannot decide (every grad of the step scaled by one
+  // factor: a clipping coefficient, explain.h) and says why in its explanation.
+  if (g.why.rule == Rule::cannot_tell) return std::nullopt;
+  const double bound = sum_order_bound(g, s.pairs, o);
+  const std::string rel = lf::format_double(g.rel_diff);
+  if (mb_grads_equal(g.name, s.pairs)) {
+    if (g.rel_diff <= bound)
+      return Cause{Rule::summation_order,
+                   "every mb_grad of " + g.name + " is bitwise equal but its grad differs by "
+                   "relative norm " + rel +
+                   ": summation order (the reduction order of a collective: all-reduce vs "
+                   "reduce-scatter, bucket layout)"};
+    return Cause{Rule::wrong_reduction,
+                 "every mb_grad of " + g.name + " is bitwise equal but its grad differs by "
+                 "relative norm " + rel + ", far beyond summation-order size (at most " +
+                 lf::format_double(bound) +
+                 "): the reduction or accumulation of this gradient is wrong (skipped, partial, "
+                 "over the wrong group, or wrongly scaled)"};
+  }
+  if (g.rel_diff > bound || has_mb_grad(g.name, s.pairs)) return std::nullopt;  // contributions differ
+  // No mb_grad to rule a different contribution out: say what is likely, and why only that.
+  const std::uint32_t mb_grad = 1u << static_cast<unsigned>(Kind::mb_grad);
+  const bool one_run = o.kinds_not_recorded & mb_grad;
+  const bool filtered = o.kinds_mask && !(*o.kinds_mask & mb_grad);
+  return Cause{Rule::summation_order,
+               "grad " + g.name + " differs by relative norm " + rel +
+                   ", summation-order size: summation order likely, but mb_grad not compared (" +
+                   (one_run ? "one run recorded none" : filtered ? "--kinds leaves it out" : "none recorded") +
+                   "), so a different gradient contribution is not ruled out"};
+}
+
+std::vector<Cause> step_causes(const DivergentStep& s, const DiffOptions& o) {
+  std::vector<Cause> causes;
+  for (auto rule : {none_gradient_cause, data_cause, rng_cause})
+    if (auto c = rule(s)) causes.push_back(std::move(*c));
+  if (auto c = unreduced_gradient_cause(s)) {
+    causes.push_back(std::move(*c));
+    return causes;
+  }
+  if (auto c = constant_factor_cause(s.step, s.first)) causes.push_back(std::move(*c));
+  if (auto g = grad_reduction_cause(s, o)) causes.push_back(std::move(*g));
+  return causes;
+}
+
+std::optional<Cause> nonfinite_cause(std::int64_t step, const std::vector<Pair>& pairs) {
+  for (const auto& p : pairs) {
+    if (p.set_aside) continue;  // not compared (a partial sum, a record of other microbatches)
+    const std::int64_t nb = p.base.present ? nonfinite(p.base.m) : 0;
+    const std::int64_t nt = p.test.present ? nonfinite(p.test.m) : 0;
+    if (!p.base.present || !p.test.present || (nb == 0) == (nt == 0)) continue;
+    const bool in_test = nt > 0;
+    const Record& rec = in_test ? p.test.m.rec : p.base.m.rec;
+    return Cause{Rule::nonfinite, "NaN/Inf appears first at " + std::string(kind_name(p.kind)) + " " +
+                                  p.name + mb_text(p) + " (step " + std::to_string(step) + ", " +
+                                  (in_test ? "test" : "base") +
+                                  " run: nan=" + std::to_string(rec.stats.nan) +
+                                  " inf=" + std::to_string(rec.stats.inf) + ")"};
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// [step_range]: the first divergence is on a step one run does not hold.
+std::optional<Cause> step_range_cause(const Pair& p, const RunInfo& lacking, const DiffOptions& o,
+                                      const std::string& has, const std::string& lacks) {
+  if (!lacking.last_step) return std::nullopt;
+  const std::string step = std::to_string(p.step);
+  const std::string lo = o.step_min ? std::to_string(*o.step_min) : "";
+  const std::string hi = o.step_max ? std::to_string(*o.step_max) : "";
+  if (p.step > *lacking.last_step)
+    return Cause{Rule::step_range, "the " + has + " run goes on to step " + step + ", the " + lacks +
+                                   " run ends at step " + std::to_string(*lacking.last_step) +
+                                   ": compare --steps " + lo + ":" +
+                                   std::to_string(*lacking.last_step)};
+  if (p.step < *lacking.first_step)
+    return Cause{Rule::step_range, "the " + has + " run starts at step " + step + ", the " + lacks +
+                                   " run at step " + std::to_string(*lacking.first_step) +
+                                   ": compare --steps " + std::to_string(*lacking.first_step) +
+                                   ":" + hi};
+  return Cause{Rule::step_range, "step " + step + " is in the " + has +
+                                 " run only: the runs log different steps (PROBE_EVERY?)"};
+}
+
+// [kind_not_recorded]: the lacking run recorded none of the first divergence's kind.
+std::optional<Cause> kind_not_recorded_cause(const Pair& p, const std::vector<Kind>& kinds,
+                                             const DiffOptions& o, const std::string& lacks) {
+  if (std::find(kinds.begin(), kinds.end(), p.kind) == kinds.end()) return std::nullopt;
+  std::uint32_t drop = 0;
+  std::string names;
+  for (Kind k : kinds) {
+    drop |= 1u << static_cast<unsigned>(k);
+    names += (names.empty() ? "" : ", ") + std::string(kind_name(k));
+  }
+  return Cause{Rule::kind_not_recorded, "the " + lacks + " run recorded no " + names +
+                                        " at all (PROBE_KINDS?); --kinds " +
+                                        kinds_without(drop, o) + " compares the rest"};
+}
+
+}  // namespace
+
+std::optional<Cause> absence_cause(const Result& r, const DiffOptions& o, bool step_one_sided,
+                                   bool series_one_sided) {
+  const Pair& p = *r.first_divergence;
+  if (p.pair_class != PairClass::only_base && p.pair_class != PairClass::only_test) return std::nullopt;
+  const bool in_base = p.pair_class == PairClass::only_base;
+  const std::string has = in_base ? "base" : "test", lacks = in_base ? "test" : "base";
+  const RunInfo& lacking = in_base ? r.test : r.base;
+  if (step_one_sided) return step_range_cause(p, lacking, o, has, lacks);
+  if (lacking.ranks_found < lacking.world_size)
+    return Cause{Rule::missing_record,
+                 "the " + lacks + " run holds the logs of " + std::to_string(lacking.ranks_found) +
+                     " of its " + std::to_string(lacking.world_size) +
+                     " ranks: the records of the missing ones are absent (missing_rank in RUN "
+                     "ISSUES)"};
+  if (auto c = kind_not_recorded_cause(p, in_base ? r.kinds_only_base : r.kinds_only_test, o, lacks))
+    return c;
+  const std::string what = std::string(kind_name(p.kind)) + " " + p.name;
+  const auto& names = in_base ? r.names_only_base : r.names_only_test;
+  if (std::find(names.begin(), names.end(), what) != names.end())
+    return Cause{Rule::names_differ,
+                 what + " is in the " + has + " run only, at every step: the runs name it "
+                 "differently (a pipeline stage numbering its layers from 0?) or the " + lacks +
+                 " run does not record it; --map REGEX=REPLACEMENT aligns renamed records (see "
+                 "NAMES IN ONE RUN ONLY)"};
+  const std::string record = what + mb_text(p);
+  if (series_one_sided)
+    return Cause{Rule::missing_record, record + " is in the " + has + " run only, at every step"};
+  return Cause{Rule::missing_record, record + " is missing from the " + lacks + " run at step " +
+                                     std::to_string(p.step) + " (other steps have it)"};
+}
+
+}  // namespace probe::differ
