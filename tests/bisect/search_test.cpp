@@ -7,31 +7,31 @@
 #include "configs.h"
 #include "search.h"
 
-namespace b = probe::bisect;
+namespace bisect = probe::bisect;
 
 namespace {
 
 // Counts what is asked for; fails a test that asks for a configuration twice.
 struct Oracle {
-  std::function<b::Against(const b::Config&)> rule;
+  std::function<bisect::VersusBase(const bisect::Config&)> rule;
   std::set<std::string> asked;
-  b::Against operator()(const b::Config& c) {
+  bisect::VersusBase operator()(const bisect::Config& c) {
     EXPECT_TRUE(asked.insert(c.text()).second) << c.text() << " asked for twice";
     return rule(c);
   }
 };
 
-b::Culprit culprit_of(const std::string& base, const std::string& test, Oracle& oracle) {
-  const auto c = b::find_culprit(b::parse_config(base, "--base"), b::parse_config(test, "--test"),
-                                 [&](const b::Config& c) { return oracle(c); });
+bisect::Culprit culprit_of(const std::string& base, const std::string& test, Oracle& oracle) {
+  const auto c = bisect::find_culprit(bisect::parse_config(base, "--base"), bisect::parse_config(test, "--test"),
+                                 [&](const bisect::Config& c) { return oracle(c); });
   EXPECT_TRUE(c);
-  return c.value_or(b::Culprit{});
+  return c.value_or(bisect::Culprit{});
 }
 
 }  // namespace
 
 TEST(BisectSearch, ASingleDegreeIsBlamedAtTheBaseOfTheOthers) {
-  Oracle o{[](const b::Config& c) { return c.get("pp") == 2 ? b::Against::bug : b::Against::noise; }, {}};
+  Oracle o{[](const bisect::Config& c) { return c.get("pp") == 2 ? bisect::VersusBase::bug : bisect::VersusBase::noise; }, {}};
   const auto c = culprit_of("dp=4,tp=1,pp=1", "dp=2,tp=1,pp=2", o);
   EXPECT_EQ(c.degrees, std::vector<std::string>({"pp"}));
   EXPECT_EQ(c.before.text(), "dp=4,tp=1,pp=1");
@@ -40,8 +40,8 @@ TEST(BisectSearch, ASingleDegreeIsBlamedAtTheBaseOfTheOthers) {
 }
 
 TEST(BisectSearch, TwoDegreesThatDivergeOnlyTogetherAreBlamedTogether) {
-  Oracle o{[](const b::Config& c) {
-    return c.get("tp") == 2 && c.get("sp") == 1 ? b::Against::bug : b::Against::noise;
+  Oracle o{[](const bisect::Config& c) {
+    return c.get("tp") == 2 && c.get("sp") == 1 ? bisect::VersusBase::bug : bisect::VersusBase::noise;
   }, {}};
   const auto c = culprit_of("dp=4,tp=1,sp=0", "dp=2,tp=2,sp=1", o);
   EXPECT_EQ(c.degrees, std::vector<std::string>({"tp", "sp"}));
@@ -51,9 +51,9 @@ TEST(BisectSearch, TwoDegreesThatDivergeOnlyTogetherAreBlamedTogether) {
 
 TEST(BisectSearch, ADegreeWithoutWhichTheRunFailsIsAPrerequisiteNotTheCulprit) {
   // sp needs tp > 1 (the trainer refuses); with it, sp alone brings the divergence in.
-  Oracle o{[](const b::Config& c) {
-    if (c.get("sp") == 1 && c.get("tp") == 1) return b::Against::failed;
-    return c.get("sp") == 1 ? b::Against::bug : b::Against::noise;
+  Oracle o{[](const bisect::Config& c) {
+    if (c.get("sp") == 1 && c.get("tp") == 1) return bisect::VersusBase::failed;
+    return c.get("sp") == 1 ? bisect::VersusBase::bug : bisect::VersusBase::noise;
   }, {}};
   const auto c = culprit_of("dp=4,tp=1,pp=1,sp=0", "dp=2,tp=2,pp=2,sp=1", o);
   EXPECT_EQ(c.degrees, std::vector<std::string>({"sp"}));
@@ -64,9 +64,9 @@ TEST(BisectSearch, ADegreeWithoutWhichTheRunFailsIsAPrerequisiteNotTheCulprit) {
 
 TEST(BisectSearch, AConfigurationThatFailsOnTheWayIsSkippedAndTheNextStepTellsTheChangesApart) {
   // dp=2,tp=1 does not run; tp is the culprit, dp is noise.
-  Oracle o{[](const b::Config& c) {
-    if (c.get("dp") == 2 && c.get("tp") == 1) return b::Against::failed;
-    return c.get("tp") == 2 ? b::Against::bug : b::Against::noise;
+  Oracle o{[](const bisect::Config& c) {
+    if (c.get("dp") == 2 && c.get("tp") == 1) return bisect::VersusBase::failed;
+    return c.get("tp") == 2 ? bisect::VersusBase::bug : bisect::VersusBase::noise;
   }, {}};
   const auto c = culprit_of("dp=4,tp=1,pp=1", "dp=2,tp=2,pp=2", o);
   EXPECT_EQ(c.degrees, std::vector<std::string>({"tp"}));
@@ -76,13 +76,13 @@ TEST(BisectSearch, AConfigurationThatFailsOnTheWayIsSkippedAndTheNextStepTellsTh
 
 TEST(BisectSearch, CheaperConfigurationsAreTriedFirstWhereTheOrderIsFree) {
   std::vector<std::string> order;
-  Oracle o{[&](const b::Config& c) {
+  Oracle o{[&](const bisect::Config& c) {
     order.push_back(c.text());
-    return c.get("sp") == 1 ? b::Against::bug : b::Against::noise;
+    return c.get("sp") == 1 ? bisect::VersusBase::bug : bisect::VersusBase::noise;
   }, {}};
-  const auto base = b::parse_config("dp=1,tp=1,sp=0", "--base"), test = b::parse_config("dp=8,tp=2,sp=1", "--test");
-  const auto world = [](const b::Config& c) { return c.get("dp") * c.get("tp"); };
-  const auto c = b::find_culprit(base, test, [&](const b::Config& c) { return o(c); }, [] { return false; }, world);
+  const auto base = bisect::parse_config("dp=1,tp=1,sp=0", "--base"), test = bisect::parse_config("dp=8,tp=2,sp=1", "--test");
+  const auto world = [](const bisect::Config& c) { return c.get("dp") * c.get("tp"); };
+  const auto c = bisect::find_culprit(base, test, [&](const bisect::Config& c) { return o(c); }, [] { return false; }, world);
   ASSERT_TRUE(c);
   EXPECT_EQ(c->degrees, std::vector<std::string>({"sp"}));
   // After the walk (dp, tp, sp), undoing dp (2 ranks) comes before undoing tp (8 ranks).
@@ -92,23 +92,23 @@ TEST(BisectSearch, CheaperConfigurationsAreTriedFirstWhereTheOrderIsFree) {
 
 TEST(BisectSearch, TheConfigurationTheCulpritActsOnDoesNotDivergeAlready) {
   // Undoing a and then b one at a time says nothing of the two together: a=0,b=1,c=0 diverges.
-  const auto rule = [](const b::Config& c) {
-    if (c.get("c") == 1 && c.get("b") == 0) return b::Against::failed;
-    if (c.get("b") == 1 && (c.get("a") == 0 || c.get("c") == 1)) return b::Against::bug;
-    return b::Against::noise;
+  const auto rule = [](const bisect::Config& c) {
+    if (c.get("c") == 1 && c.get("b") == 0) return bisect::VersusBase::failed;
+    if (c.get("b") == 1 && (c.get("a") == 0 || c.get("c") == 1)) return bisect::VersusBase::bug;
+    return bisect::VersusBase::noise;
   };
   Oracle o{rule, {}};
   const auto c = culprit_of("a=0,b=0,c=0", "a=1,b=1,c=1", o);
-  EXPECT_NE(rule(c.before), b::Against::bug) << c.before.text();
-  EXPECT_EQ(rule(c.after), b::Against::bug) << c.after.text();
+  EXPECT_NE(rule(c.before), bisect::VersusBase::bug) << c.before.text();
+  EXPECT_EQ(rule(c.after), bisect::VersusBase::bug) << c.after.text();
   EXPECT_EQ(c.degrees, std::vector<std::string>({"b"}));
 }
 
 TEST(BisectSearch, APrerequisiteAmongChangesThatCameInTogetherIsNotBlamed) {
   // --test names sp before tp: the walk's sp step does not run, the tp step diverges.
-  Oracle o{[](const b::Config& c) {
-    if (c.get("sp") == 1 && c.get("tp") == 1) return b::Against::failed;
-    return c.get("sp") == 1 ? b::Against::bug : b::Against::noise;
+  Oracle o{[](const bisect::Config& c) {
+    if (c.get("sp") == 1 && c.get("tp") == 1) return bisect::VersusBase::failed;
+    return c.get("sp") == 1 ? bisect::VersusBase::bug : bisect::VersusBase::noise;
   }, {}};
   const auto c = culprit_of("dp=4,sp=0,tp=1", "dp=2,sp=1,tp=2", o);
   EXPECT_EQ(c.degrees, std::vector<std::string>({"sp"}));
@@ -117,29 +117,29 @@ TEST(BisectSearch, APrerequisiteAmongChangesThatCameInTogetherIsNotBlamed) {
 }
 
 TEST(BisectSearch, AStopEndsTheSearchWithoutAnAnswer) {
-  Oracle o{[](const b::Config& c) { return c.get("pp") == 2 ? b::Against::bug : b::Against::noise; }, {}};
-  const auto c = b::find_culprit(b::parse_config("dp=4,pp=1", "--base"), b::parse_config("dp=2,pp=2", "--test"),
-                                 [&](const b::Config& c) { return o(c); }, [] { return true; });
+  Oracle o{[](const bisect::Config& c) { return c.get("pp") == 2 ? bisect::VersusBase::bug : bisect::VersusBase::noise; }, {}};
+  const auto c = bisect::find_culprit(bisect::parse_config("dp=4,pp=1", "--base"), bisect::parse_config("dp=2,pp=2", "--test"),
+                                 [&](const bisect::Config& c) { return o(c); }, [] { return true; });
   EXPECT_FALSE(c);
   EXPECT_TRUE(o.asked.empty());
 }
 
 TEST(BisectConfigs, TheTemplateTakesDegreesOutAndWorld) {
-  const b::Launch l{"torchrun --nproc-per-node {world} train --tp {tp} --stages {pp} --out {out} {tp}", {"dp", "tp", "pp"}};
-  const auto c = b::parse_config("dp=2,tp=2,pp=2", "--base");
+  const bisect::Launch l{"torchrun --nproc-per-node {world} train --tp {tp} --stages {pp} --out {out} {tp}", {"dp", "tp", "pp"}};
+  const auto c = bisect::parse_config("dp=2,tp=2,pp=2", "--base");
   EXPECT_EQ(l.world_size(c), 8);
   EXPECT_EQ(l.command(c, "o/r"), "torchrun --nproc-per-node 8 train --tp 2 --stages 2 --out o/r 2");
   EXPECT_EQ(l.placeholders(), std::vector<std::string>({"world", "tp", "pp", "out"}));
-  EXPECT_NO_THROW(b::check(l, c, b::parse_config("dp=4,tp=1,pp=1", "--test")));
+  EXPECT_NO_THROW(bisect::check(l, c, bisect::parse_config("dp=4,tp=1,pp=1", "--test")));
   EXPECT_EQ(c.dir_name(), "dp2-tp2-pp2");
 }
 
 TEST(BisectConfigs, BadInputIsNamed) {
-  const auto base = b::parse_config("dp=2,tp=1", "--base"), test = b::parse_config("dp=1,tp=2", "--test");
-  const auto message = [&](const b::Launch& l, const b::Config& t) {
+  const auto base = bisect::parse_config("dp=2,tp=1", "--base"), test = bisect::parse_config("dp=1,tp=2", "--test");
+  const auto message = [&](const bisect::Launch& l, const bisect::Config& t) {
     try {
-      b::check(l, base, t);
-    } catch (const b::BadInput& e) {
+      bisect::check(l, base, t);
+    } catch (const bisect::BadInput& e) {
       return std::string(e.what());
     }
     return std::string("no error");
@@ -148,25 +148,25 @@ TEST(BisectConfigs, BadInputIsNamed) {
   EXPECT_NE(message({"train --tp {tp} --out {out}", {}}, test).find("name dp, which neither"), std::string::npos);
   EXPECT_NE(message({"train {dp} {tp} {world} --out {out}", {}}, test).find("{world} but --world"), std::string::npos);
   EXPECT_NE(message({"train {dp} {tp} {sp} --out {out}", {}}, test).find("{sp}, which --base"), std::string::npos);
-  EXPECT_NE(message({"train {dp} {tp} --out {out}", {}}, b::parse_config("dp=1", "--test")).find("--test does not"),
+  EXPECT_NE(message({"train {dp} {tp} --out {out}", {}}, bisect::parse_config("dp=1", "--test")).find("--test does not"),
             std::string::npos);
   EXPECT_NE(message({"train {tp} --out {out}", {"dp", "pp"}}, test).find("--world names pp"), std::string::npos);
-  EXPECT_THROW(b::parse_config("dp=2,dp=3", "--base"), b::BadInput);
-  EXPECT_THROW(b::parse_config("dp=", "--base"), b::BadInput);
-  EXPECT_THROW(b::parse_config("=2", "--base"), b::BadInput);
-  EXPECT_NO_THROW(b::check({"train {tp} --out {out}", {"dp"}}, base, test));  // dp counted through --world
-  EXPECT_NE(message({"train {dp} {tp} --out {out}", {}}, b::parse_config("dp=-1,tp=2", "--test")).find("--test dp=-1"),
+  EXPECT_THROW(bisect::parse_config("dp=2,dp=3", "--base"), bisect::BadInput);
+  EXPECT_THROW(bisect::parse_config("dp=", "--base"), bisect::BadInput);
+  EXPECT_THROW(bisect::parse_config("=2", "--base"), bisect::BadInput);
+  EXPECT_NO_THROW(bisect::check({"train {tp} --out {out}", {"dp"}}, base, test));  // dp counted through --world
+  EXPECT_NE(message({"train {dp} {tp} --out {out}", {}}, bisect::parse_config("dp=-1,tp=2", "--test")).find("--test dp=-1"),
             std::string::npos);
-  EXPECT_THROW(b::check({"train {out} {dp}", {}}, b::parse_config("out=1,dp=1", "--base"),
-                        b::parse_config("out=1,dp=2", "--test")),
-               b::BadInput);
+  EXPECT_THROW(bisect::check({"train {out} {dp}", {}}, bisect::parse_config("out=1,dp=1", "--base"),
+                        bisect::parse_config("out=1,dp=2", "--test")),
+               bisect::BadInput);
 }
 
 TEST(BisectConfigs, TheShellsOwnBracesAndOddDirectoriesAreLeftToTheShell) {
-  const b::Launch l{"cd ${HOME} && train --tp {tp} --out {out}", {}};
+  const bisect::Launch l{"cd ${HOME} && train --tp {tp} --out {out}", {}};
   EXPECT_EQ(l.placeholders(), std::vector<std::string>({"tp", "out"}));
-  const auto c = b::parse_config("tp=2", "--base");
+  const auto c = bisect::parse_config("tp=2", "--base");
   EXPECT_EQ(l.command(c, "runs/a b{world}"), "cd ${HOME} && train --tp 2 --out 'runs/a b{world}'");
-  EXPECT_EQ(b::in_order_of(b::parse_config("tp=2,dp=1", "--test"), b::parse_config("dp=4,tp=1", "--base")).text(),
+  EXPECT_EQ(bisect::in_order_of(bisect::parse_config("tp=2,dp=1", "--test"), bisect::parse_config("dp=4,tp=1", "--base")).text(),
             "dp=1,tp=2");
 }

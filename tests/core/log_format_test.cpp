@@ -1,4 +1,5 @@
 #include "probe/log_format.h"
+#include "probe/detail/record_parse_paths.h"
 #include "probe/partial.h"
 
 #include <gtest/gtest.h>
@@ -470,6 +471,21 @@ TEST(LogFormat, StopLineRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=-1 reason=x"), "negative step in stop line");
   EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=1 reason=x junk"),
             "unexpected token 'junk' in stop line");
+}
+
+// One rule for unknown fields in every line (docs/log-format.md, "Unknown fields").
+TEST(LogFormat, EveryLineRefusesAFieldItDoesNotDefine) {
+  EXPECT_EQ(parse_error_of(lf::parse_header, "#numprobe format=9 hash_spec=1 rank=0 world_size=1 colour=red"),
+            "unknown field 'colour' in header");
+  EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=1 reason=x colour=red"),
+            "unknown field 'colour' in stop line");
+  EXPECT_EQ(parse_error_of(lf::parse_step_end, "#end step=1 records=2 colour=red"),
+            "unknown field 'colour' in step end");
+  EXPECT_EQ(parse_error_of(lf::parse_record, "step=1 kind=grad name=w none colour=red"), "unknown field 'colour'");
+  // What every writer wrote still reads: the header's every field.
+  const lf::Header h = lf::parse_header(lf::format_header({9, 1, 2, 4, "2.13.0", "zero3 x4"}));
+  EXPECT_EQ(h.rank, 2);
+  EXPECT_EQ(h.setup, "zero3 x4");
 }
 
 TEST(LogFormat, OpRecordRoundTripsWithPhaseAndInputHashes) {

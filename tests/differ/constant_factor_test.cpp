@@ -43,8 +43,8 @@ Pair pair_of(const Record& base, const Record& test) {
   p.mb = base.microbatch;
   p.pair_class = PairClass::different;
   p.base.present = p.test.present = true;
-  p.base.m.rec = base;
-  p.test.m.rec = test;
+  p.base.merged.record = base;
+  p.test.merged.record = test;
   return p;
 }
 

@@ -90,16 +90,16 @@ TEST(CoversMerge, ShardsOfOneDispatchComposeAndKeepWhatTheyCover) {
   EXPECT_EQ(a.issues.errors, 0);
   std::size_t expert_mb_grads = 0;
   for (const auto& m : a.records) {
-    if (m.rec.kind != Kind::mb_grad) continue;
+    if (m.record.kind != Kind::mb_grad) continue;
     ++expert_mb_grads;
-    EXPECT_EQ(m.rec.stats.shape, (std::vector<std::int64_t>{4, 2}));  // composed
-    EXPECT_FALSE(m.rec.stats.unsupported);
-    const std::int64_t i = *m.rec.microbatch;
-    EXPECT_EQ(m.rec.covers, (std::vector<std::int64_t>{i, 2 + i, 4 + i, 6 + i}));
+    EXPECT_EQ(m.record.stats.shape, (std::vector<std::int64_t>{4, 2}));  // composed
+    EXPECT_FALSE(m.record.stats.unsupported);
+    const std::int64_t i = *m.record.microbatch;
+    EXPECT_EQ(m.record.covers, (std::vector<std::int64_t>{i, 2 + i, 4 + i, 6 + i}));
     EXPECT_EQ(m.ranks, (std::vector<int>{0, 1, 2, 3}));
   }
   EXPECT_EQ(expert_mb_grads, 2u);
-  EXPECT_TRUE(a.at(Kind::grad, kExperts).rec.covers.empty());
+  EXPECT_TRUE(a.at(Kind::grad, kExperts).record.covers.empty());
 }
 
 TEST(CoversMerge, RanksCoveringOtherMicrobatchesUnderOneKeyAreAnIssueNamingThem) {
@@ -117,8 +117,8 @@ TEST(CoversMerge, RanksCoveringOtherMicrobatchesUnderOneKeyAreAnIssueNamingThem)
                 " mb=0: ranks 0-1 cover microbatches 0,2, ranks 2 cover microbatches 0,4, ranks 3 cover microbatch 0 "
                 "alone; not merged");
   const Merged& m = a.at(Kind::mb_grad, kExperts);
-  ASSERT_TRUE(m.rec.stats.unsupported);
-  EXPECT_NE(m.rec.stats.unsupported->find("its ranks cover different microbatches"), std::string::npos);
+  ASSERT_TRUE(m.record.stats.unsupported);
+  EXPECT_NE(m.record.stats.unsupported->find("its ranks cover different microbatches"), std::string::npos);
 
   // A comparison with that run has run errors.
   EXPECT_EQ(diff(dir / "a", dir / "a").verdict(), Result::Verdict::run_errors);
@@ -318,7 +318,7 @@ TEST(CoveredMicrobatches, SummandsThatAreExpertShardsCoveringSeveralMicrobatches
   EXPECT_EQ(b.issues.errors, 0);
   const Merged& m = b.at(Kind::mb_grad, kExperts);
   EXPECT_EQ(m.partial.count, 2);
-  EXPECT_EQ(m.rec.covers, (std::vector<std::int64_t>{0, 1}));
+  EXPECT_EQ(m.record.covers, (std::vector<std::int64_t>{0, 1}));
   // Each summand composed of 2 shards of norm 0.3.
   EXPECT_DOUBLE_EQ(m.partial.summand_norms, 2 * std::sqrt(0.18));
 

@@ -104,7 +104,7 @@ struct FirstStep {
   probe::differ::IssueLog issues;
   const probe::differ::Merged& at(Kind kind, const std::string& name) const {
     for (const auto& m : records)
-      if (m.rec.kind == kind && m.rec.name == name) return m;
+      if (m.record.kind == kind && m.record.name == name) return m;
     throw std::runtime_error("no record " + name);
   }
 };

@@ -87,22 +87,22 @@ TEST(PartialMerge, SummandsMergeIntoOnePartialSumWithAFingerprintOfTheirHashes) 
   EXPECT_EQ(m.partial.count, 2);
   EXPECT_EQ(m.partial.index, -1);
   EXPECT_DOUBLE_EQ(m.partial.summand_norms, 7.0);
-  EXPECT_DOUBLE_EQ(m.rec.stats.norm, 5.0);  // sqrt(3^2 + 4^2): the norm of uncorrelated summands
-  EXPECT_DOUBLE_EQ(m.rec.stats.mean, 0.75);
-  EXPECT_FALSE(m.rec.stats.unsupported);
+  EXPECT_DOUBLE_EQ(m.record.stats.norm, 5.0);  // sqrt(3^2 + 4^2): the norm of uncorrelated summands
+  EXPECT_DOUBLE_EQ(m.record.stats.mean, 0.75);
+  EXPECT_FALSE(m.record.stats.unsupported);
   EXPECT_FALSE(m.replicas_disagree);
   EXPECT_EQ(m.ranks, (std::vector<int>{0, 1, 2, 3}));
 
   // The same summands on other ranks: the same fingerprint. Summands in another order: another.
   write_run(dir / "b", {{s1}, {s0}});
-  EXPECT_EQ(first_step(dir / "b").at(Kind::tap, "wo").rec.stats.hash, m.rec.stats.hash);
+  EXPECT_EQ(first_step(dir / "b").at(Kind::tap, "wo").record.stats.hash, m.record.stats.hash);
   write_run(dir / "c", {{summand(s0, 1, 2)}, {summand(s1, 0, 2)}});
-  EXPECT_NE(first_step(dir / "c").at(Kind::tap, "wo").rec.stats.hash, m.rec.stats.hash);
+  EXPECT_NE(first_step(dir / "c").at(Kind::tap, "wo").record.stats.hash, m.record.stats.hash);
   // One summand changed: another fingerprint.
   Record s1_changed = s1;
   s1_changed.stats.hash = 201;
   write_run(dir / "d", {{s0}, {s1_changed}});
-  EXPECT_NE(first_step(dir / "d").at(Kind::tap, "wo").rec.stats.hash, m.rec.stats.hash);
+  EXPECT_NE(first_step(dir / "d").at(Kind::tap, "wo").record.stats.hash, m.record.stats.hash);
 }
 
 TEST(PartialMerge, ReplicasOfOneSummandMustAgree) {
@@ -128,7 +128,7 @@ TEST(PartialMerge, AKeyMixingSummandsAndWholeRecordsIsARunError) {
   EXPECT_NE(msg.find("step 0 tap wo mb=0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("summands of a partial sum (ranks 0) next to records that are not (ranks 1)"), std::string::npos)
       << msg;
-  EXPECT_TRUE(a.at(Kind::tap, "wo").rec.stats.unsupported);
+  EXPECT_TRUE(a.at(Kind::tap, "wo").record.stats.unsupported);
 
   // A comparison with that run has run errors.
   write_run(dir / "b", {{tensor(0, Kind::tap, "wo", 200, 4.0, 0)}});
@@ -159,7 +159,7 @@ TEST(PartialMerge, SummandsOfOtherCountsOrMissingAreRunErrorsUnlessARankLogIsMis
   const FirstStep c = first_step(dir / "c");
   EXPECT_EQ(c.issues.count_by_type.count("partial_sum"), 0u);
   EXPECT_EQ(c.issues.count_by_type.count("missing_rank"), 1u);
-  EXPECT_NE(c.at(Kind::tap, "wo").rec.stats.unsupported->find("missing_rank"), std::string::npos);
+  EXPECT_NE(c.at(Kind::tap, "wo").record.stats.unsupported->find("missing_rank"), std::string::npos);
 }
 
 TEST(PartialMerge, SummandsThatAreShardsAreComposedBeforeTheyAreSummed) {
@@ -176,12 +176,12 @@ TEST(PartialMerge, SummandsThatAreShardsAreComposedBeforeTheyAreSummed) {
   const FirstStep a = first_step(dir / "a");
   EXPECT_EQ(a.issues.errors, 0);
   const Merged& m = a.at(Kind::mb_grad, "experts.w1");
-  ASSERT_FALSE(m.rec.stats.unsupported) << *m.rec.stats.unsupported;
+  ASSERT_FALSE(m.record.stats.unsupported) << *m.record.stats.unsupported;
   EXPECT_EQ(m.partial.count, 2);
-  EXPECT_EQ(m.rec.stats.shape, (std::vector<std::int64_t>{4, 2}));
+  EXPECT_EQ(m.record.stats.shape, (std::vector<std::int64_t>{4, 2}));
   EXPECT_DOUBLE_EQ(m.partial.summand_norms, 5.0 + std::sqrt(5.0));  // sqrt(3^2 + 4^2), sqrt(1^2 + 2^2)
-  EXPECT_DOUBLE_EQ(m.rec.stats.norm, std::sqrt(30.0));              // sqrt(25 + 5)
-  EXPECT_DOUBLE_EQ(m.rec.stats.mean, 0.75);
+  EXPECT_DOUBLE_EQ(m.record.stats.norm, std::sqrt(30.0));              // sqrt(25 + 5)
+  EXPECT_DOUBLE_EQ(m.record.stats.mean, 0.75);
 
   auto whole = [](std::uint64_t hash, double norm, std::int64_t index) {
     Record r = tensor(0, Kind::mb_grad, "experts.w1", hash, norm, 0);
@@ -189,7 +189,7 @@ TEST(PartialMerge, SummandsThatAreShardsAreComposedBeforeTheyAreSummed) {
     return summand(r, index, 2);
   };
   write_run(dir / "b", {{whole(30, 5.0, 0)}, {whole(70, std::sqrt(5.0), 1)}});
-  EXPECT_EQ(first_step(dir / "b").at(Kind::mb_grad, "experts.w1").rec.stats.hash, m.rec.stats.hash);
+  EXPECT_EQ(first_step(dir / "b").at(Kind::mb_grad, "experts.w1").record.stats.hash, m.record.stats.hash);
   EXPECT_EQ(diff(dir / "a", dir / "b").exit_code(), 0);
 
   // A summand's rows 2-3 never logged: a gap in that summand, not summed.
@@ -200,7 +200,7 @@ TEST(PartialMerge, SummandsThatAreShardsAreComposedBeforeTheyAreSummed) {
   EXPECT_NE(c.issues.detail.at(0).message.find("summand 1: shards cover 4 of 8 elements (gap); not summed"),
             std::string::npos)
       << c.issues.detail.at(0).message;
-  EXPECT_TRUE(c.at(Kind::mb_grad, "experts.w1").rec.stats.unsupported);
+  EXPECT_TRUE(c.at(Kind::mb_grad, "experts.w1").record.stats.unsupported);
 }
 
 TEST(PartialSum, PartialProductsOfOneRunAreSetAsideAndExplainTheNextTapAsNoise) {

@@ -184,13 +184,13 @@ TEST(PythonLog, OnlyAnMbNumberAndAWordMakeAMicrobatchPrefix) {
   ASSERT_EQ(records.size(), 5u);
   int taps = 0;
   for (const auto& m : records) {
-    if (m.rec.kind == Kind::tap) {
+    if (m.record.kind == Kind::tap) {
       ++taps;
-      EXPECT_FALSE(m.rec.microbatch) << m.rec.name;
+      EXPECT_FALSE(m.record.microbatch) << m.record.name;
     } else {
-      EXPECT_EQ(m.rec.kind, Kind::output);
-      EXPECT_EQ(m.rec.name, "model");
-      EXPECT_EQ(m.rec.microbatch, 12);
+      EXPECT_EQ(m.record.kind, Kind::output);
+      EXPECT_EQ(m.record.name, "model");
+      EXPECT_EQ(m.record.microbatch, 12);
     }
   }
   EXPECT_EQ(taps, 4);

@@ -11,7 +11,7 @@ using namespace differ_test;
 using probe::Kind;
 using probe::Phase;
 using probe::Record;
-namespace d = probe::differ;
+namespace differ = probe::differ;
 
 namespace {
 
@@ -23,7 +23,7 @@ Record op(const std::string& name, std::uint64_t out, std::vector<std::optional<
   return r;
 }
 
-std::vector<std::string> names(const std::vector<d::ReplayOp>& ops) {
+std::vector<std::string> names(const std::vector<differ::ReplayOp>& ops) {
   std::vector<std::string> out;
   for (const auto& o : ops) out.push_back(o.name);
   return out;
@@ -63,11 +63,11 @@ TEST(ReplayRegion, AnAlignedRootCauseRunsToTheInputOfTheNextOpBothExecute) {
   // Dump files resolved in the rank's directory.
   EXPECT_EQ(g.test[1].dump, (dir / "b" / "rank0" / "dumps/step0/2.pt").string());
   ASSERT_TRUE(g.dumped());
-  d::attach_replay_verdict(r);
+  differ::attach_replay_verdict(r);
   ASSERT_TRUE(r.replay_command);
   EXPECT_EQ(*r.replay_command, "numprobe_replay " + (dir / "a").string() + " " + (dir / "b").string());
   EXPECT_NE(text_of(r).find("REPLAY  the ops where the runs part were dumped"), std::string::npos) << text_of(r);
-  EXPECT_NE(d::to_json(r, {}).find("\"replay_command\": \"numprobe_replay "), std::string::npos);
+  EXPECT_NE(differ::to_json(r, {}).find("\"replay_command\": \"numprobe_replay "), std::string::npos);
 }
 
 TEST(ReplayRegion, OpsOfOneRunOnlyAreTheirRunsRegionAndTheOtherHandsOnItsValue) {
@@ -89,7 +89,7 @@ TEST(ReplayRegion, OpsOfOneRunOnlyAreTheirRunsRegionAndTheOtherHandsOnItsValue) 
 TEST(ReplayRegion, AnOpAskedForByNameStartsItsRegionAndItsInputsDiffer) {
   auto dir = fresh_dir("region_named");
   write_softmax_runs(dir, true);
-  d::DiffOptions o;
+  differ::DiffOptions o;
   o.replay_op = "s/aten::matmul#1";
   const auto r = diff(dir / "a", dir / "b", o);
   ASSERT_TRUE(r.ops.region);
@@ -104,7 +104,7 @@ TEST(ReplayRegion, WithoutDumpsNoCommandIsOffered) {
   auto r = diff(dir / "a", dir / "b");
   ASSERT_TRUE(r.ops.region);
   EXPECT_FALSE(r.ops.region->dumped());
-  d::attach_replay_verdict(r);
+  differ::attach_replay_verdict(r);
   EXPECT_FALSE(r.replay_command);
   EXPECT_EQ(text_of(r).find("REPLAY"), std::string::npos);
 }
@@ -114,40 +114,40 @@ TEST(ReplayVerdictFile, DiffLogsShowsAVerdictAboutItsRegionAndSetsAsideOthers) {
   write_softmax_runs(dir, true);
   auto r = diff(dir / "a", dir / "b");
   ASSERT_TRUE(r.ops.region);
-  d::ReplayVerdict v;
-  d::describe_region(*r.ops.region, v);
+  differ::ReplayVerdict v;
+  differ::describe_region(*r.ops.region, v);
   v.verdict = "precision: test";
   v.evidence = {"test: off its float64 reference by 6.5e+04 rounding units of float32 (tolerance 77.2)"};
-  v.test = d::ReplayRunFigures{"float32", 65000, 77.2, {1, 2}, 0.0315, 0.0314, true, "", {"cast", "softmax"}};
-  const auto file = d::default_replay_file(dir / "b");
+  v.test = differ::ReplayRunFigures{"float32", 65000, 77.2, {1, 2}, 0.0315, 0.0314, true, "", {"cast", "softmax"}};
+  const auto file = differ::default_replay_file(dir / "b");
   EXPECT_EQ(file, dir / "b" / "replay.json");
-  write_file(file, d::replay_verdict_json(v));
+  write_file(file, differ::replay_verdict_json(v));
   // Read back whole.
-  const auto back = d::parse_replay_verdict(d::replay_verdict_json(v), "x.json");
+  const auto back = differ::parse_replay_verdict(differ::replay_verdict_json(v), "x.json");
   EXPECT_EQ(back.verdict, v.verdict);
   EXPECT_EQ(back.test_ops, v.test_ops);
   ASSERT_TRUE(back.test);
   EXPECT_EQ(back.test->element, std::vector<std::int64_t>({1, 2}));
   EXPECT_FALSE(back.base);
-  d::attach_replay_verdict(r);
+  differ::attach_replay_verdict(r);
   ASSERT_TRUE(r.replay);
   EXPECT_FALSE(r.replay_command);
   const std::string text = text_of(r);
   EXPECT_NE(text.find("REPLAY VERDICT  precision: test  (" + file.string() + ")"), std::string::npos) << text;
   EXPECT_NE(text.find("6.5e+04 rounding units"), std::string::npos);
-  EXPECT_NE(d::to_json(r, {}).find("\"verdict\": \"precision: test\""), std::string::npos);
+  EXPECT_NE(differ::to_json(r, {}).find("\"verdict\": \"precision: test\""), std::string::npos);
   // Runs made again since: the file's values are not these runs'.
   v.test_output ^= 1;
-  write_file(file, d::replay_verdict_json(v));
+  write_file(file, differ::replay_verdict_json(v));
   auto again = diff(dir / "a", dir / "b");
-  d::attach_replay_verdict(again);
+  differ::attach_replay_verdict(again);
   EXPECT_FALSE(again.replay);
   EXPECT_NE(again.replay_note.find("left out: its runs' values differ"), std::string::npos) << again.replay_note;
   EXPECT_TRUE(again.replay_command);
   // Not a verdict file: said, and left out.
   write_file(file, "{\"schema\": \"something else\"}");
   auto bad = diff(dir / "a", dir / "b");
-  d::attach_replay_verdict(bad);
+  differ::attach_replay_verdict(bad);
   EXPECT_FALSE(bad.replay);
   EXPECT_NE(bad.replay_note.find("not a numprobe.replay/1 document"), std::string::npos) << bad.replay_note;
 }

@@ -12,7 +12,10 @@
 (d) docs/log-format.md's first line is "# numprobe log format, version N", N the format version
     the probe writes (log_format::kVersion in probe/include/probe/log_format.h);
 (e) docs/diff-logs.md and docs/log-format.md open with a "## Contents" that links every one of
-    their other level-2 and level-3 headings.
+    their other level-2 and level-3 headings;
+(f) README.md's "### Headers" table has one row per public header of probe/include/probe/ (not
+    detail/), and says "yes" under LibTorch exactly for the headers tests/layers/
+    public_headers_test.sh lists as needing LibTorch.
 
 Usage: python3 tests/layers/docs_test.py [SOURCE_DIR]   (default: the repository holding this file)
 Exit status 0 when every check passes, 1 otherwise, with one line per failure.
@@ -194,6 +197,31 @@ def check_contents(root, failures):
                 failures.append("%s:%d: heading %r is not in the Contents" % (doc, number, heading))
 
 
+TORCH_HEADERS = re.compile(r"^torch_headers=\(([^)]*)\)", re.M)
+HEADER_ROW = re.compile(r"^\| `(probe/[^`]+\.h)` \| (yes|no) \|", re.M)
+
+
+def check_headers_table(root, failures):
+    readme = read(os.path.join(root, "README.md"))
+    section = readme.split("### Headers", 1)
+    if len(section) < 2:
+        failures.append("README.md: no '### Headers' section")
+        return
+    rows = dict(HEADER_ROW.findall(section[1].split("\n#", 1)[0]))
+    include = os.path.join(root, "probe", "include")
+    public = sorted("probe/" + name for name in os.listdir(os.path.join(include, "probe")) if name.endswith(".h"))
+    match = TORCH_HEADERS.search(read(os.path.join(root, "tests", "layers", "public_headers_test.sh")))
+    torch = set(match.group(1).split()) if match else set()
+    for header in public:
+        if header not in rows:
+            failures.append(f"README.md Headers: no row for {header}")
+        elif (rows[header] == "yes") != (header in torch):
+            failures.append(f"README.md Headers: {header} says LibTorch {rows[header]}, "
+                            f"tests/layers/public_headers_test.sh says {'yes' if header in torch else 'no'}")
+    for header in sorted(set(rows) - set(public)):
+        failures.append(f"README.md Headers: {header} is no public header")
+
+
 def main(argv):
     root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(
         os.path.dirname(os.path.abspath(__file__))))
@@ -202,6 +230,7 @@ def main(argv):
     checked = check_links(root, failures)
     check_log_format_version(root, failures)
     check_contents(root, failures)
+    check_headers_table(root, failures)
     for failure in failures:
         print("FAIL: " + failure)
     print("docs: %s checked, %d anchored links checked, %d failures"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The include rules that keep the layers visible: no "../" includes (a target names its private
 # headers from probe/src/, its public ones from include/), and no production source includes
-# the CUDA kernel's CPU replay (cuda/stats_reference.h exists to be compared with, in tests).
+# the CUDA kernel's CPU replay (cuda/stats_reference.h exists to be compared with, in tests), and
+# no trainer (examples/) includes a detail/ header: those hold the Python binding's entry points,
+# parser internals and the differ's stages, not what a trainer uses.
 # Usage: include_rules_test.sh SOURCE_DIR
 set -uo pipefail
 src="$1"
@@ -18,6 +20,12 @@ fi
 if hits="$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]([^">]*/)?stats_reference\.h' probe \
              --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh' --include='*.inc')"; then
   echo "FAIL: the library includes the CUDA kernel's test replay (stats_reference.h):"
+  echo "$hits"
+  failures=$((failures + 1))
+fi
+if hits="$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*["<](probe|differ)/detail/' examples \
+             --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh' --include='*.inc')"; then
+  echo "FAIL: trainers include detail/ headers (use the public ones: README, \"Headers\"):"
   echo "$hits"
   failures=$((failures + 1))
 fi

@@ -8,7 +8,7 @@
 # Usage: public_headers_test.sh CXX SOURCE_DIR
 set -uo pipefail
 cxx="$1" src="$(cd "$2" && pwd)"
-torch_headers=(probe/probe.h probe/tensor_stats.h probe/optimizer_state.h)
+torch_headers=(probe/probe.h probe/tensor_stats.h probe/optimizer_state.h probe/detail/probe_hooks.h)
 
 includes=(-I"$src/probe/include" -I"$src/probe/differ/include")
 compile() {  # compile HEADER: the header alone, included twice (include guards)

@@ -39,10 +39,10 @@ std::optional<Walked> walk(const Config& base, const Config& test, const std::ve
     if (stop()) return std::nullopt;
     pending.push_back(changed[i]);
     const Config at = with(base, std::vector<std::string>(changed.begin(), changed.begin() + static_cast<long>(i) + 1), test);
-    const Against a = evaluate(at);
-    c.findings.push_back(changes_text(pending, base, test) + " (" + at.text() + "): " + against_name(a));
+    const VersusBase a = evaluate(at);
+    c.findings.push_back(changes_text(pending, base, test) + " (" + at.text() + "): " + versus_base_name(a));
     if (diverges(a)) return Walked{pending, context};
-    if (a == Against::failed) continue;  // carried into the next step
+    if (a == VersusBase::failed) continue;  // carried into the next step
     context.insert(context.end(), pending.begin(), pending.end());
     pending.clear();
   }
@@ -51,13 +51,13 @@ std::optional<Walked> walk(const Config& base, const Config& test, const std::ve
 
 }  // namespace
 
-const char* against_name(Against a) {
+const char* versus_base_name(VersusBase a) {
   switch (a) {
-    case Against::failed: return "does not run";
-    case Against::equal: return "bitwise equal";
-    case Against::noise: return "noise";
-    case Against::cannot_tell: return "cannot tell";
-    case Against::bug: return "unexplained divergence";
+    case VersusBase::failed: return "does not run";
+    case VersusBase::equal: return "bitwise equal";
+    case VersusBase::noise: return "noise";
+    case VersusBase::cannot_tell: return "cannot tell";
+    case VersusBase::bug: return "unexplained divergence";
   }
   return "?";
 }
@@ -81,8 +81,8 @@ void narrow_candidates(const Config& base, const Config& test, const Evaluate& o
   for (const auto& d : w.candidates) {
     if (stop()) return;
     const Config one = with(last_good, {d}, test);
-    const Against a = once(one);
-    c.findings.push_back(change_text(d, base, test) + " alone (" + one.text() + "): " + against_name(a));
+    const VersusBase a = once(one);
+    c.findings.push_back(change_text(d, base, test) + " alone (" + one.text() + "): " + versus_base_name(a));
     if (diverges(a)) {
       w.candidates = {d};
       return;
@@ -92,11 +92,11 @@ void narrow_candidates(const Config& base, const Config& test, const Evaluate& o
     if (stop() || w.candidates.size() < 2) return;
     const auto rest = without(w.candidates, d);
     const Config trial = with(last_good, rest, test);
-    const Against a = once(trial);
-    c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() + "): " + against_name(a));
+    const VersusBase a = once(trial);
+    c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() + "): " + versus_base_name(a));
     if (diverges(a)) {
       w.candidates = rest;
-    } else if (a == Against::failed) {
+    } else if (a == VersusBase::failed) {
       w.candidates = rest;
       prerequisites.push_back(d);
     }
@@ -111,7 +111,7 @@ std::optional<Culprit> find_culprit(const Config& base, const Config& test, cons
                                     const std::vector<std::string>& order) {
   Culprit c;
   // Each configuration asked for once: the walk and the checks after it meet the same ones.
-  std::map<std::string, Against> seen;
+  std::map<std::string, VersusBase> seen;
   const Evaluate once = [&](const Config& cfg) {
     const auto it = seen.find(cfg.text());
     return it != seen.end() ? it->second : seen.emplace(cfg.text(), evaluate(cfg)).first->second;
@@ -139,10 +139,10 @@ std::optional<Culprit> find_culprit(const Config& base, const Config& test, cons
     if (stop()) return std::nullopt;
     const auto rest = without(kept, d);
     const Config trial = trial_of(rest);
-    const Against a = once(trial);
-    c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() + "): " + against_name(a));
+    const VersusBase a = once(trial);
+    c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() + "): " + versus_base_name(a));
     if (diverges(a)) kept = rest;                          // not needed
-    else if (a == Against::failed) prerequisites.push_back(d);   // needed to run at all
+    else if (a == VersusBase::failed) prerequisites.push_back(d);   // needed to run at all
     else combined.push_back(d);                                  // needed for the divergence
   }
   c.degrees = combined;
@@ -159,7 +159,7 @@ std::optional<Culprit> find_culprit(const Config& base, const Config& test, cons
   // needed" one at a time says nothing of them together): where it does, the divergence is
   // between the base and it.
   if (stop()) return std::nullopt;
-  const Against at_before = c.before == base ? Against::equal : once(c.before);
+  const VersusBase at_before = c.before == base ? VersusBase::equal : once(c.before);
   if (diverges(at_before)) {
     c.findings.push_back("the configuration it acts on (" + c.before.text() + ") diverges already: bisecting to it");
     auto inner = find_culprit(base, c.before, once, stop, cost, order);

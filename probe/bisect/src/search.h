@@ -16,13 +16,13 @@ namespace probe::bisect {
 // A configuration against the base: it did not run (a trainer refusing the combination), or it
 // is bitwise equal, noise only, holds differences the figures cannot judge (cannot tell), or has
 // an unexplained divergence.
-enum class Against { failed, equal, noise, cannot_tell, bug };
-const char* against_name(Against a);
+enum class VersusBase { failed, equal, noise, cannot_tell, bug };
+const char* versus_base_name(VersusBase a);
 // What the search bisects: an unexplained divergence, or a difference that cannot be told (the
 // smallest change that brings it in is what a traced re-run and the replay then judge).
-inline bool diverges(Against a) { return a == Against::bug || a == Against::cannot_tell; }
+inline bool diverges(VersusBase a) { return a == VersusBase::bug || a == VersusBase::cannot_tell; }
 
-using Evaluate = std::function<Against(const Config&)>;
+using Evaluate = std::function<VersusBase(const Config&)>;
 
 struct Culprit {
   std::vector<std::string> degrees;  // the change(s) that bring the divergence in, together

@@ -61,9 +61,9 @@ bool heap_less(const Pair& a, const Pair& b) { return a.rel_diff > b.rel_diff; }
 // step's records (the step merge fills it next). Swapping keeps both sets of buffers.
 void take_side(Side& s, Merged& m) {
   s.present = true;
-  swap(s.m, m);
-  s.m.rec.name.clear();  // the pair holds the name
-  s.m.key.clear();
+  swap(s.merged, m);
+  s.merged.record.name.clear();  // the pair holds the name
+  s.merged.key.clear();
 }
 
 // Bug classes that arise in what a module computes, where its op records can name the op. The
@@ -76,8 +76,8 @@ bool ops_can_locate(const Explanation& why) {
 // A side the step has no record for: a default record, keeping its buffers.
 void leave_absent(Side& s) {
   s.present = false;
-  Merged& m = s.m;
-  log_format::reset_record(m.rec);
+  Merged& m = s.merged;
+  log_format::reset_record(m.record);
   m.raw_name.clear();
   m.ranks.clear();
   m.hash_source = HashSource::spec_v1;
@@ -92,9 +92,9 @@ void leave_absent(Side& s) {
 // gets reused).
 void start_pair(std::int64_t step, Merged& m, Pair& p) {
   p.step = step;
-  p.kind = m.rec.kind;
-  std::swap(p.name, m.rec.name);  // the pair's copy is the one reports use
-  p.mb = m.rec.microbatch;
+  p.kind = m.record.kind;
+  std::swap(p.name, m.record.name);  // the pair's copy is the one reports use
+  p.mb = m.record.microbatch;
   p.pair_class = PairClass::equal;
   p.rel_diff = 0;
   p.note.clear();
@@ -188,7 +188,7 @@ void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<
   std::size_t count = 0;
   for (std::size_t i = 0; i < nb; ++i) {
     Merged& m = (*base)[i];
-    if (!passes(m.rec.kind, m.rec.name)) continue;
+    if (!passes(m.record.kind, m.record.name)) continue;
     Pair& p = next_pair(count);
     start_pair(step, m, p);
     p.order = static_cast<std::int64_t>(2 * (count - 1));
@@ -214,7 +214,7 @@ void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<
       continue;
     }
     Merged& m = (*test)[i];
-    if (!passes(m.rec.kind, m.rec.name)) continue;
+    if (!passes(m.record.kind, m.record.name)) continue;
     const bool partial = !m.partial.empty();
     std::int64_t order = std::numeric_limits<std::int64_t>::max();
     if (partial) {
@@ -250,9 +250,9 @@ std::ptrdiff_t Aligner::enclosing_pair(const Merged& m, std::size_t paired) {
   if (enclosing_.empty())
     for (std::size_t i = paired; i-- > 0;)  // the first pair of a name wins
       enclosing_[key(pairs_[i].mb.value_or(-1), phase_of(pairs_[i]), pairs_[i].name)] = i;
-  const std::int64_t mb = m.rec.microbatch.value_or(-1);
-  const Phase phase = phase_of(m.rec);
-  std::string_view name = m.rec.name;
+  const std::int64_t mb = m.record.microbatch.value_or(-1);
+  const Phase phase = phase_of(m.record);
+  std::string_view name = m.record.name;
   for (auto dot = name.rfind('.'); dot != std::string_view::npos; dot = name.rfind('.')) {
     name = name.substr(0, dot);
     if (auto it = enclosing_.find(key(mb, phase, name)); it != enclosing_.end())
@@ -305,8 +305,8 @@ std::size_t Aligner::add_to_series(const Pair& p, std::size_t hint, bool both_ru
   if (both_runs) kind_seen_[static_cast<std::size_t>(p.kind)] |= sides;
   std::optional<double> vb, vt;
   // A weights.log record has no norm to follow.
-  if (p.base.present && p.base.m.hash_source != HashSource::torch_hash_alone) vb = series_value(p.base.m.rec);
-  if (p.test.present && p.test.m.hash_source != HashSource::torch_hash_alone) vt = series_value(p.test.m.rec);
+  if (p.base.present && p.base.merged.hash_source != HashSource::torch_hash_alone) vb = series_value(p.base.merged.record);
+  if (p.test.present && p.test.merged.hash_source != HashSource::torch_hash_alone) vt = series_value(p.test.merged.record);
   if (vb) ++st.base_steps;
   if (vt) ++st.test_steps;
   if (vb && vt) {

@@ -60,7 +60,7 @@ struct KindsRecorded {
 
 std::uint32_t kinds_of(const std::vector<Merged>& records) {
   std::uint32_t bits = 0;
-  for (const auto& m : records) bits |= 1u << static_cast<unsigned>(m.rec.kind);
+  for (const auto& m : records) bits |= 1u << static_cast<unsigned>(m.record.kind);
   return bits;
 }
 

@@ -15,17 +15,17 @@
 
 namespace {
 
-namespace d = probe::differ;
+namespace differ = probe::differ;
 
 // Everything the command line sets. The comparison's and the report's defaults live in
 // DiffOptions and TextOptions, once.
 struct Cli {
   std::string base_path, test_path, json_path, html_path, kinds, steps, name_re;
   std::vector<std::string> maps, maps_base, maps_test;
-  d::RunOptions run;  // its defaults: --model-name
+  differ::RunOptions run;  // its defaults: --model-name
   bool lenient = false, no_strip = false, color_always = false, color_never = false;
-  d::DiffOptions diff;
-  d::TextOptions text;
+  differ::DiffOptions diff;
+  differ::TextOptions text;
 };
 
 const CLI::Validator kNonNegative(
@@ -103,18 +103,18 @@ void add_options(CLI::App& app, Cli& c) {
 
 // The options that are texts to parse (filters); throws InputError.
 void parse_filters(Cli& c) {
-  if (!c.kinds.empty()) c.diff.kinds_mask = d::parse_kinds(c.kinds);
-  if (!c.steps.empty()) std::tie(c.diff.step_min, c.diff.step_max) = d::parse_step_range(c.steps);
+  if (!c.kinds.empty()) c.diff.kinds_mask = differ::parse_kinds(c.kinds);
+  if (!c.steps.empty()) std::tie(c.diff.step_min, c.diff.step_max) = differ::parse_step_range(c.steps);
   if (!c.name_re.empty()) {
-    c.diff.name_filter = d::parse_name_filter(c.name_re);
+    c.diff.name_filter = differ::parse_name_filter(c.name_re);
     c.diff.name_filter_text = c.name_re;
   }
 }
 
-d::RunOptions run_options(const Cli& c, const std::vector<std::string>& own, const char* label) {
+differ::RunOptions run_options(const Cli& c, const std::vector<std::string>& own, const char* label) {
   std::vector<std::string> rules = c.maps;
   rules.insert(rules.end(), own.begin(), own.end());
-  d::RunOptions o = c.run;
+  differ::RunOptions o = c.run;
   o.lenient = c.lenient;
   o.strip_wrappers = !c.no_strip;
   o.map_rules = std::move(rules);
@@ -132,7 +132,7 @@ class ReportFile {
       : flag_(flag) {
     if (path.empty() || path == "-") return;
     out_.open(path, mode);
-    if (!out_) throw d::InputError(std::string("cannot write ") + flag_ + " file '" + path + "'");
+    if (!out_) throw differ::InputError(std::string("cannot write ") + flag_ + " file '" + path + "'");
     path_ = path;
   }
   ~ReportFile() {
@@ -143,7 +143,7 @@ class ReportFile {
   std::ostream& stream() { return out_; }
   void close() {
     out_.close();
-    if (!out_) throw d::InputError(std::string("cannot write ") + flag_ + " file '" + path_ + "'");
+    if (!out_) throw differ::InputError(std::string("cannot write ") + flag_ + " file '" + path_ + "'");
     written_ = true;
   }
 
@@ -159,27 +159,27 @@ int compare(Cli& c) {
   ReportFile json_file(c.json_path, "--json");
   std::optional<ReportFile> html_file;
   // --html gathers every pair's figures while comparing (the heat map and the curves).
-  d::PairGrid grid;
+  differ::PairGrid grid;
   if (!c.html_path.empty()) {
-    if (!d::html_report_available()) throw d::InputError("--html: " + d::html_report_unavailable_reason());
+    if (!differ::html_report_available()) throw differ::InputError("--html: " + differ::html_report_unavailable_reason());
     html_file.emplace(c.html_path, "--html", std::ios::out | std::ios::binary);
-    c.diff.on_pair = [&grid](const d::Pair& p, std::size_t series) { grid.add(p, series); };
-    c.diff.on_restart = [&grid] { grid = d::PairGrid{}; };
+    c.diff.on_pair = [&grid](const differ::Pair& p, std::size_t series) { grid.add(p, series); };
+    c.diff.on_restart = [&grid] { grid = differ::PairGrid{}; };
   }
-  d::Run base(c.base_path, run_options(c, c.maps_base, "base"));
-  d::Run test(c.test_path, run_options(c, c.maps_test, "test"));
-  d::Result result = d::diff_runs(base, test, c.diff);
-  d::attach_replay_verdict(result);  // numprobe_replay's verdict beside the test run, if any
+  differ::Run base(c.base_path, run_options(c, c.maps_base, "base"));
+  differ::Run test(c.test_path, run_options(c, c.maps_test, "test"));
+  differ::Result result = differ::diff_runs(base, test, c.diff);
+  differ::attach_replay_verdict(result);  // numprobe_replay's verdict beside the test run, if any
   c.text.color = !c.color_never && (c.color_always || ::isatty(STDOUT_FILENO));
-  if (c.json_path != "-") d::print_text(result, std::cout, c.text);
+  if (c.json_path != "-") differ::print_text(result, std::cout, c.text);
   if (c.json_path == "-") {
-    std::cout << d::to_json(result, c.diff);
+    std::cout << differ::to_json(result, c.diff);
   } else if (!c.json_path.empty()) {
-    json_file.stream() << d::to_json(result, c.diff);
+    json_file.stream() << differ::to_json(result, c.diff);
     json_file.close();
   }
   if (html_file) {
-    d::write_html(result, c.diff, grid, html_file->stream());
+    differ::write_html(result, c.diff, grid, html_file->stream());
     html_file->close();
   }
   return result.exit_code();
@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
   add_options(app, c);
   // Every rank's log is open at once where the limit allows: thousands of ranks need more
   // than the usual soft limit of 1024 (beyond the hard limit, Run opens logs step by step).
-  d::raise_open_file_limit();
+  differ::raise_open_file_limit();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,7 +1,6 @@
-// Log format v7 (docs/log-format.md): a header line, then one record per line of
-// space-separated key=value fields, each step closed by a step-end line, and a last line saying
-// why when the probe stopped recording. Versions 1 (no step-end lines), 2 (no nnz= field, no
-// stop line), 3 (no op records), 4 (no partial= field), 5 (no covers= field) and 6 (no split op records) stay readable.
+// The log format (docs/log-format.md), version kVersion: a header line, then one record per
+// line of space-separated key=value fields, each step closed by a step-end line, and a last line
+// saying why when the probe stopped recording. Every version from kOldestVersion stays readable.
 // Torch-free; the probe writes it, the differ reads it.
 #pragma once
 
@@ -101,14 +100,6 @@ Record parse_record(std::string_view line);
 // the same Record again allocates nothing per record once the buffers have grown. `out` is
 // unspecified after a ParseError.
 void parse_record_into(std::string_view line, Record& out);
-// parse_record_into's two paths. The first reads a record whose fields are in the order
-// format_record writes them, in one pass; it returns false for any other line (another order,
-// a %-escaped value, NaN or Inf figures, op and `none` records, a value the second would
-// reject), leaving `out` unspecified. The second reads fields in any order and throws
-// ParseError for a line that is not a record. Where the first reads a record, the second
-// reads the same.
-bool parse_in_writer_order(std::string_view line, Record& out);
-void parse_any_order_into(std::string_view line, Record& out);
 // `r` as a default Record, keeping its strings' and vectors' capacity (for code that reuses
 // records, like parse_record_into).
 void reset_record(Record& r);

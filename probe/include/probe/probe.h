@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "probe/partial.h"
+#include "probe/probe_options.h"
 #include "probe/record.h"
 #include "probe/scope.h"
 #include "probe/shard.h"
@@ -32,59 +33,12 @@ class Module;
 namespace torch::optim {
 class Optimizer;
 }
+namespace probe::detail {
+struct ProbeImpl;   // the probe's state (probe.cpp)
+struct ProbeHooks;  // the Python package's entry points (probe/detail/probe_hooks.h)
+}  // namespace probe::detail
 
 namespace probe {
-
-// A set of record kinds.
-class KindSet {
- public:
-  static KindSet all() { return KindSet((1u << kKindCount) - 1); }
-  static KindSet none() { return KindSet(0); }
-  // "all", or a comma-separated list of kind names; a leading '-' removes a kind from "all"
-  // ("-mb_grad"). Throws std::invalid_argument naming the bad kind.
-  static KindSet parse(const std::string& text);
-
-  bool contains(Kind k) const { return bits_ & bit(k); }
-  KindSet with(Kind k) const { return KindSet(bits_ | bit(k)); }
-  KindSet without(Kind k) const { return KindSet(bits_ & ~bit(k)); }
-  friend bool operator==(KindSet, KindSet) = default;
-
- private:
-  friend struct ProbeOptions;  // from_env names PROBE_KINDS in its errors
-  explicit KindSet(std::uint32_t bits) : bits_(bits) {}
-  static std::uint32_t bit(Kind k) { return 1u << static_cast<unsigned>(k); }
-  std::uint32_t bits_;
-};
-
-struct ProbeOptions {
-  bool enabled = true;
-  // Where rank<R>/diff.log goes. Empty: the next free <output_root>/<N>, the same N for every
-  // rank of one torchrun launch.
-  std::filesystem::path run_dir;
-  std::filesystem::path output_root = "out";
-  std::int64_t every = 1;  // record steps where step % every == 0
-  KindSet kinds = KindSet::all();
-  int rank = -1;        // -1: $RANK (torchrun), else 0
-  int world_size = -1;  // -1: $WORLD_SIZE, else 1
-  std::string setup;    // free text for the log header ("zero3 x4, seed 42")
-  bool torch_hash = false;            // also log at::hash_tensor (Python tooling's hash)
-  std::string model_name = "model";   // record name of forward() inputs and outputs
-  // Op trace (kind `op`): which steps, scopes, phases and microbatches record every ATen op
-  // (probe/trace_spec.h, docs/log-format.md). Empty: no op is traced, and no callback is set.
-  std::string trace;
-  // A log that cannot be created or written (a full disk, a file-size limit, a run directory
-  // that cannot be made): `report` prints the error once on stderr (the path and the reason),
-  // stops recording and lets training go on, every complete step staying readable; `throw`
-  // throws it from the call that hit it (Probe's constructor, end_step()), for tests and CI.
-  enum class OnError { report, throw_error };
-  OnError on_error = OnError::report;
-
-  // `defaults` overridden by PROBE_ENABLE, PROBE_DIR, PROBE_EVERY, PROBE_KINDS,
-  // PROBE_TORCH_HASH, PROBE_ON_ERROR (report or throw), PROBE_SETUP, PROBE_TRACE, RANK and
-  // WORLD_SIZE where set. Throws std::invalid_argument naming the variable for a bad value.
-  static ProbeOptions from_env(ProbeOptions defaults);
-  static ProbeOptions from_env() { return from_env(ProbeOptions()); }
-};
 
 // The global microbatches one backward's gradient covers, given the backward's microbatch
 // (Probe::watch_parameter).
@@ -192,11 +146,6 @@ class Probe {
   // inside this call.
   void backward(std::int64_t microbatch, const at::Tensor& root, const at::Tensor& grad = {});
   void set_backward_microbatch(std::int64_t microbatch);
-  // The pieces backward() is made of, for trainers that run autograd themselves (the Python
-  // package): begin_backward() names the microbatch and starts tracing backward ops (when the
-  // trace setting says so), end_backward() stops it. One at a time, on one thread.
-  void begin_backward(std::int64_t microbatch);
-  void end_backward();
 
   // A named intermediate tensor of the current forward microbatch (see also probe::tap).
   // `partial`: the tensor is that summand of the tapped value (a tensor-parallel rank's partial
@@ -207,10 +156,6 @@ class Probe {
   // A tensor without elements has no value: its record carries the tensor's figures (hash 0).
   void scalar(const std::string& name, double value);
   void scalar(const std::string& name, const at::Tensor& value);
-  // A scalar record of another kind: an optimizer's update count (`optim`) for optimizers whose
-  // state the trainer reads itself (the Python package).
-  void record_scalar(Kind kind, const std::string& name, double value);
-  void record_scalar(Kind kind, const std::string& name, const at::Tensor& value);
 
   // Any tensor under an explicit kind (for trainers with their own hooks). `covers`: empty, or
   // the global microbatches the record covers (see watch_parameter), `microbatch` among them.
@@ -218,10 +163,6 @@ class Probe {
               const at::Tensor& t, const Shard& shard = {}, Partial partial = {},
               std::vector<std::int64_t> covers = {});
 
-  // A parameter's gradient from a hook of the trainer's own (the Python package's), recorded
-  // as watch_parameter's hook records it: kind `mb_grad`, the running backward's microbatch.
-  void record_mb_grad(const std::string& name, const at::Tensor& grad, const Shard& shard = {},
-                      Partial partial = {});
   // Code a compiler generated (torch.compile) runs in the current step: its fused kernels may
   // round otherwise than eager ones, which the differ allows for in a comparison with a run that
   // ran other code (the step's end says so, log format 9). The Python package calls it for a
@@ -231,7 +172,7 @@ class Probe {
   // lets a trainer's own hooks skip work the probe would drop.
   bool records(Kind kind) const;
 
-  struct Impl;
+  friend struct detail::ProbeHooks;
 
  private:
   template <class T> struct IsTuple : std::false_type {};
@@ -260,8 +201,22 @@ class Probe {
 
   void set_step(std::int64_t step);  // begin_step's checks and bookkeeping, without recording
 
+  // The Python package's entry points (through detail::ProbeHooks): it runs autograd, reads
+  // optimizer state and hooks gradients itself.
+  // begin_backward() names the microbatch and starts tracing backward ops (when the
+  // trace setting says so), end_backward() stops it. One at a time, on one thread.
+  void begin_backward(std::int64_t microbatch);
+  void end_backward();
+  // A scalar record of another kind: an optimizer's update count (`optim`).
+  void record_scalar(Kind kind, const std::string& name, double value);
+  void record_scalar(Kind kind, const std::string& name, const at::Tensor& value);
+  // A parameter's gradient from a hook of the package's own, recorded as watch_parameter's hook
+  // records it: kind `mb_grad`, the running backward's microbatch.
+  void record_mb_grad(const std::string& name, const at::Tensor& grad, const Shard& shard = {},
+                      Partial partial = {});
+
   void start_op_trace();
-  std::shared_ptr<Impl> impl_;  // shared: hooks hold it weakly, autograd may outlive the probe
+  std::shared_ptr<detail::ProbeImpl> impl_;  // shared: hooks hold it weakly, autograd may outlive the probe
 };
 
 // Records `t` as a tap of the active probe (the most recently constructed enabled one), with

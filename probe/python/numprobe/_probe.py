@@ -178,7 +178,7 @@ class Probe:
             compiled = self._compiled[id(module)] = _compiled(module)
         if compiled:
             self._c.note_compiled()
-        return _C.Scope(name, True, 0, 1)
+        return _C.Scope(name, root=True)
 
     def _end_forward(self, name, microbatch, output):
         """What forward_named does after the module ran: its outputs' records."""
@@ -393,7 +393,7 @@ class Probe:
         parent = stack[-1][0] if stack else ""
         # Scopes join with '.': open the part of the path below the enclosing module's.
         relative = path[len(parent) + 1:] if parent and path.startswith(parent + ".") else path
-        stack.append((path, _C.Scope(relative, False, 0, 1)))
+        stack.append((path, _C.Scope(relative)))
 
     def _close_scope(self, path):
         stack = self._scope_stack()

@@ -19,7 +19,7 @@ class Scope:
 
     def __enter__(self):
         rank, size = self._split
-        self._scope = _C.Scope(self._name, False, rank, size)
+        self._scope = _C.Scope(self._name, split_rank=rank, split_size=size)
         return self
 
     def __exit__(self, *exc):

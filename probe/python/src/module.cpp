@@ -12,10 +12,12 @@
 #include <utility>
 #include <vector>
 
+#include "probe/detail/probe_hooks.h"
 #include "probe/probe.h"
 #include "probe/scope.h"
 
 namespace py = pybind11;
+using Hooks = probe::detail::ProbeHooks;
 
 namespace {
 
@@ -152,16 +154,16 @@ void bind_probe(py::module_& m) {
            })
       .def("record_output", &probe::Probe::record_output)
       .def("note_compiled", &probe::Probe::note_compiled)
-      .def("begin_backward", &probe::Probe::begin_backward)
-      .def("end_backward", &probe::Probe::end_backward)
+      .def("begin_backward", &Hooks::begin_backward)
+      .def("end_backward", &Hooks::end_backward)
       .def("tap",
            [](probe::Probe& p, const std::string& name, const at::Tensor& t, const PyShard& shard,
               const PyPartial& partial) { p.tap(name, t, to_shard(shard), to_partial(partial, name)); })
       .def("scalar", py::overload_cast<const std::string&, double>(&probe::Probe::scalar))
       .def("scalar", py::overload_cast<const std::string&, const at::Tensor&>(&probe::Probe::scalar))
-      .def("record_scalar", py::overload_cast<probe::Kind, const std::string&, double>(&probe::Probe::record_scalar))
+      .def("record_scalar", py::overload_cast<probe::Probe&, probe::Kind, const std::string&, double>(&Hooks::record_scalar))
       .def("record_scalar",
-           py::overload_cast<probe::Kind, const std::string&, const at::Tensor&>(&probe::Probe::record_scalar))
+           py::overload_cast<probe::Probe&, probe::Kind, const std::string&, const at::Tensor&>(&Hooks::record_scalar))
       .def("record",
            [](probe::Probe& p, probe::Kind kind, const std::string& name, std::optional<std::int64_t> mb,
               const std::optional<at::Tensor>& t, const PyShard& shard, const PyPartial& partial) {
@@ -169,7 +171,7 @@ void bind_probe(py::module_& m) {
            })
       .def("record_mb_grad", [](probe::Probe& p, const std::string& name, const at::Tensor& grad,
                                 const PyShard& shard, const PyPartial& partial) {
-        p.record_mb_grad(name, grad, to_shard(shard), to_partial(partial, name));
+        Hooks::record_mb_grad(p, name, grad, to_shard(shard), to_partial(partial, name));
       });
 }
 
@@ -184,7 +186,7 @@ PYBIND11_MODULE(_C, m) {
   }
   bind_probe(m);
   py::class_<PyScope>(m, "Scope")
-      .def(py::init<const std::string&, bool, int, int>(), py::arg("name"), py::arg("root") = false,
+      .def(py::init<const std::string&, bool, int, int>(), py::arg("name"), py::kw_only(), py::arg("root") = false,
            py::arg("split_rank") = 0, py::arg("split_size") = 1)
       .def("close", &PyScope::close)
       .def_property_readonly("name", &PyScope::name);

@@ -16,8 +16,8 @@
 #include "probe/log_format.h"
 #include "verdict.h"
 
-namespace d = probe::differ;
-namespace r = probe::replay;
+namespace differ = probe::differ;
+namespace replay = probe::replay;
 
 namespace {
 
@@ -26,40 +26,40 @@ struct Cli {
   bool no_json = false;
 };
 
-r::RegionOp load_op(const d::ReplayOp& op) {
+replay::RegionOp load_op(const differ::ReplayOp& op) {
   if (op.split)
-    throw r::NotReplayable(op.name + ": it ran split over tensor-parallel ranks; one rank's dump holds a piece of the op");
+    throw replay::NotReplayable(op.name + ": it ran split over tensor-parallel ranks; one rank's dump holds a piece of the op");
   if (op.dump.empty())
-    throw r::NotReplayable(op.name + ": it was not dumped (PROBE_TRACE's dump=1, or the rank's dump cap was reached)");
-  r::RegionOp out;
+    throw replay::NotReplayable(op.name + ": it was not dumped (PROBE_TRACE's dump=1, or the rank's dump cap was reached)");
+  replay::RegionOp out;
   out.name = op.name;
   try {
-    out.dump = r::load_dump(op.dump);
+    out.dump = replay::load_dump(op.dump);
   } catch (const std::exception& e) {
-    throw r::NotReplayable(e.what());
+    throw replay::NotReplayable(e.what());
   }
   if (!out.dump.schema.empty()) {
     try {
-      out.schema = r::parse_schema(out.dump.schema);
+      out.schema = replay::parse_schema(out.dump.schema);
     } catch (const std::exception&) {
     }
   }
   out.inputs = op.inputs;
   out.output = op.output;
-  out.output_index = r::output_index_of(op.name);
+  out.output_index = replay::output_index_of(op.name);
   return out;
 }
 
 // A run with no ops of its own hands on the value the other run's ops start from: its dumps
 // hold it.
-at::Tensor value_in(const r::RunRegion& other, std::uint64_t hash) {
+at::Tensor value_in(const replay::RunRegion& other, std::uint64_t hash) {
   for (const auto& op : other.ops) {
     std::vector<at::Tensor> tensors;
-    for (const auto& a : op.dump.args) r::flatten_tensors(a, tensors);
+    for (const auto& a : op.dump.args) replay::flatten_tensors(a, tensors);
     for (std::size_t i = 0; i < tensors.size() && i < op.inputs.size(); ++i)
       if (op.inputs[i] == hash) return tensors[i];
   }
-  throw r::NotReplayable("the value " + probe::log_format::format_hash(hash) + " the region starts from is in no dump");
+  throw replay::NotReplayable("the value " + probe::log_format::format_hash(hash) + " the region starts from is in no dump");
 }
 
 std::string ops_text(const std::vector<std::string>& names) {
@@ -75,7 +75,7 @@ std::string hashes_text(const std::vector<std::uint64_t>& hashes) {
   return "[" + s + "]";
 }
 
-void replay(const d::ReplayRegion& region, d::ReplayVerdict& v) {
+void replay(const differ::ReplayRegion& region, differ::ReplayVerdict& v) {
   if (region.inputs_differ) {
     v.verdict = "inputs differ";
     v.reason = "the runs start from other values (base " + hashes_text(region.base_inputs) + ", test " +
@@ -85,19 +85,19 @@ void replay(const d::ReplayRegion& region, d::ReplayVerdict& v) {
   }
   if (region.too_wide) {
     v.verdict = "not replayable";
-    v.reason = "the runs part over more than " + std::to_string(d::ReplayRegion::kMaxOps) +
+    v.reason = "the runs part over more than " + std::to_string(differ::ReplayRegion::kMaxOps) +
                " ops: too wide a region for a replay to say why";
     return;
   }
   try {
-    r::RunRegion base, test;
+    replay::RunRegion base, test;
     for (const auto& op : region.base) base.ops.push_back(load_op(op));
     for (const auto& op : region.test) test.ops.push_back(load_op(op));
     base.output = region.base_output;
     test.output = region.test_output;
     if (base.ops.empty()) base.handed_on = value_in(test, base.output);
     if (test.ops.empty()) test.handed_on = value_in(base, test.output);
-    r::judge(base, test, v);
+    replay::judge(base, test, v);
   } catch (const std::exception& e) {  // NotReplayable, a dump torch cannot read
     v.verdict = "not replayable";
     v.reason = e.what();
@@ -110,7 +110,7 @@ int exit_code(const std::string& verdict) {
   return 3;
 }
 
-void print(const d::ReplayRegion& region, const d::ReplayVerdict& v) {
+void print(const differ::ReplayRegion& region, const differ::ReplayVerdict& v) {
   std::cout << "REGION  step " << region.step << (region.mb ? " mb " + std::to_string(*region.mb) : "") << " "
             << probe::phase_name(region.phase) << ": where the runs part at " << region.root_cause;
   if (!region.end.empty()) std::cout << ", up to the input of " << region.end;
@@ -122,14 +122,14 @@ void print(const d::ReplayRegion& region, const d::ReplayVerdict& v) {
 
 int run(const Cli& c) {
   const auto start = std::chrono::steady_clock::now();
-  d::RunOptions base_options, test_options;
+  differ::RunOptions base_options, test_options;
   base_options.label = "base";
   test_options.label = "test";
-  d::Run base(c.base, base_options);
-  d::Run test(c.test, test_options);
-  d::DiffOptions options;
+  differ::Run base(c.base, base_options);
+  differ::Run test(c.test, test_options);
+  differ::DiffOptions options;
   options.replay_op = c.op;
-  const d::Result result = d::diff_runs(base, test, options);
+  const differ::Result result = differ::diff_runs(base, test, options);
   if (!result.ops.region) {
     std::cerr << "numprobe_replay: "
               << (c.op.empty() ? "the runs have no root-cause op to replay (diff_logs names one where both runs traced "
@@ -138,18 +138,18 @@ int run(const Cli& c) {
               << "\n";
     return 2;
   }
-  const d::ReplayRegion& region = *result.ops.region;
-  d::ReplayVerdict v;
+  const differ::ReplayRegion& region = *result.ops.region;
+  differ::ReplayVerdict v;
   v.base_run = c.base;
   v.test_run = c.test;
-  d::describe_region(region, v);
+  differ::describe_region(region, v);
   replay(region, v);
   v.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   print(region, v);
   if (!c.no_json) {
-    const std::string file = c.json.empty() ? d::default_replay_file(c.test).string() : c.json;
+    const std::string file = c.json.empty() ? differ::default_replay_file(c.test).string() : c.json;
     std::ofstream out(file);
-    out << d::replay_verdict_json(v);
+    out << differ::replay_verdict_json(v);
     if (!out) {
       std::cerr << "numprobe_replay: cannot write " << file << "\n";
       return 2;

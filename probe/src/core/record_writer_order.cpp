@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "probe/log_format.h"
+#include "probe/detail/record_parse_paths.h"
 
 namespace probe::log_format {
 namespace {

@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "optimizer_lookup.h"
+#include "run_dir.h"
 #include "op_dump.h"
 #include "op_trace.h"
 #include "probe/log_io.h"
@@ -30,73 +31,6 @@ namespace probe {
 namespace {
 
 std::atomic<Probe*> g_active_probe{nullptr};
-
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
-bool parse_bool(const char* name, const std::string& v) {
-  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
-  if (v == "0" || v == "false" || v == "off" || v == "no") return false;
-  throw std::invalid_argument(std::string("numprobe: ") + name + "='" + v +
-                              "' is not a boolean (1/0, true/false, on/off)");
-}
-
-// An integer environment setting of at least `least` (RANK: 0; WORLD_SIZE, PROBE_EVERY: 1),
-// decimal digits only, and no more than `most` (what the option's type holds).
-std::int64_t parse_at_least(const char* name, const std::string& v, std::int64_t least,
-                            std::int64_t most = std::numeric_limits<std::int64_t>::max()) {
-  std::int64_t n = 0;
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n < least || n > most)
-    throw std::invalid_argument(std::string("numprobe: ") + name + "='" + v + "' is not an integer from " +
-                                std::to_string(least) + " to " + std::to_string(most));
-  return n;
-}
-
-// Identifies one launch, the same on every local rank: torchrun's run id and the agent's pid
-// (every worker's parent), or this process alone without torchrun.
-std::string launch_id() {
-  if (const char* id = env("PROBE_RUN_ID")) return id;
-  if (const char* run = env("TORCHELASTIC_RUN_ID")) {
-    const char* restart = env("TORCHELASTIC_RESTART_COUNT");
-    return std::string(run) + ":" + std::to_string(::getppid()) + ":" + (restart ? restart : "0");
-  }
-  return "pid:" + std::to_string(::getpid());
-}
-
-// The next free <root>/<N>, agreed by all ranks of a launch without communication: mkdir is
-// atomic, so the rank that creates N stamps it with the launch id and the others, finding N
-// taken, adopt it if the stamp is theirs and move on otherwise.
-std::filesystem::path next_free_run_dir(const std::filesystem::path& root) {
-  const std::string id = launch_id();
-  std::error_code ec;
-  std::filesystem::create_directories(root, ec);
-  if (ec) throw std::runtime_error("numprobe: cannot create '" + root.string() + "': " + ec.message());
-  for (int n = 0;; ++n) {
-    const auto dir = root / std::to_string(n);
-    const auto stamp = dir / ".launch";
-    if (std::filesystem::create_directory(dir, ec)) {
-      const auto tmp = dir / (".launch.tmp" + std::to_string(::getpid()));
-      std::ofstream(tmp) << id;
-      std::filesystem::rename(tmp, stamp);
-      return dir;
-    }
-    if (ec) throw std::runtime_error("numprobe: cannot create '" + dir.string() + "': " + ec.message());
-    // Taken: wait briefly for its creator's stamp (it writes it right after mkdir), unless the
-    // directory is old: one made by hand or by another tool would cost every launch 2 s.
-    std::string owner;
-    const auto age = std::filesystem::file_time_type::clock::now() -
-                     std::filesystem::last_write_time(dir, ec);
-    const bool recent = !ec && age < std::chrono::minutes(1);
-    for (int tries = 0; recent && tries < 200 && !std::filesystem::exists(stamp); ++tries)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::ifstream stamp_in(stamp);
-    std::getline(stamp_in, owner);  // the whole id: PROBE_RUN_ID may hold spaces
-    if (owner == id) return dir;
-  }
-}
 
 // What the log format cannot hold is refused where it is passed, not when a reader fails.
 void check_microbatch(std::int64_t microbatch) {
@@ -150,52 +84,7 @@ struct PendingRecord {
 
 }  // namespace
 
-KindSet KindSet::parse(const std::string& text) {
-  try {
-    return KindSet(parse_kind_mask(text));
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(std::string("numprobe: ") + e.what());
-  }
-}
-
-ProbeOptions ProbeOptions::from_env(ProbeOptions o) {
-  constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
-  if (const char* v = env("PROBE_ENABLE")) o.enabled = parse_bool("PROBE_ENABLE", v);
-  if (const char* v = env("PROBE_DIR")) o.run_dir = v;
-  if (const char* v = env("PROBE_EVERY")) {
-    o.every = parse_at_least("PROBE_EVERY", v, 1);
-  }
-  if (const char* v = env("PROBE_KINDS")) {
-    try {
-      o.kinds = KindSet(parse_kind_mask(v));
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("numprobe: PROBE_KINDS='") + v + "': " + e.what());
-    }
-  }
-  if (const char* v = env("PROBE_TORCH_HASH")) o.torch_hash = parse_bool("PROBE_TORCH_HASH", v);
-  if (const char* v = env("PROBE_ON_ERROR")) {
-    const std::string mode = v;
-    if (mode == "report") o.on_error = ProbeOptions::OnError::report;
-    else if (mode == "throw") o.on_error = ProbeOptions::OnError::throw_error;
-    else throw std::invalid_argument("numprobe: PROBE_ON_ERROR='" + mode + "' is not 'report' or 'throw'");
-  }
-  if (const char* v = env("PROBE_SETUP")) o.setup = v;
-  if (const char* v = env("PROBE_TRACE")) {
-    try {
-      TraceSpec::parse(v);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("numprobe: PROBE_TRACE: ") + e.what());
-    }
-    o.trace = v;
-  }
-  if (o.rank < 0)
-    if (const char* v = env("RANK")) o.rank = static_cast<int>(parse_at_least("RANK", v, 0, kMaxInt));
-  if (o.world_size < 0)
-    if (const char* v = env("WORLD_SIZE")) o.world_size = static_cast<int>(parse_at_least("WORLD_SIZE", v, 1, kMaxInt));
-  return o;
-}
-
-struct Probe::Impl {
+struct detail::ProbeImpl {
   ProbeOptions options;
   std::filesystem::path run_dir, log_path;
   std::unique_ptr<LogWriter> writer;
@@ -417,7 +306,7 @@ struct Probe::Impl {
   }
 };
 
-Probe::Probe(ProbeOptions options) : impl_(std::make_shared<Impl>()) {
+Probe::Probe(ProbeOptions options) : impl_(std::make_shared<detail::ProbeImpl>()) {
   auto& o = impl_->options;
   o = std::move(options);
   if (o.rank < 0) o.rank = 0;
@@ -533,7 +422,7 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
   const std::size_t index = static_cast<std::size_t>(same_name - parameters.begin());
   // Runs before accumulation into .grad(), once per backward: one microbatch's contribution.
   // Holds the probe weakly: autograd may run a hook after the probe is gone.
-  same_name->hook = parameter.register_hook([weak = std::weak_ptr<Impl>(impl_), index](const at::Tensor& grad) {
+  same_name->hook = parameter.register_hook([weak = std::weak_ptr<detail::ProbeImpl>(impl_), index](const at::Tensor& grad) {
     const auto impl = weak.lock();
     if (!impl) return;
     std::optional<std::int64_t> mb;
@@ -586,7 +475,7 @@ void Probe::set_step(std::int64_t step) {
 }
 
 void Probe::end_step() {
-  Impl& impl = *impl_;
+  detail::ProbeImpl& impl = *impl_;
   if (!enabled()) {
     std::lock_guard lock(impl.mutex);
     impl.last_ended_step = impl.step++;  // the same step rules, on or off
@@ -683,7 +572,7 @@ void Probe::record_output(const std::string& name, std::int64_t microbatch, cons
   impl_->add(Kind::output, name, microbatch, output, {});
   // A leaf output (a parameter returned as is) would keep every forward's hook for good.
   if (output.defined() && output.requires_grad() && !output.is_leaf() && impl_->wants(Kind::output_grad)) {
-    output.register_hook([weak = std::weak_ptr<Impl>(impl_), name, microbatch](const at::Tensor& grad) {
+    output.register_hook([weak = std::weak_ptr<detail::ProbeImpl>(impl_), name, microbatch](const at::Tensor& grad) {
       if (const auto impl = weak.lock()) impl->add(Kind::output_grad, name, microbatch, grad, {});
     });
   }

@@ -59,20 +59,20 @@ struct SplitOp {
 
 // One logical record of a run at one step, after its ranks were merged.
 struct Merged {
-  Record rec;             // rec.name is the canonical name; shards composed to the whole
+  Record record;          // record.name is the canonical name; shards composed to the whole
   std::string raw_name;   // as logged (first rank)
   std::vector<int> ranks; // ranks that logged it
   HashSource hash_source = HashSource::spec_v1;
   std::string key;  // alignment key: kind, microbatch and canonical name
   bool replicas_disagree = false;  // ranks holding the same shard (or whole) logged different values
-  std::vector<int> value_ranks;    // when they disagree: the ranks whose records rec holds
+  std::vector<int> value_ranks;    // when they disagree: the ranks whose records `record` holds
   PartialSum partial;              // set when its ranks logged summands of the tensor
   SplitOp split;                   // an op record of a split scope
 
   // Member by member, every field (see TensorStats' swap).
   friend void swap(Merged& a, Merged& b) noexcept {
     using std::swap;
-    swap(a.rec, b.rec);
+    swap(a.record, b.record);
     a.raw_name.swap(b.raw_name);
     a.ranks.swap(b.ranks);
     swap(a.hash_source, b.hash_source);
@@ -145,9 +145,9 @@ struct SeriesKey {
 
 struct Side {  // one side of a pair as reported
   bool present = false;
-  Merged m;
+  Merged merged;
   // Its partial sum, or null where the side holds none.
-  const PartialSum* partial() const { return present && !m.partial.empty() ? &m.partial : nullptr; }
+  const PartialSum* partial() const { return present && !merged.partial.empty() ? &merged.partial : nullptr; }
 };
 
 // Noise or bug (docs/diff-logs.md, "Noise or bug"): the one explanation a divergent pair gets.

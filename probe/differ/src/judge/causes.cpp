@@ -19,8 +19,8 @@ namespace {
 std::string mb_text(const Pair& p) { return p.mb ? " mb=" + std::to_string(*p.mb) : ""; }
 
 bool both_tensors(const Pair& p) {
-  return p.base.present && p.test.present && p.base.m.rec.state == Record::State::tensor &&
-         p.test.m.rec.state == Record::State::tensor;
+  return p.base.present && p.test.present && p.base.merged.record.state == Record::State::tensor &&
+         p.test.merged.record.state == Record::State::tensor;
 }
 
 bool has_mb_grad(const std::string& name, const std::vector<Pair>& pairs) {
@@ -61,14 +61,14 @@ double sum_order_bound(const Pair& g, const std::vector<Pair>& pairs, const Diff
     if (p.kind != Kind::mb_grad || p.name != g.name || !p.base.present) continue;
     ++summands;
     unit = std::max(unit, coarsest_unit_roundoff(p));
-    if (p.base.m.rec.state == Record::State::tensor && std::isfinite(p.base.m.rec.stats.norm))
-      norms += p.base.m.rec.stats.norm;
+    if (p.base.merged.record.state == Record::State::tensor && std::isfinite(p.base.merged.record.stats.norm))
+      norms += p.base.merged.record.stats.norm;
   }
   return summation_order_bound(g, summands, norms, unit, o);
 }
 
 std::int64_t nonfinite(const Merged& m) {
-  return m.rec.state == Record::State::tensor ? m.rec.stats.nan + m.rec.stats.inf : 0;
+  return m.record.state == Record::State::tensor ? m.record.stats.nan + m.record.stats.inf : 0;
 }
 
 // What the step's rng and input pairs show.
@@ -116,9 +116,9 @@ std::optional<Cause> none_gradient_cause(const DivergentStep& s) {
   for (const auto& p : s.pairs) {
     if (p.kind != Kind::grad) continue;
     ++grads;
-    if (p.pair_class == PairClass::none_one_side) (p.base.m.rec.state == Record::State::none ? none_base : none_test)++;
+    if (p.pair_class == PairClass::none_one_side) (p.base.merged.record.state == Record::State::none ? none_base : none_test)++;
   }
-  const bool in_base = first.base.m.rec.state == Record::State::none;
+  const bool in_base = first.base.merged.record.state == Record::State::none;
   std::string msg = std::string(kind_name(first.kind)) + " " + first.name + " is none in the " +
                     (in_base ? "base" : "test") +
                     " run: the gradient was never computed, or was read before backward";
@@ -163,15 +163,15 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
   // A gradient whose replicas disagree while every microbatch contribution is equal: it was
   // not reduced across the replicas.
   const Pair& first = s.first;
-  const bool base_disagrees = first.base.present && first.base.m.replicas_disagree;
-  const bool test_disagrees = first.test.present && first.test.m.replicas_disagree;
+  const bool base_disagrees = first.base.present && first.base.merged.replicas_disagree;
+  const bool test_disagrees = first.test.present && first.test.merged.replicas_disagree;
   if (first.kind != Kind::grad || !is_divergence(first.pair_class) || !(base_disagrees || test_disagrees) ||
       !mb_grads_equal(first.name, s.pairs))
     return std::nullopt;
   // "<which> replicas of the <run> run (ranks ...)": the run whose replicas disagree.
   const auto replicas = [&](const char* which) {
     return std::string(which) + "replicas of the " + (test_disagrees ? "test" : "base") + " run (ranks " +
-           format_ranks(test_disagrees ? first.test.m.ranks : first.base.m.ranks) + ")";
+           format_ranks(test_disagrees ? first.test.merged.ranks : first.base.merged.ranks) + ")";
   };
   std::string message = "grad " + first.name + " differs between ";
   if (mb_grads_covered(first.name, s.pairs))
@@ -199,7 +199,7 @@ std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOpti
   if (!both_tensors(g) || g.kind != Kind::grad || g.pair_class != PairClass::different) return std::nullopt;
   // A NaN/Inf makes any norm difference meaningless: the nonfinite rule names it. Elements
   // that moved without changing a figure are no reduction order either.
-  if (!std::isfinite(g.base.m.rec.stats.norm) || !std::isfinite(g.test.m.rec.stats.norm) ||
+  if (!std::isfinite(g.base.merged.record.stats.norm) || !std::isfinite(g.test.merged.record.stats.norm) ||
       elements_moved(g))
     return std::nullopt;
   // Its mb_grads are set aside (partial sums, records covering other microbatches): not
@@ -252,11 +252,11 @@ std::vector<Cause> step_causes(const DivergentStep& s, const DiffOptions& o) {
 std::optional<Cause> nonfinite_cause(std::int64_t step, const std::vector<Pair>& pairs) {
   for (const auto& p : pairs) {
     if (p.set_aside) continue;  // not compared (a partial sum, a record of other microbatches)
-    const std::int64_t nb = p.base.present ? nonfinite(p.base.m) : 0;
-    const std::int64_t nt = p.test.present ? nonfinite(p.test.m) : 0;
+    const std::int64_t nb = p.base.present ? nonfinite(p.base.merged) : 0;
+    const std::int64_t nt = p.test.present ? nonfinite(p.test.merged) : 0;
     if (!p.base.present || !p.test.present || (nb == 0) == (nt == 0)) continue;
     const bool in_test = nt > 0;
-    const Record& rec = in_test ? p.test.m.rec : p.base.m.rec;
+    const Record& rec = in_test ? p.test.merged.record : p.base.merged.record;
     return Cause{Rule::nonfinite, "NaN/Inf appears first at " + std::string(kind_name(p.kind)) + " " +
                                   p.name + mb_text(p) + " (step " + std::to_string(step) + ", " +
                                   (in_test ? "test" : "base") +

@@ -83,12 +83,12 @@ double constant_factor_tolerance(const std::string& dtype) {
 std::optional<double> constant_factor(const Pair& p) {
   if (p.pair_class != PairClass::different || !scalable_kind(p.kind) || !p.base.present || !p.test.present)
     return std::nullopt;
-  const Merged &mb = p.base.m, &mt = p.test.m;
+  const Merged &mb = p.base.merged, &mt = p.test.merged;
   // A NumericsLogger record holds a norm alone: no figures to hold the ratio to.
-  if (mb.rec.state != Record::State::tensor || mt.rec.state != Record::State::tensor ||
+  if (mb.record.state != Record::State::tensor || mt.record.state != Record::State::tensor ||
       mb.hash_source != HashSource::spec_v1 || mt.hash_source != HashSource::spec_v1)
     return std::nullopt;
-  const TensorStats &b = mb.rec.stats, &t = mt.rec.stats;
+  const TensorStats &b = mb.record.stats, &t = mt.record.stats;
   if (b.unsupported || t.unsupported || b.dtype != t.dtype || b.shape != t.shape || !real_floating(b.dtype) ||
       !finite_figures(b) || !finite_figures(t) || !(b.norm > 0) || !(t.norm > 0))
     return std::nullopt;
@@ -119,8 +119,8 @@ std::string factor_text(double factor, double tolerance) {
 std::optional<Cause> constant_factor_cause(std::int64_t step, const Pair& p) {
   const auto f = constant_factor(p);
   if (!f) return std::nullopt;
-  const double tol = constant_factor_tolerance(p.base.m.rec.stats.dtype);
-  const std::string ratio = lf::format_double(p.test.m.rec.stats.norm / p.base.m.rec.stats.norm);
+  const double tol = constant_factor_tolerance(p.base.merged.record.stats.dtype);
+  const std::string ratio = lf::format_double(p.test.merged.record.stats.norm / p.base.merged.record.stats.norm);
   const std::string factor = factor_text(*f, tol);
   const std::string what = std::string(kind_name(p.kind)) + " " + p.name + (p.mb ? " mb " + std::to_string(*p.mb) : "");
   std::vector<Evidence> ev = {{"step", step}, {"kind", std::string(kind_name(p.kind))}, {"name", p.name}};

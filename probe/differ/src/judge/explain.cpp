@@ -17,17 +17,17 @@ namespace {
 Explanation bug(Rule rule) { return Explanation{true, rule, 0, 0, 0, {}}; }
 
 bool both_tensors(const Pair& p) {
-  return p.base.present && p.test.present && p.base.m.rec.state == Record::State::tensor &&
-         p.test.m.rec.state == Record::State::tensor;
+  return p.base.present && p.test.present && p.base.merged.record.state == Record::State::tensor &&
+         p.test.merged.record.state == Record::State::tensor;
 }
 
 std::int64_t nonfinite(const Side& s) {
-  return s.present && s.m.rec.state == Record::State::tensor ? s.m.rec.stats.nan + s.m.rec.stats.inf : 0;
+  return s.present && s.merged.record.state == Record::State::tensor ? s.merged.record.stats.nan + s.merged.record.stats.inf : 0;
 }
 
 
 const std::string& dtype_of(const Pair& p) {
-  return (p.base.present ? p.base.m : p.test.m).rec.stats.dtype;
+  return (p.base.present ? p.base.merged : p.test.merged).record.stats.dtype;
 }
 
 // A noise root: its own difference, at least one rounding of its dtype (a hash that differs
@@ -64,7 +64,7 @@ Explanation summation_order(const Pair& p, double bound) {
 // (Eager against inductor, a linear layer's GELU tapped: 6.8e-9 relative in float32, 0.06 x 2u.)
 bool within_roundings(const Pair& p, double r) {
   if (!both_tensors(p)) return false;
-  const TensorStats &a = p.base.m.rec.stats, &b = p.test.m.rec.stats;
+  const TensorStats &a = p.base.merged.record.stats, &b = p.test.merged.record.stats;
   if (a.dtype != b.dtype || a.shape != b.shape || a.nan != b.nan || a.inf != b.inf || a.nan > 0 || a.inf > 0)
     return false;
   auto close = [r](double x, double y) { return std::abs(x - y) <= r * std::max(std::abs(x), std::abs(y)); };
@@ -76,7 +76,7 @@ bool within_roundings(const Pair& p, double r) {
 // Both runs hold the record alike: logged by the same ranks, as the same partial sum (or none).
 bool held_alike(const Pair& p) {
   if (!(p.base.present && p.test.present)) return true;
-  return p.base.m.ranks == p.test.m.ranks && p.base.m.partial.count == p.test.m.partial.count;
+  return p.base.merged.ranks == p.test.merged.ranks && p.base.merged.partial.count == p.test.merged.partial.count;
 }
 
 // What a record whose dependencies are all equal is explained by.
@@ -137,7 +137,7 @@ std::int64_t partial_count(const Pair& p) {
 double partial_root_of(const Side& s) {
   const PartialSum* sum = s.partial();
   if (!sum) return 0;
-  const TensorStats& st = s.m.rec.stats;
+  const TensorStats& st = s.merged.record.stats;
   const double norm = st.unsupported ? 0 : st.norm;
   const double cancellation =
       norm > 0 && std::isfinite(norm) && sum->summand_norms > 0 ? std::max(1.0, sum->summand_norms / norm) : 1.0;
@@ -185,7 +185,7 @@ std::string setting_words(const std::string& name) {
 double coarsest_unit_roundoff(const Pair& p) {
   double u = 0;
   for (const Side* s : {&p.base, &p.test})
-    if (s->present && s->m.rec.state == Record::State::tensor) u = std::max(u, unit_roundoff(s->m.rec.stats.dtype));
+    if (s->present && s->merged.record.state == Record::State::tensor) u = std::max(u, unit_roundoff(s->merged.record.stats.dtype));
   return u;
 }
 
@@ -193,7 +193,7 @@ double summation_order_bound(const Pair& grad, std::int64_t summands, double sum
                              const DiffOptions& o) {
   const std::string& dtype = dtype_of(grad);
   if (o.sum_order_fixed || summands == 0) return low_precision(dtype) ? o.sum_order_rtol_lowp : o.sum_order_rtol;
-  const double norm = grad.base.present ? grad.base.m.rec.stats.norm : 0;
+  const double norm = grad.base.present ? grad.base.merged.record.stats.norm : 0;
   // Cancellation: the summands' norms over the sum's, at least 1.
   const double cancellation = norm > 0 ? std::max(1.0, summand_norms / norm) : 1.0;
   // Each addition rounds to the coarser of the sum's dtype and its summands' (bfloat16 gradients
@@ -204,9 +204,9 @@ double summation_order_bound(const Pair& grad, std::int64_t summands, double sum
 
 bool figures_hide_the_difference(const Pair& p) {
   if (!both_tensors(p) || p.pair_class != PairClass::different) return false;
-  if (p.base.m.hash_source != HashSource::spec_v1 || p.test.m.hash_source != HashSource::spec_v1)
+  if (p.base.merged.hash_source != HashSource::spec_v1 || p.test.merged.hash_source != HashSource::spec_v1)
     return false;
-  const TensorStats &a = p.base.m.rec.stats, &b = p.test.m.rec.stats;
+  const TensorStats &a = p.base.merged.record.stats, &b = p.test.merged.record.stats;
   // An Inf or NaN makes the norm (and mean) the same whatever the other elements hold.
   if (!std::isfinite(a.norm) || !std::isfinite(a.mean)) return false;
   const bool l1_equal = !a.l1 || !b.l1 || same_bits(*a.l1, *b.l1);
@@ -216,17 +216,17 @@ bool figures_hide_the_difference(const Pair& p) {
 }
 
 bool elements_moved(const Pair& p) {
-  const auto &a = p.base.m.rec.stats.mhash, &b = p.test.m.rec.stats.mhash;
+  const auto &a = p.base.merged.record.stats.mhash, &b = p.test.merged.record.stats.mhash;
   return figures_hide_the_difference(p) && a && b && *a == *b;
 }
 
 bool cannot_tell_moved(const Pair& p) {
-  return figures_hide_the_difference(p) && !(p.base.m.rec.stats.mhash && p.test.m.rec.stats.mhash);
+  return figures_hide_the_difference(p) && !(p.base.merged.record.stats.mhash && p.test.merged.record.stats.mhash);
 }
 
 bool is_setting(const Pair& p) {
-  return p.base.present && p.test.present && p.base.m.rec.state == Record::State::scalar &&
-         p.test.m.rec.state == Record::State::scalar;
+  return p.base.present && p.test.present && p.base.merged.record.state == Record::State::scalar &&
+         p.test.merged.record.state == Record::State::scalar;
 }
 
 std::string parameter_of_state(const std::string& name) {
@@ -373,7 +373,7 @@ void Explainer::find_step_grad_scale(const std::vector<Pair>& pairs) {
   double u = 0;
   for (const auto& p : pairs) {
     if (p.kind != Kind::grad || !both_tensors(p)) continue;
-    const TensorStats &b = p.base.m.rec.stats, &t = p.test.m.rec.stats;
+    const TensorStats &b = p.base.merged.record.stats, &t = p.test.merged.record.stats;
     if (!(b.norm > 0) || !std::isfinite(b.norm) || !std::isfinite(t.norm) || b.shape != t.shape) return;
     ratios.push_back(t.norm / b.norm);
     elements += b.numel();
@@ -394,7 +394,7 @@ void Explainer::find_step_grad_scale(const std::vector<Pair>& pairs) {
 
 // The grad is f times the base run's within its summation-order bound, figure by figure.
 bool Explainer::scaled_alike(const Pair& p, double f) const {
-  const TensorStats &b = p.base.m.rec.stats, &t = p.test.m.rec.stats;
+  const TensorStats &b = p.base.merged.record.stats, &t = p.test.merged.record.stats;
   if (b.dtype != t.dtype || b.nan != t.nan || b.inf != t.inf || b.nan > 0 || b.inf > 0) return false;
   const double tol = grad_bound(p) + 2 * unit_roundoff(dtype_of(p));
   const double magnitude = std::max(std::abs(b.min), std::abs(b.max)) * f;
@@ -434,7 +434,7 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
   if (p.pair_class == PairClass::none_one_side) return bug(p.kind == Kind::grad ? Rule::none_gradient : Rule::none);
   if (p.pair_class == PairClass::only_base || p.pair_class == PairClass::only_test) return bug(Rule::missing_record);
   if ((nonfinite(p.base) == 0) != (nonfinite(p.test) == 0)) return bug(Rule::nonfinite);
-  if ((p.base.present && p.base.m.replicas_disagree) || (p.test.present && p.test.m.replicas_disagree)) {
+  if ((p.base.present && p.base.merged.replicas_disagree) || (p.test.present && p.test.merged.replicas_disagree)) {
     const auto it = mb_grads_.find(p.name);
     const bool mb_equal = p.kind == Kind::grad && it != mb_grads_.end() && it->second.count > 0 &&
                           it->second.diverging.pairs == 0;
@@ -508,12 +508,12 @@ Explanation Explainer::explain_by_dependencies(const Pair& p, std::int64_t step,
 void Explainer::add_covered_pieces(const Pair& p, MbGrads& mb) {
   for (int run = 0; run < 2; ++run) {
     const Side& s = run == 0 ? p.base : p.test;
-    if (!s.present || s.m.rec.state != Record::State::tensor) continue;
+    if (!s.present || s.merged.record.state != Record::State::tensor) continue;
     const PartialSum* sum = s.partial();
     const bool summands = sum && sum->index < 0;
-    const auto microbatches = std::max<std::int64_t>(1, static_cast<std::int64_t>(s.m.rec.covers.size()));
+    const auto microbatches = std::max<std::int64_t>(1, static_cast<std::int64_t>(s.merged.record.covers.size()));
     mb.covered_pieces[run] += microbatches * (summands ? sum->count : 1);
-    const double norms = summands ? sum->summand_norms : s.m.rec.stats.norm;
+    const double norms = summands ? sum->summand_norms : s.merged.record.stats.norm;
     if (std::isfinite(norms)) mb.covered_norms[run] += norms;
   }
 }
@@ -544,8 +544,8 @@ void Explainer::index_mb_grads(const std::vector<Pair>& pairs) {
     }
     ++mb.summands;
     const Side& s = p.base.present ? p.base : p.test;
-    if (s.m.rec.state == Record::State::tensor && std::isfinite(s.m.rec.stats.norm))
-      mb.norms += s.m.rec.stats.norm;
+    if (s.merged.record.state == Record::State::tensor && std::isfinite(s.merged.record.stats.norm))
+      mb.norms += s.merged.record.stats.norm;
   }
   // Records covering other microbatches in either run: each run sums the same microbatches'
   // contributions, grouped its own way. The finer run counts (the most pieces, and the largest sum
@@ -661,11 +661,11 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
                  std::move(ev)};
   }
   if (rule == Rule::optimizer && p.kind == Kind::optim && is_setting(p)) {
-    ev.push_back({"base", lf::format_double(p.base.m.rec.value)});
-    ev.push_back({"test", lf::format_double(p.test.m.rec.value)});
+    ev.push_back({"base", lf::format_double(p.base.merged.record.value)});
+    ev.push_back({"test", lf::format_double(p.test.merged.record.value)});
     return Cause{rule,
-                 what(p) + " is " + lf::format_double(p.base.m.rec.value) + " in the base run and " +
-                     lf::format_double(p.test.m.rec.value) + " in the test run at step " + s +
+                 what(p) + " is " + lf::format_double(p.base.merged.record.value) + " in the base run and " +
+                     lf::format_double(p.test.merged.record.value) + " in the test run at step " + s +
                      ": the optimizer update of step " + s + " reads another " + setting_words(p.name) +
                      " (a schedule, a warmup or a group's setting that differs)",
                  std::move(ev)};
@@ -679,8 +679,8 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
                      "permutation, a transposed copy), never rounding noise",
                  std::move(ev)};
   if (rule == Rule::replica_mismatch) {
-    const bool in_test = p.test.present && p.test.m.replicas_disagree;
-    ev.push_back({"ranks", format_ranks((in_test ? p.test : p.base).m.ranks)});
+    const bool in_test = p.test.present && p.test.merged.replicas_disagree;
+    ev.push_back({"ranks", format_ranks((in_test ? p.test : p.base).merged.ranks)});
     return Cause{rule,
                  what(p) + " differs between replicas of the " + (in_test ? "test" : "base") +
                      " run at step " + s + ": ranks that hold the same values logged different ones",
@@ -693,7 +693,7 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
                  std::move(ev)};
   if (rule == Rule::nonfinite) {
     const bool in_test = nonfinite(p.test) > 0;
-    const Record& r = (in_test ? p.test : p.base).m.rec;
+    const Record& r = (in_test ? p.test : p.base).merged.record;
     return Cause{rule,
                  "NaN/Inf in " + what(p) + " at step " + s + ", " + (in_test ? "test" : "base") +
                      " run only (nan=" + std::to_string(r.stats.nan) +

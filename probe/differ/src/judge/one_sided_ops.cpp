@@ -27,12 +27,12 @@ const Side& side(const Pair& p, bool test) { return test ? p.test : p.base; }
 // A record that holds its whole tensor, on one rank or replicated: no partial sum, no piece of a
 // split scope (a shard's norm is not the whole's).
 bool whole(const Side& s) {
-  return s.present && s.m.rec.state == Record::State::tensor && s.m.partial.empty() && s.m.split.size == 0;
+  return s.present && s.merged.record.state == Record::State::tensor && s.merged.partial.empty() && s.merged.split.size == 0;
 }
 
 bool takes(const Merged& op, std::uint64_t hash) {
   std::vector<std::uint64_t> scratch;
-  for (std::size_t i = 0; i < op.rec.inputs.size(); ++i)
+  for (std::size_t i = 0; i < op.record.inputs.size(); ++i)
     for (std::uint64_t h : input_hashes(op, i, scratch))
       if (h == hash) return true;
   return false;
@@ -46,14 +46,14 @@ void OneSidedOps::start_step(const std::vector<Pair>& pairs) {
   for (const Pair& p : pairs) {
     if (p.kind != Kind::op || in_both(p)) continue;
     const bool test = p.test.present;
-    if (whole(side(p, test))) one_sided_[test].try_emplace(side(p, test).m.rec.stats.hash, &p);
+    if (whole(side(p, test))) one_sided_[test].try_emplace(side(p, test).merged.record.stats.hash, &p);
   }
 }
 
 void OneSidedOps::note_paired(const Pair& p) {
   if (p.kind != Kind::op || !in_both(p) || p.set_aside) return;
   for (bool test : {false, true})
-    if (whole(side(p, test))) paired_[test].try_emplace(side(p, test).m.rec.stats.hash, &p);
+    if (whole(side(p, test))) paired_[test].try_emplace(side(p, test).merged.record.stats.hash, &p);
 }
 
 std::optional<OneSidedChange> OneSidedOps::through(std::uint64_t own, std::uint64_t other, bool in_test) const {
@@ -62,14 +62,14 @@ std::optional<OneSidedChange> OneSidedOps::through(std::uint64_t own, std::uint6
   if (q == one_sided_[in_test].end() || r == paired_[!in_test].end()) return std::nullopt;
   const Pair &one_sided = *q->second, &producer = *r->second;
   // Q takes R's output of its own run.
-  if (!whole(side(producer, in_test)) || !takes(side(one_sided, in_test).m, side(producer, in_test).m.rec.stats.hash))
+  if (!whole(side(producer, in_test)) || !takes(side(one_sided, in_test).merged, side(producer, in_test).merged.record.stats.hash))
     return std::nullopt;
   double c = 0;
   if (is_divergence(producer.pair_class)) {
     if (!producer.why.rule || producer.why.bug) return std::nullopt;  // a bug upstream: inherited
     c = std::max(producer.why.ceiling, producer.rel_diff);
   }
-  const TensorStats &changed = side(one_sided, in_test).m.rec.stats, &fed = side(producer, !in_test).m.rec.stats;
+  const TensorStats &changed = side(one_sided, in_test).merged.record.stats, &fed = side(producer, !in_test).merged.record.stats;
   if (!(fed.norm > 0) || !std::isfinite(fed.norm) || !std::isfinite(changed.norm)) return std::nullopt;
   const double u = std::max(unit_roundoff(changed.dtype), unit_roundoff(fed.dtype));
   const double bound = c + 2 * u;
@@ -82,12 +82,12 @@ std::optional<OneSidedChange> OneSidedOps::through(std::uint64_t own, std::uint6
 std::optional<OneSidedChange> OneSidedOps::change(const Pair& p) const {
   if (!in_both(p)) return std::nullopt;
   if (p.kind == Kind::op) {
-    if (p.base.m.rec.inputs.size() != p.test.m.rec.inputs.size()) return std::nullopt;
+    if (p.base.merged.record.inputs.size() != p.test.merged.record.inputs.size()) return std::nullopt;
     std::vector<std::uint64_t> base_scratch, test_scratch;
-    for (std::size_t i = 0; i < p.base.m.rec.inputs.size(); ++i) {
-      if (same_input(p.base.m, p.test.m, i)) continue;
-      const auto& b = input_hashes(p.base.m, i, base_scratch);
-      const auto& t = input_hashes(p.test.m, i, test_scratch);
+    for (std::size_t i = 0; i < p.base.merged.record.inputs.size(); ++i) {
+      if (same_input(p.base.merged, p.test.merged, i)) continue;
+      const auto& b = input_hashes(p.base.merged, i, base_scratch);
+      const auto& t = input_hashes(p.test.merged, i, test_scratch);
       if (b.empty() || t.empty()) continue;
       for (bool in_test : {true, false})
         if (auto c = through(in_test ? t.front() : b.front(), in_test ? b.front() : t.front(), in_test)) return c;
@@ -97,7 +97,7 @@ std::optional<OneSidedChange> OneSidedOps::change(const Pair& p) const {
   if (p.kind != Kind::tap && p.kind != Kind::output) return std::nullopt;
   if (!whole(p.base) || !whole(p.test)) return std::nullopt;
   for (bool in_test : {true, false})
-    if (auto c = through(side(p, in_test).m.rec.stats.hash, side(p, !in_test).m.rec.stats.hash, in_test)) return c;
+    if (auto c = through(side(p, in_test).merged.record.stats.hash, side(p, !in_test).merged.record.stats.hash, in_test)) return c;
   return std::nullopt;
 }
 

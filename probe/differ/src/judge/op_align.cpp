@@ -35,7 +35,7 @@ void note_outputs(const Pair& p, Producers& base, Producers& test) {
   for (const auto* side : {&p.base, &p.test}) {
     if (!side->present) continue;
     // Every whole a split record may be; a name with an output index (op.1) still names the op.
-    output_hashes(side->m, hashes);
+    output_hashes(side->merged, hashes);
     for (std::uint64_t h : hashes) (side == &p.base ? base : test).try_emplace(h, p.name);
   }
 }
@@ -125,7 +125,7 @@ std::optional<OpFinding> one_sided_root_cause(std::int64_t step, const Pair& p, 
 // An op whose output differs and whose inputs already differ; may find the root cause among the
 // one-sided ops that fed it.
 OpFinding inherited_finding(std::int64_t step, const Pair& p, const StepOps& ops, OpReport& report) {
-  const Record &b = p.base.m.rec, &t = p.test.m.rec;
+  const Record &b = p.base.merged.record, &t = p.test.merged.record;
   const Phase phase = phase_of(p);
   std::string msg = p.name + " (" + where(step, p.mb, phase) + "): ";
   if (b.inputs.size() != t.inputs.size()) {
@@ -133,10 +133,10 @@ OpFinding inherited_finding(std::int64_t step, const Pair& p, const StepOps& ops
            std::to_string(t.inputs.size()) + " in test";
     return {step, p.mb, phase, p.name, msg};
   }
-  const std::size_t i = first_differing_input(p.base.m, p.test.m);
-  msg += "input " + std::to_string(i) + " already differs (base " + input_text(p.base.m, i) + ", test " +
-         input_text(p.test.m, i) + ")";
-  const std::string pb = producer_of(ops.base, p.base.m, i), pt = producer_of(ops.test, p.test.m, i);
+  const std::size_t i = first_differing_input(p.base.merged, p.test.merged);
+  msg += "input " + std::to_string(i) + " already differs (base " + input_text(p.base.merged, i) + ", test " +
+         input_text(p.test.merged, i) + ")";
+  const std::string pb = producer_of(ops.base, p.base.merged, i), pt = producer_of(ops.test, p.test.merged, i);
   msg += made_by_text(pb, pt);
   // Where the difference is noise (a reduction's rounding carried along), the ops of one run only
   // that made the input (the reduction) are no cause.
@@ -184,7 +184,7 @@ void OpAnalysis::add_step(std::int64_t step, const std::vector<Pair>& pairs, OpR
     if (p.kind != Kind::op || !in_both(p)) continue;
     // A partial sum (a row-parallel op's output on each rank) is set aside: no output to compare.
     if (output_differs(p) && !p.set_aside) {
-      const bool agree = inputs_agree(p.base.m, p.test.m);
+      const bool agree = inputs_agree(p.base.merged, p.test.merged);
       if (agree && !report.root_cause) {
         report.root_cause = root_cause_finding(step, p);
         if (replay_op_.empty()) report.region = replay_region(step, pairs, k);

@@ -20,8 +20,8 @@ std::unordered_set<std::uint64_t> common_values(const std::vector<Pair>& pairs, 
   std::unordered_set<std::uint64_t> common;
   std::vector<std::uint64_t> hashes;
   for (const Pair& p : pairs) {
-    if (p.kind != Kind::op || !in_both(p) || !same_place(p, at) || !outputs_agree(p.base.m, p.test.m)) continue;
-    output_hashes(p.base.m, hashes);
+    if (p.kind != Kind::op || !in_both(p) || !same_place(p, at) || !outputs_agree(p.base.merged, p.test.merged)) continue;
+    output_hashes(p.base.merged, hashes);
     common.insert(hashes.begin(), hashes.end());
   }
   return common;
@@ -33,7 +33,7 @@ struct RunOps {
   std::unordered_map<std::uint64_t, std::vector<std::size_t>> producers;
   const Side& side(const Pair& p) const { return base ? p.base : p.test; }
   const std::vector<std::optional<std::uint64_t>>& inputs(std::size_t k, const std::vector<Pair>& pairs) const {
-    return side(pairs[k]).m.rec.inputs;
+    return side(pairs[k]).merged.record.inputs;
   }
   // The op that made `value` for the op `consumer`: not the consumer itself, and not an op that
   // hands on the value it takes (a view, a contiguous copy: the hash has no shape); the last
@@ -59,7 +59,7 @@ RunOps run_ops(const std::vector<Pair>& pairs, const Pair& at, bool base) {
   for (std::size_t k = 0; k < pairs.size(); ++k) {
     const Pair& p = pairs[k];
     if (p.kind != Kind::op || !ops.side(p).present || !same_place(p, at) || (p.set_aside && in_both(p))) continue;
-    output_hashes(ops.side(p).m, hashes);
+    output_hashes(ops.side(p).merged, hashes);
     for (std::uint64_t h : hashes) ops.producers[h].push_back(k);
   }
   return ops;
@@ -70,9 +70,9 @@ ReplayOp replay_op_of(const Pair& p, const Merged& m) {
   op.name = p.name;
   // The rank whose record `m` holds (where replicas disagree, the first of those it came from).
   op.rank = !m.value_ranks.empty() ? m.value_ranks.front() : m.ranks.empty() ? 0 : m.ranks.front();
-  op.dump = m.rec.dump;
-  op.output = m.rec.stats.hash;
-  op.inputs = m.rec.inputs;
+  op.dump = m.record.dump;
+  op.output = m.record.stats.hash;
+  op.inputs = m.record.inputs;
   op.split = !m.split.empty();
   return op;
 }
@@ -122,7 +122,7 @@ struct Walk {
 };
 
 std::optional<std::uint64_t> input_hash(const Merged& m, std::size_t i) {
-  return i < m.rec.inputs.size() ? m.rec.inputs[i] : std::nullopt;
+  return i < m.record.inputs.size() ? m.record.inputs[i] : std::nullopt;
 }
 
 // The first op pair after `start` in its place whose inputs differ.
@@ -130,14 +130,14 @@ std::optional<std::size_t> end_after(const std::vector<Pair>& pairs, std::size_t
   for (std::size_t k = start + 1; k < pairs.size(); ++k) {
     const Pair& p = pairs[k];
     if (p.kind == Kind::op && in_both(p) && !p.set_aside && same_place(p, pairs[start]) &&
-        !inputs_agree(p.base.m, p.test.m))
+        !inputs_agree(p.base.merged, p.test.merged))
       return k;
   }
   return std::nullopt;
 }
 
 void finish_side(const Walk& w, const RunOps& ops, std::vector<ReplayOp>& region, std::vector<std::uint64_t>& inputs) {
-  for (std::size_t k : w.order) region.push_back(replay_op_of(w.pairs[k], ops.side(w.pairs[k]).m));
+  for (std::size_t k : w.order) region.push_back(replay_op_of(w.pairs[k], ops.side(w.pairs[k]).merged));
   inputs = w.inputs;
   std::sort(inputs.begin(), inputs.end());
   inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
@@ -156,14 +156,14 @@ ReplayRegion replay_region(std::int64_t step, const std::vector<Pair>& pairs, st
   const RunOps base_ops = run_ops(pairs, s, true), test_ops = run_ops(pairs, s, false);
   // An op whose inputs agree starts the region; otherwise it ends it, and the region is what
   // made its differing input.
-  const bool starts = starts_here || (in_both(s) && inputs_agree(s.base.m, s.test.m));
+  const bool starts = starts_here || (in_both(s) && inputs_agree(s.base.merged, s.test.merged));
   const std::optional<std::size_t> end = starts ? end_after(pairs, start) : std::optional<std::size_t>(start);
   Walk base{pairs, base_ops, common, starts ? std::optional(start) : std::nullopt, {}, {}, {}, false, false};
   Walk test{pairs, test_ops, common, base.stop, {}, {}, {}, false, false};
   if (end) {
     const Pair& e = pairs[*end];
-    const std::size_t i = first_differing_input(e.base.m, e.test.m);
-    const auto b = input_hash(e.base.m, i), t = input_hash(e.test.m, i);
+    const std::size_t i = first_differing_input(e.base.merged, e.test.merged);
+    const auto b = input_hash(e.base.merged, i), t = input_hash(e.test.merged, i);
     if (b && t) {
       base.from(*b, std::nullopt);
       test.from(*t, std::nullopt);
@@ -183,8 +183,8 @@ ReplayRegion replay_region(std::int64_t step, const std::vector<Pair>& pairs, st
       w->inputs_of_stop();
     }
     region.end.clear();
-    region.base_output = s.base.m.rec.stats.hash;
-    region.test_output = s.test.m.rec.stats.hash;
+    region.base_output = s.base.merged.record.stats.hash;
+    region.test_output = s.test.merged.record.stats.hash;
   }
   finish_side(base, base_ops, region.base, region.base_inputs);
   finish_side(test, test_ops, region.test, region.test_inputs);

@@ -168,8 +168,8 @@ void mismatch(Merged& m, Kind kind, const MergeContext& ctx, std::string message
 std::string disagreement(const MergeContext& ctx, const Group& g, const Part& a, const Part& b,
                          const char* a_has) {
   return "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": rank " +
-         std::to_string(a.rank) + a_has + record_brief(*a.rec) + ", rank " +
-         std::to_string(b.rank) + " has " + record_brief(*b.rec);
+         std::to_string(a.rank) + a_has + record_brief(*a.record) + ", rank " +
+         std::to_string(b.rank) + " has " + record_brief(*b.record);
 }
 
 // Buckets of replicas: same shard (or whole) and the same summand (or none). Each bucket's
@@ -179,14 +179,14 @@ void check_replicas(Merged& m, const Group& g, MergeContext& ctx) {
   for (const auto& p : g.parts) {
     const Part* rep = nullptr;
     for (const Part* r : ctx.reps) {
-      if (r->rec->stats.shard == p.rec->stats.shard && r->rec->stats.partial == p.rec->stats.partial) {
+      if (r->record->stats.shard == p.record->stats.shard && r->record->stats.partial == p.record->stats.partial) {
         rep = r;
         break;
       }
     }
     if (!rep)
       ctx.reps.push_back(&p);
-    else if (!same_record(*rep->rec, *p.rec))
+    else if (!same_record(*rep->record, *p.record))
       mismatch(m, g.kind, ctx, disagreement(ctx, g, *rep, p, " has "));
   }
 }
@@ -198,8 +198,8 @@ const Part* split_whole_and_shards(Merged& m, const Group& g, MergeContext& ctx)
   const Part* whole = nullptr;
   ctx.shards.clear();
   for (const Part* b : ctx.reps) {
-    if (b->rec->state == Record::State::tensor && !b->rec->stats.shard.empty())
-      ctx.shards.push_back(&b->rec->stats);
+    if (b->record->state == Record::State::tensor && !b->record->stats.shard.empty())
+      ctx.shards.push_back(&b->record->stats);
     else if (!whole)
       whole = b;
     else
@@ -247,7 +247,7 @@ std::string summand_text(const Partial& p) {
 std::vector<int> ranks_of(const Group& g, bool summands) {
   std::vector<int> ranks;
   for (const auto& p : g.parts)
-    if (is_summand(*p.rec) == summands) ranks.push_back(p.rank);
+    if (is_summand(*p.record) == summands) ranks.push_back(p.rank);
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   return ranks;
@@ -281,12 +281,12 @@ struct SumError {
 
 // The summands' counts agree.
 SumError count_error(const MergeContext& ctx) {
-  const TensorStats& first = ctx.reps[0]->rec->stats;
+  const TensorStats& first = ctx.reps[0]->record->stats;
   for (const Part* r : ctx.reps)
-    if (r->rec->stats.partial.count != first.partial.count)
+    if (r->record->stats.partial.count != first.partial.count)
       return {"summands disagree on their count (rank " + std::to_string(ctx.reps[0]->rank) + " has partial=" +
                   summand_text(first.partial) + ", rank " + std::to_string(r->rank) + " partial=" +
-                  summand_text(r->rec->stats.partial) + ")"};
+                  summand_text(r->record->stats.partial) + ")"};
   return {};
 }
 
@@ -298,30 +298,30 @@ SumError whole_summand(Merged& m, const Group& g, MergeContext& ctx, std::size_t
   const Part* whole = nullptr;
   ctx.shards.clear();
   for (std::size_t i = begin; i < end; ++i) {
-    const TensorStats& s = ctx.reps[i]->rec->stats;
+    const TensorStats& s = ctx.reps[i]->record->stats;
     if (s.shard.empty()) whole = ctx.reps[i];
     else ctx.shards.push_back(&s);
   }
   if (ctx.shards.empty()) {
-    ctx.summands.push_back(&whole->rec->stats);
+    ctx.summands.push_back(&whole->record->stats);
     return {};
   }
-  const std::int64_t index = ctx.reps[begin]->rec->stats.partial.index;
+  const std::int64_t index = ctx.reps[begin]->record->stats.partial.index;
   composed = TensorStats{};
   const ComposeError c = compose_shards_into(ctx.shards, composed);
   if (!c.error.empty()) {
     if (whole) {  // the whole copy stands for the summand
-      ctx.summands.push_back(&whole->rec->stats);
+      ctx.summands.push_back(&whole->record->stats);
       return {};
     }
     return {"summand " + std::to_string(index) + ": " + c.error, c.gap, !c.gap};
   }
-  if (whole && (whole->rec->stats.hash != composed.hash || whole->rec->stats.shape != composed.shape))
+  if (whole && (whole->record->stats.hash != composed.hash || whole->record->stats.shape != composed.shape))
     mismatch(m, g.kind, ctx,
              "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": rank " +
                  std::to_string(whole->rank) + " has summand " + std::to_string(index) + " whole " +
-                 record_brief(*whole->rec) + ", its composed shards differ");
-  ctx.summands.push_back(whole ? &whole->rec->stats : &composed);
+                 record_brief(*whole->record) + ", its composed shards differ");
+  ctx.summands.push_back(whole ? &whole->record->stats : &composed);
   return {};
 }
 
@@ -331,13 +331,13 @@ SumError whole_summands(Merged& m, const Group& g, MergeContext& ctx) {
   ctx.summands.clear();
   std::size_t indices = 0;
   for (std::size_t i = 0; i < ctx.reps.size(); ++i)
-    indices += i == 0 || ctx.reps[i]->rec->stats.partial.index != ctx.reps[i - 1]->rec->stats.partial.index;
+    indices += i == 0 || ctx.reps[i]->record->stats.partial.index != ctx.reps[i - 1]->record->stats.partial.index;
   // Sized once: ctx.summands points into it.
   if (ctx.composed_summands.size() < indices) ctx.composed_summands.resize(indices);
   for (std::size_t begin = 0, k = 0; begin < ctx.reps.size(); ++k) {
     std::size_t end = begin + 1;
     while (end < ctx.reps.size() &&
-           ctx.reps[end]->rec->stats.partial.index == ctx.reps[begin]->rec->stats.partial.index)
+           ctx.reps[end]->record->stats.partial.index == ctx.reps[begin]->record->stats.partial.index)
       ++end;
     SumError e = whole_summand(m, g, ctx, begin, end, ctx.composed_summands[k]);
     if (!e.text.empty()) return e;
@@ -350,12 +350,12 @@ SumError whole_summands(Merged& m, const Group& g, MergeContext& ctx) {
       return {"summands disagree on dtype or shape (summand 0: " + first.dtype + dims_text(first.shape) +
               ", summand " + std::to_string(k) + ": " + s.dtype + dims_text(s.shape) + ")"};
   }
-  const auto count = static_cast<std::size_t>(ctx.reps[0]->rec->stats.partial.count);
+  const auto count = static_cast<std::size_t>(ctx.reps[0]->record->stats.partial.count);
   if (indices == count) return {};
   std::string present;
   for (std::size_t i = 0; i < ctx.reps.size(); ++i)
-    if (i == 0 || ctx.reps[i]->rec->stats.partial.index != ctx.reps[i - 1]->rec->stats.partial.index)
-      present += (present.empty() ? "" : ", ") + std::to_string(ctx.reps[i]->rec->stats.partial.index);
+    if (i == 0 || ctx.reps[i]->record->stats.partial.index != ctx.reps[i - 1]->record->stats.partial.index)
+      present += (present.empty() ? "" : ", ") + std::to_string(ctx.reps[i]->record->stats.partial.index);
   return {"summands " + present + " of " + std::to_string(count) + " present (ranks " +
               format_ranks(ranks_of(g, true)) + "): summands missing",
           true};
@@ -408,19 +408,19 @@ void combine_summands_into(const MergeContext& ctx, std::int64_t count, TensorSt
 // counts, is a partial_sum issue.
 bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
   std::size_t summands = 0;
-  for (const Part* r : ctx.reps) summands += is_summand(*r->rec);
+  for (const Part* r : ctx.reps) summands += is_summand(*r->record);
   if (summands == 0) return false;
   m.partial = {};
-  const TensorStats& like = ctx.reps[0]->rec->stats;
+  const TensorStats& like = ctx.reps[0]->record->stats;
   if (summands != ctx.reps.size()) {
     const std::string why = "summands of a partial sum (ranks " + format_ranks(ranks_of(g, true)) +
                             ") next to records that are not (ranks " + format_ranks(ranks_of(g, false)) + ")";
     partial_issue(g, ctx, why + "; not merged");
-    unsupported_record(g, ctx, like, why, m.rec);
+    unsupported_record(g, ctx, like, why, m.record);
     return true;
   }
   std::stable_sort(ctx.reps.begin(), ctx.reps.end(), [](const Part* a, const Part* b) {
-    return a->rec->stats.partial.index < b->rec->stats.partial.index;
+    return a->record->stats.partial.index < b->record->stats.partial.index;
   });
   SumError error = count_error(ctx);
   if (error.text.empty()) error = whole_summands(m, g, ctx);
@@ -432,8 +432,8 @@ bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
     Part* only = const_cast<Part*>(ctx.reps[0]);  // g's own part
     m.partial = {like.partial.count, like.partial.index, std::isfinite(like.norm) ? like.norm : 0};
     if (m.replicas_disagree) m.value_ranks = {only->rank};
-    swap(m.rec, *only->rec);
-    m.rec.stats.partial = {};
+    swap(m.record, *only->record);
+    m.record.stats.partial = {};
     return true;
   }
   if (!error.text.empty()) {
@@ -447,15 +447,15 @@ bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
     else if (!missing)
       partial_issue(g, ctx, error.text + "; not summed");
     unsupported_record(g, ctx, like,
-                       missing ? "summands missing: a rank's log is missing (missing_rank)" : error.text, m.rec);
+                       missing ? "summands missing: a rank's log is missing (missing_rank)" : error.text, m.record);
     return true;
   }
-  log_format::reset_record(m.rec);
-  m.rec.step = ctx.step;
-  m.rec.kind = g.kind;
-  m.rec.microbatch = g.mb;
-  m.rec.state = Record::State::tensor;
-  combine_summands_into(ctx, like.partial.count, m.rec.stats, m.partial.summand_norms);
+  log_format::reset_record(m.record);
+  m.record.step = ctx.step;
+  m.record.kind = g.kind;
+  m.record.microbatch = g.mb;
+  m.record.state = Record::State::tensor;
+  combine_summands_into(ctx, like.partial.count, m.record.stats, m.partial.summand_norms);
   if (m.replicas_disagree)
     for (const Part* r : ctx.reps) m.value_ranks.push_back(r->rank);
   return true;
@@ -466,14 +466,14 @@ bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
 // ctx.covers; false, with a covers_mismatch issue naming the ranks and an unsupported record in
 // `m`, where parts disagree.
 bool covers_agree(Merged& m, const Group& g, MergeContext& ctx) {
-  ctx.covers = g.parts[0].rec->covers;
-  if (std::all_of(g.parts.begin(), g.parts.end(), [&](const Part& p) { return p.rec->covers == ctx.covers; }))
+  ctx.covers = g.parts[0].record->covers;
+  if (std::all_of(g.parts.begin(), g.parts.end(), [&](const Part& p) { return p.record->covers == ctx.covers; }))
     return true;
   std::vector<std::pair<const std::vector<std::int64_t>*, std::vector<int>>> ranks_by_covers;
   for (const auto& p : g.parts) {
     auto it = std::find_if(ranks_by_covers.begin(), ranks_by_covers.end(),
-                           [&](const auto& rc) { return *rc.first == p.rec->covers; });
-    if (it == ranks_by_covers.end()) it = ranks_by_covers.insert(it, {&p.rec->covers, {}});
+                           [&](const auto& rc) { return *rc.first == p.record->covers; });
+    if (it == ranks_by_covers.end()) it = ranks_by_covers.insert(it, {&p.record->covers, {}});
     it->second.push_back(p.rank);
   }
   std::string what;
@@ -486,10 +486,10 @@ bool covers_agree(Merged& m, const Group& g, MergeContext& ctx) {
     ctx.issues->add({Issue::Severity::error, "covers_mismatch", *ctx.label, ctx.step,
                      "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": " + what +
                          "; not merged"});
-  const Record& first = *g.parts[0].rec;
+  const Record& first = *g.parts[0].record;
   TensorStats like;
   if (first.state == Record::State::tensor) like = first.stats;
-  unsupported_record(g, ctx, like, "its ranks cover different microbatches: " + what, m.rec);
+  unsupported_record(g, ctx, like, "its ranks cover different microbatches: " + what, m.record);
   ctx.covers.clear();
   return false;
 }
@@ -512,42 +512,42 @@ void merge_group(Group& g, MergeContext& ctx, Merged& m) {
   m.split.size = 0;
   if (is_split_op_group(g)) {
     merge_split_op(g, ctx, m);
-    m.rec.name = g.name;
+    m.record.name = g.name;
     m.key = g.key;
     return;
   }
   if (!covers_agree(m, g, ctx)) {
-    m.rec.name = g.name;
+    m.record.name = g.name;
     m.key = g.key;
     return;
   }
   check_replicas(m, g, ctx);
   if (merge_summands(g, ctx, m)) {
-    m.rec.name = g.name;
-    m.rec.covers = ctx.covers;
+    m.record.name = g.name;
+    m.record.covers = ctx.covers;
     m.key = g.key;
     return;
   }
   Part* whole = const_cast<Part*>(split_whole_and_shards(m, g, ctx));  // g's own parts
   if (!ctx.shards.empty()) {
-    compose_into(m, g, ctx, m.rec);
-    if (whole && !same_record(*whole->rec, m.rec))
+    compose_into(m, g, ctx, m.record);
+    if (whole && !same_record(*whole->record, m.record))
       mismatch(m, g.kind, ctx,
                "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) +
                    ": rank " + std::to_string(whole->rank) + " has the whole tensor " +
-                   record_brief(*whole->rec) + ", the composed shards have " +
-                   record_brief(m.rec));
+                   record_brief(*whole->record) + ", the composed shards have " +
+                   record_brief(m.record));
     if (m.replicas_disagree)
       for (const Part* b : ctx.reps)
-        if (!b->rec->stats.shard.empty()) m.value_ranks.push_back(b->rank);
+        if (!b->record->stats.shard.empty()) m.value_ranks.push_back(b->rank);
   } else {
     if (m.replicas_disagree) m.value_ranks = {whole->rank};
     // The group's parts are consumed: the part takes m's old record, whose buffers its reader
     // parses a later record into.
-    swap(m.rec, *whole->rec);
+    swap(m.record, *whole->record);
   }
-  m.rec.name = g.name;
-  m.rec.covers = ctx.covers;  // composing starts from a fresh record
+  m.record.name = g.name;
+  m.record.covers = ctx.covers;  // composing starts from a fresh record
   m.key = g.key;
 }
 

@@ -17,15 +17,15 @@ std::string series_key(const Pair& p) { return std::string(kind_name(p.kind)) + 
 
 // A side that holds its microbatches within a record of several: one that covers several, or,
 // absent, one the other run's microbatch lies within (set_aside_covered only asks where it does).
-bool covering(const Side& s) { return !s.present || !s.m.rec.covers.empty(); }
+bool covering(const Side& s) { return !s.present || !s.merged.record.covers.empty(); }
 
 // "test covers microbatches 0,2,4,6 (one expert-parallel dispatch)", "base microbatch 0 alone",
 // "test covers it within a record of several microbatches".
 std::string side_words(const char* run, const Side& s, const Pair& p) {
   const std::string name(run);
   if (!s.present) return name + " covers it within a record of several microbatches";
-  if (s.m.rec.covers.empty()) return name + " " + covered_text({}, p.mb);
-  return name + " covers " + covered_text(s.m.rec.covers, p.mb) + " (one expert-parallel dispatch)";
+  if (s.merged.record.covers.empty()) return name + " " + covered_text({}, p.mb);
+  return name + " covers " + covered_text(s.merged.record.covers, p.mb) + " (one expert-parallel dispatch)";
 }
 
 std::string example(const Pair& p) {
@@ -47,9 +47,9 @@ void CoveredMicrobatches::index(const std::vector<Pair>& pairs) {
   for (const auto& p : pairs) {
     for (int run = 0; run < 2; ++run) {
       const Side& s = run == 0 ? p.base : p.test;
-      if (!s.present || s.m.rec.covers.empty()) continue;
+      if (!s.present || s.merged.record.covers.empty()) continue;
       auto& ids = covered_[run][series_key(p)];
-      ids.insert(ids.end(), s.m.rec.covers.begin(), s.m.rec.covers.end());
+      ids.insert(ids.end(), s.merged.record.covers.begin(), s.merged.record.covers.end());
     }
   }
   for (auto& run : covered_)
@@ -64,7 +64,7 @@ bool CoveredMicrobatches::covered_by_other_run(const Pair& p) const {
   if (covered_[other].empty()) return false;
   const auto it = covered_[other].find(series_key(p));
   if (it == covered_[other].end()) return false;
-  const Record& r = (p.base.present ? p.base : p.test).m.rec;
+  const Record& r = (p.base.present ? p.base : p.test).merged.record;
   const auto covered = [&](std::int64_t mb) { return std::binary_search(it->second.begin(), it->second.end(), mb); };
   if (!r.covers.empty()) return std::any_of(r.covers.begin(), r.covers.end(), covered);
   return r.microbatch && covered(*r.microbatch);
@@ -73,7 +73,7 @@ bool CoveredMicrobatches::covered_by_other_run(const Pair& p) const {
 bool set_aside_covered(const Pair& p, const CoveredMicrobatches& covered, CoveredReport& report) {
   if (p.base.present && p.test.present) {
     // Both cover their own microbatch alone, or the same several: compared as usual.
-    if (p.base.m.rec.covers == p.test.m.rec.covers) return false;
+    if (p.base.merged.record.covers == p.test.merged.record.covers) return false;
   } else if (!covered.covered_by_other_run(p)) {
     return false;  // nothing like it in the other run: a record of one run only
   }

@@ -187,7 +187,7 @@ void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, G
   // looking at those alone keeps a key replicated on thousands of ranks linear.
   bool duplicate = false;
   for (auto p = g.parts.rbegin(); p != g.parts.rend() && p->rank == src.rank; ++p)
-    duplicate = duplicate || p->rec->stats.shard == r.stats.shard;
+    duplicate = duplicate || p->record->stats.shard == r.stats.shard;
   if (!duplicate) {
     g.parts.push_back({src.rank, &r});
     return;

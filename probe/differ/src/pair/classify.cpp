@@ -94,18 +94,18 @@ void classify_hash_alone(Pair& p, std::optional<bool> hashes_equal) {
 }
 
 void classify_tensors(Pair& p, const Comparator& cmp) {
-  const TensorStats &s = p.base.m.rec.stats, &t = p.test.m.rec.stats;
+  const TensorStats &s = p.base.merged.record.stats, &t = p.test.merged.record.stats;
   if (s.unsupported || t.unsupported) {
     p.pair_class = PairClass::unsupported;
     p.note = s.unsupported ? *s.unsupported : *t.unsupported;
     return;
   }
   p.rel_diff = rel_diff(s.norm, t.norm);
-  const bool python = p.base.m.hash_source != HashSource::spec_v1 ||
-                      p.test.m.hash_source != HashSource::spec_v1;
+  const bool python = p.base.merged.hash_source != HashSource::spec_v1 ||
+                      p.test.merged.hash_source != HashSource::spec_v1;
   // A weights.log record has no norm: its hash is all there is to compare.
-  const bool hash_alone = p.base.m.hash_source == HashSource::torch_hash_alone ||
-                          p.test.m.hash_source == HashSource::torch_hash_alone;
+  const bool hash_alone = p.base.merged.hash_source == HashSource::torch_hash_alone ||
+                          p.test.merged.hash_source == HashSource::torch_hash_alone;
   if (hash_alone) p.rel_diff = 0;  // no norm on one side: no size of a difference
   if (s.shape != t.shape && !python) {
     p.pair_class = PairClass::different;
@@ -144,7 +144,7 @@ void classify_tensors(Pair& p, const Comparator& cmp) {
 }  // namespace
 
 void classify(Pair& p, const Comparator& cmp) {
-  const Record &x = p.base.m.rec, &y = p.test.m.rec;
+  const Record &x = p.base.merged.record, &y = p.test.merged.record;
   using S = Record::State;
   if (x.state == S::none || y.state == S::none) {
     p.pair_class = x.state == y.state ? PairClass::equal : PairClass::none_one_side;

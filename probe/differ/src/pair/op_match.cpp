@@ -50,8 +50,8 @@ std::string op_of(const std::string& name) {
 using Sequences = std::map<std::string, std::vector<std::size_t>>;
 
 std::string sequence_key(const Merged& m, std::string_view prefix) {
-  std::string key = m.rec.phase == Phase::backward ? "b|" : "f|";
-  key += m.rec.microbatch ? std::to_string(*m.rec.microbatch) : "-";
+  std::string key = m.record.phase == Phase::backward ? "b|" : "f|";
+  key += m.record.microbatch ? std::to_string(*m.record.microbatch) : "-";
   key += '|';
   key += prefix;
   return key;
@@ -68,7 +68,7 @@ bool same_names(const std::vector<Merged>& base, const std::vector<std::size_t>&
                 const std::vector<std::size_t>& ti) {
   if (bi.size() != ti.size()) return false;
   for (std::size_t k = 0; k < bi.size(); ++k)
-    if (base[bi[k]].rec.name != test[ti[k]].rec.name || !base[bi[k]].split.empty() || !test[ti[k]].split.empty())
+    if (base[bi[k]].record.name != test[ti[k]].record.name || !base[bi[k]].split.empty() || !test[ti[k]].split.empty())
       return false;
   return true;
 }
@@ -78,19 +78,22 @@ bool same_names(const std::vector<Merged>& base, const std::vector<std::size_t>&
 std::vector<std::pair<std::size_t, std::size_t>> align(const std::vector<Merged>& base, const std::vector<std::size_t>& bi,
                                                        const std::vector<Merged>& test, const std::vector<std::size_t>& ti) {
   const std::size_t n = bi.size(), m = ti.size();
-  std::vector<std::string> tb(n), tt(m);
-  for (std::size_t i = 0; i < n; ++i) tb[i] = type_of(base[bi[i]].rec.name);
-  for (std::size_t j = 0; j < m; ++j) tt[j] = type_of(test[ti[j]].rec.name);
-  std::vector<int> w(n * m), best((n + 1) * (m + 1), 0);
+  std::vector<std::string> base_types(n), test_types(m);
+  for (std::size_t i = 0; i < n; ++i) base_types[i] = type_of(base[bi[i]].record.name);
+  for (std::size_t j = 0; j < m; ++j) test_types[j] = type_of(test[ti[j]].record.name);
+  // affinity_of[i*m + j]: record i's with record j's; best[at(i, j)]: the most affinity an
+  // alignment of the first i and first j records reaches.
+  std::vector<int> affinity_of(n * m), best((n + 1) * (m + 1), 0);
   const auto at = [m](std::size_t i, std::size_t j) { return i * (m + 1) + j; };
   for (std::size_t i = 1; i <= n; ++i)
     for (std::size_t j = 1; j <= m; ++j) {
-      const int a = w[(i - 1) * m + (j - 1)] = affinity(base[bi[i - 1]], test[ti[j - 1]], tb[i - 1], tt[j - 1]);
+      const int a = affinity_of[(i - 1) * m + (j - 1)] =
+          affinity(base[bi[i - 1]], test[ti[j - 1]], base_types[i - 1], test_types[j - 1]);
       best[at(i, j)] = std::max({best[at(i - 1, j)], best[at(i, j - 1)], a > 0 ? best[at(i - 1, j - 1)] + a : 0});
     }
   std::vector<std::pair<std::size_t, std::size_t>> pairs;
   for (std::size_t i = n, j = m; i > 0 && j > 0;) {
-    const int a = w[(i - 1) * m + (j - 1)];
+    const int a = affinity_of[(i - 1) * m + (j - 1)];
     if (a > 0 && best[at(i, j)] == best[at(i - 1, j - 1)] + a) {
       pairs.emplace_back(i - 1, j - 1);
       --i;
@@ -110,7 +113,7 @@ std::unordered_map<std::uint64_t, std::size_t> producers(const std::vector<Merge
   std::unordered_map<std::uint64_t, std::size_t> out;
   std::vector<std::uint64_t> hashes;
   for (std::size_t i = 0; i < run.size(); ++i) {
-    if (run[i].rec.kind != Kind::op) continue;
+    if (run[i].record.kind != Kind::op) continue;
     output_hashes(run[i], hashes);
     for (std::uint64_t h : hashes) out.try_emplace(h, i);
   }
@@ -123,9 +126,9 @@ std::unordered_map<std::uint64_t, std::size_t> producers(const std::vector<Merge
 constexpr double kSameNorm = 1e-3;
 
 bool same_tensor_up_to_rounding(const Merged& a, const Merged& b) {
-  if (a.rec.state != Record::State::tensor || b.rec.state != Record::State::tensor || !shapes_compatible(a, b))
+  if (a.record.state != Record::State::tensor || b.record.state != Record::State::tensor || !shapes_compatible(a, b))
     return false;
-  const double x = a.rec.stats.norm, y = b.rec.stats.norm;
+  const double x = a.record.stats.norm, y = b.record.stats.norm;
   if (!std::isfinite(x) || !std::isfinite(y)) return false;
   return std::fabs(x - y) <= kSameNorm * std::max(std::fabs(x), std::fabs(y));
 }
@@ -158,8 +161,8 @@ class OpMatcher {
     Sequences out;
     for (std::size_t i = 0; i < run.size(); ++i) {
       const Merged& m = run[i];
-      if (m.rec.kind != Kind::op || m.rec.phase.value_or(Phase::forward) != phase) continue;
-      std::string prefix(prefix_of(m.rec.name));
+      if (m.record.kind != Kind::op || m.record.phase.value_or(Phase::forward) != phase) continue;
+      std::string prefix(prefix_of(m.record.name));
       if (is_test && phase == Phase::backward) {
         if (auto it = forward_names_.find(prefix); it != forward_names_.end()) prefix = it->second;
         else if (forward_ops_.count(prefix)) prefix += "\x01unaligned";
@@ -174,9 +177,9 @@ class OpMatcher {
   void match(const std::vector<std::size_t>& bi, const std::vector<std::size_t>& ti, std::vector<std::size_t>& matched) {
     if (same_names(base_, bi, test_, ti) || bi.size() * ti.size() > kMaxCells) {
       std::unordered_map<std::string_view, std::size_t> by_name;
-      for (std::size_t k : bi) by_name.emplace(base_[k].rec.name, k);
+      for (std::size_t k : bi) by_name.emplace(base_[k].record.name, k);
       for (std::size_t l : ti)
-        if (auto it = by_name.find(test_[l].rec.name); it != by_name.end()) partner_[l] = it->second;
+        if (auto it = by_name.find(test_[l].record.name); it != by_name.end()) partner_[l] = it->second;
       return;
     }
     for (const auto& [k, l] : align(base_, bi, test_, ti)) {
@@ -222,7 +225,7 @@ class OpMatcher {
 
   bool foreign_input(std::size_t bi, std::size_t ti) const {
     const Merged &b = base_[bi], &t = test_[ti];
-    for (std::size_t i = 0; i < b.rec.inputs.size() && i < t.rec.inputs.size(); ++i) {
+    for (std::size_t i = 0; i < b.record.inputs.size() && i < t.record.inputs.size(); ++i) {
       if (same_input(b, t, i)) continue;
       const std::size_t mb = maker(base_, bi, i, base_made_), mt = maker(test_, ti, i, test_made_);
       if (mb == kNone || mt == kNone || partner_[mt] == mb) continue;
@@ -234,11 +237,11 @@ class OpMatcher {
   void name_forward_ops() {
     for (std::size_t ti = 0; ti < test_.size(); ++ti) {
       const Merged& t = test_[ti];
-      if (t.rec.kind != Kind::op || t.rec.phase.value_or(Phase::forward) != Phase::forward) continue;
-      const std::string op = op_of(t.rec.name);
+      if (t.record.kind != Kind::op || t.record.phase.value_or(Phase::forward) != Phase::forward) continue;
+      const std::string op = op_of(t.record.name);
       forward_ops_.insert(op);
       // An op's first output aligned names it (its other outputs may align with other ops').
-      if (partner_[ti] != kNone) forward_names_.try_emplace(op, op_of(base_[partner_[ti]].rec.name));
+      if (partner_[ti] != kNone) forward_names_.try_emplace(op, op_of(base_[partner_[ti]].record.name));
     }
   }
 
@@ -247,10 +250,10 @@ class OpMatcher {
   void apply() {
     std::unordered_set<std::string_view> base_keys;
     for (const Merged& b : base_)
-      if (b.rec.kind == Kind::op) base_keys.insert(b.key);
+      if (b.record.kind == Kind::op) base_keys.insert(b.key);
     std::vector<bool> unaligned(test_.size(), false), has_base_key(test_.size(), false);
     for (std::size_t ti = 0; ti < test_.size(); ++ti) {
-      has_base_key[ti] = test_[ti].rec.kind == Kind::op && base_keys.count(test_[ti].key);
+      has_base_key[ti] = test_[ti].record.kind == Kind::op && base_keys.count(test_[ti].key);
       unaligned[ti] = partner_[ti] == kNone && has_base_key[ti];
     }
     base_keys.clear();  // views of the base keys, which test keys are about to copy
@@ -264,7 +267,7 @@ class OpMatcher {
       if (partner_[ti] == kNone) continue;
       Merged& b = base_[partner_[ti]];
       t.key = b.key;
-      t.rec.name = b.rec.name;
+      t.record.name = b.record.name;
     }
   }
 
@@ -281,7 +284,7 @@ class OpMatcher {
 
 void match_ops(std::vector<Merged>& base, std::vector<Merged>& test) {
   const auto has_op = [](const std::vector<Merged>& run) {
-    return std::any_of(run.begin(), run.end(), [](const Merged& m) { return m.rec.kind == Kind::op; });
+    return std::any_of(run.begin(), run.end(), [](const Merged& m) { return m.record.kind == Kind::op; });
   };
   if (!has_op(base) || !has_op(test)) return;
   OpMatcher(base, test).run();

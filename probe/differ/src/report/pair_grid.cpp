@@ -14,7 +14,7 @@ namespace {
 // The number a series follows on one side: a scalar's value, a tensor's norm; NaN for none.
 double side_value(const Side& s) {
   if (!s.present) return std::numeric_limits<double>::quiet_NaN();
-  const Record& r = s.m.rec;
+  const Record& r = s.merged.record;
   if (r.state == Record::State::scalar) return r.value;
   if (r.state == Record::State::tensor && !r.stats.unsupported) return r.stats.norm;
   return std::numeric_limits<double>::quiet_NaN();
@@ -22,7 +22,7 @@ double side_value(const Side& s) {
 
 bool holds_nonfinite(const Side& s) {
   if (!s.present) return false;
-  const Record& r = s.m.rec;
+  const Record& r = s.merged.record;
   if (r.state == Record::State::scalar) return !std::isfinite(r.value);
   if (r.state != Record::State::tensor || r.stats.unsupported) return false;
   return r.stats.nan > 0 || r.stats.inf > 0 || !std::isfinite(r.stats.norm);

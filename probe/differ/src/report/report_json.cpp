@@ -21,14 +21,14 @@ nlohmann::json num_json(double v) {
 
 nlohmann::json side_json(const Side& s) {
   if (!s.present) return nullptr;
-  const Record& r = s.m.rec;
+  const Record& r = s.merged.record;
   nlohmann::json j;
-  j["ranks"] = s.m.ranks;
-  if (s.m.replicas_disagree) {  // the figures below are those of value_ranks' records
+  j["ranks"] = s.merged.ranks;
+  if (s.merged.replicas_disagree) {  // the figures below are those of value_ranks' records
     j["replicas_disagree"] = true;
-    j["value_ranks"] = s.m.value_ranks;
+    j["value_ranks"] = s.merged.value_ranks;
   }
-  j["raw_name"] = s.m.raw_name;
+  j["raw_name"] = s.merged.raw_name;
   switch (r.state) {
     case Record::State::none:
       j["state"] = "none";
@@ -42,10 +42,10 @@ nlohmann::json side_json(const Side& s) {
   }
   const auto& t = r.stats;
   if (t.unsupported) j["unsupported"] = *t.unsupported;
-  if (s.m.hash_source == HashSource::spec_v1 && !t.unsupported) j["hash"] = lf::format_hash(t.hash);
+  if (s.merged.hash_source == HashSource::spec_v1 && !t.unsupported) j["hash"] = lf::format_hash(t.hash);
   if (t.torch_hash) j["torch_hash"] = lf::format_hash(*t.torch_hash);
   j["norm"] = num_json(t.norm);
-  if (s.m.hash_source == HashSource::spec_v1) {
+  if (s.merged.hash_source == HashSource::spec_v1) {
     j["min"] = num_json(t.min);
     j["max"] = num_json(t.max);
     j["mean"] = num_json(t.mean);

@@ -48,7 +48,7 @@ std::string ranks_text(const Merged& m) {
 
 std::string side_text(const Side& s, Kind kind) {
   if (!s.present) return "(absent)";
-  const Record& r = s.m.rec;
+  const Record& r = s.merged.record;
   std::string out, extra;
   switch (r.state) {
     case Record::State::none:
@@ -61,11 +61,11 @@ std::string side_text(const Side& s, Kind kind) {
       const auto& t = r.stats;
       if (t.unsupported) {
         out = "unsupported (" + *t.unsupported + ")";
-      } else if (s.m.hash_source == HashSource::torch_hash_alone) {
+      } else if (s.merged.hash_source == HashSource::torch_hash_alone) {
         // torch.hash_tensor's value, which NumericsLogger writes in decimal: in hex, 16 digits,
         // like every other hash the report prints.
         out = "hash=" + lf::format_hash(t.torch_hash.value_or(0));  // weights.log: no norm
-      } else if (s.m.hash_source == HashSource::torch_only) {
+      } else if (s.merged.hash_source == HashSource::torch_only) {
         out = "hash=" + lf::format_hash(t.torch_hash.value_or(0)) + " norm=" + num(t.norm);
       } else if (kind == Kind::rng) {
         out = "hash=" + lf::format_hash(t.hash);  // the figures of state bytes mean nothing
@@ -82,7 +82,7 @@ std::string side_text(const Side& s, Kind kind) {
       break;
     }
   }
-  out += ranks_text(s.m);
+  out += ranks_text(s.merged);
   if (!extra.empty()) out += "\n        " + extra;  // keeps lines terminal-wide
   return out;
 }
@@ -90,7 +90,7 @@ std::string side_text(const Side& s, Kind kind) {
 // The relative norm (or value) difference, or why there is none.
 std::string rel_diff_text(const Pair& p) {
   auto nan_side = [](const Side& s) {
-    return s.present && s.m.rec.state == Record::State::tensor && std::isnan(s.m.rec.stats.norm);
+    return s.present && s.merged.record.state == Record::State::tensor && std::isnan(s.merged.record.stats.norm);
   };
   const bool nb = nan_side(p.base), nt = nan_side(p.test);
   if (nb || nt) return std::string("n/a (NaN in ") + (nb && nt ? "both" : nb ? "base" : "test") + ")";
@@ -247,7 +247,7 @@ void print_pair(const char* title, const Pair& p, const std::string& label, std:
   out << "  base: " << side_text(p.base, p.kind) << "\n";
   out << "  test: " << side_text(p.test, p.kind) << "\n";
   if (p.rel_diff > 0 && p.kind != Kind::rng) {
-    const bool values = p.base.present && p.base.m.rec.state == Record::State::scalar;
+    const bool values = p.base.present && p.base.merged.record.state == Record::State::scalar;
     out << (values ? "  relative difference: " : "  relative norm difference: ") << rel_diff_text(p) << "\n";
   }
   if (!p.note.empty()) out << "  note: " << p.note << "\n";

@@ -20,7 +20,7 @@ namespace probe::differ {
 // One rank's record of a key.
 struct Part {
   int rank;
-  Record* rec;  // where it was read (Run::RankSource::ahead), until the step is merged
+  Record* record;  // where it was read (Run::RankSource::ahead), until the step is merged
 };
 
 // Every rank's records of one key (kind, canonical name, microbatch) at one step.

@@ -15,7 +15,7 @@ namespace probe::differ {
 // Whether the group's records are op records of a split scope.
 bool is_split_op_group(const Group& g);
 
-// The group's records, one per rank of the split, into `m` (its SplitOp filled in; rec holds the
+// The group's records, one per rank of the split, into `m` (its SplitOp filled in; `record` holds the
 // replicated output, or the whole cut along dim 0 until a view is chosen). The ranks differ by
 // design: no replica issue; fewer records than ranks (or of other shapes) are a split_incomplete
 // warning, and the record one rank's. Consumes the parts.
@@ -39,7 +39,7 @@ void output_hashes(const Merged& m, std::vector<std::uint64_t>& out);
 const std::vector<std::uint64_t>& input_hashes(const Merged& m, std::size_t i, std::vector<std::uint64_t>& scratch);
 
 // For a pair of op records of which one or both are split: the view of each that the other asks
-// for (rec.stats set to it): the ranks' common output, the whole they tile along a dim of the
+// for (record.stats set to it): the ranks' common output, the whole they tile along a dim of the
 // other's shape, or, where the ranks' outputs have the other's shape and differ, a partial sum
 // (Merged::partial set: set aside as other partial sums are). False where the pieces hold the
 // other's elements in another arrangement (a dim flattening a split dim with a whole one): the
