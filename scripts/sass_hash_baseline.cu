@@ -43,10 +43,12 @@ __global__ void __launch_bounds__(tile::kBlockThreads)
     uint4 group[tile::kGroupsPerThread];
 #pragma unroll
     for (int j = 0; j < tile::kGroupsPerThread; ++j)
-      group[j] = __ldg(reinterpret_cast<const uint4*>(data + tile::group_first<T>(tile_index, t, j)));
+      group[j] =
+          __ldg(reinterpret_cast<const uint4*>(data + tile::group_first<T>(tile_index, t, j)));
 #pragma unroll
     for (int j = 0; j < tile::kGroupsPerThread; ++j) {
-      const std::uint64_t g = base + static_cast<std::uint64_t>(tile::group_first<T>(tile_index, t, j));
+      const std::uint64_t g =
+          base + static_cast<std::uint64_t>(tile::group_first<T>(tile_index, t, j));
 #pragma unroll
       for (int v = 0; v < kGroup; ++v) hash += tile::element_hash<T>(unpack<B>(group[j], v), g + v);
     }
@@ -55,8 +57,8 @@ __global__ void __launch_bounds__(tile::kBlockThreads)
 }
 
 // One element size each: the hash depends only on the size (1, 2, 4, 8 bytes).
-#define HASH_ONLY_TILE(name)                                                                      \
-  template __global__ void hash_only_tile<ElementType::name>(                                    \
+#define HASH_ONLY_TILE(name)                                  \
+  template __global__ void hash_only_tile<ElementType::name>( \
       const tile::Bits<ElementType::name>*, std::int64_t, std::uint64_t, unsigned long long*);
 HASH_ONLY_TILE(uint8)
 HASH_ONLY_TILE(bfloat16)

@@ -178,7 +178,7 @@ def read_tile_shape(source_root: Path) -> TileShape:
     element_h = (source_root / "probe/src/core/stats_element.h").read_text()
 
     def constant(name: str) -> int:
-        m = re.search(rf"inline constexpr int {name} = (\d+);", tile_h)
+        m = re.search(rf"inline\s+constexpr\s+int\s+{name}\s*=\s*(\d+);", tile_h)
         if not m:
             raise ReportError(f"stats_tile.h: no {name}")
         return int(m[1])
@@ -187,12 +187,13 @@ def read_tile_shape(source_root: Path) -> TileShape:
     if not m:
         raise ReportError("stats_element.h: no enum class ElementType")
     types = [t.strip() for t in m[1].replace("\n", " ").split(",") if t.strip()]
-    default = re.search(r"struct BitsOf \{ using type = std::uint(\d+)_t; \};", tile_h)
+    # Whitespace-tolerant: the formatter decides where the braces' lines break.
+    default = re.search(r"struct\s+BitsOf\s*\{\s*using\s+type\s*=\s*std::uint(\d+)_t;\s*\};", tile_h)
     if not default:
         raise ReportError("stats_tile.h: no default BitsOf")
     sizes = {t: int(default[1]) // 8 for t in types}
-    for name, bits in re.findall(r"struct BitsOf<ElementType::(\w+)> \{ using type = std::uint(\d+)_t; \};",
-                                 tile_h):
+    for name, bits in re.findall(r"struct\s+BitsOf<ElementType::(\w+)>\s*\{\s*using\s+type\s*=\s*"
+                                 r"std::uint(\d+)_t;\s*\};", tile_h):
         sizes[name] = int(bits) // 8
     return TileShape(constant("kGroupsPerThread"), constant("kGroupBytes"), types, sizes)
 

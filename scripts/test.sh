@@ -5,6 +5,8 @@
 #
 #   scripts/test.sh         set-up, build, every ctest
 #   scripts/test.sh --all   the same, then the checks that cost the most (what .ci/run calls):
+#     - the C++ sources formatted as .clang-format says, by the pinned clang-format
+#       (scripts/format.sh --check),
 #     - the torch-free targets built with AddressSanitizer and UndefinedBehaviorSanitizer in
 #       build-asan/ and their tests run (scripts/sanitize_check.sh),
 #     - every torch translation unit compiled against the oldest supported LibTorch's headers,
@@ -16,7 +18,7 @@
 #   (scripts/calibrate.sh, ~40 min; .ci/run runs it after --all).
 set -euo pipefail
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 all=0
 for arg in "$@"; do
   case "$arg" in
@@ -109,6 +111,7 @@ rc_all=0
 CUDA_COMPILED=0
 run_ctest || rc_all=$?
 if [ "$all" = 1 ]; then
+  step "C++ formatting (scripts/format.sh --check)" "$NUMPROBE_ROOT/scripts/format.sh" --check
   if [ "${NUMPROBE_SANITIZE:-1}" != "0" ]; then
     step "sanitizers (build-asan/, ASan + UBSan, torch-free targets)" \
       "$NUMPROBE_ROOT/scripts/sanitize_check.sh" "${SANITIZE_BUILD_DIR:-$NUMPROBE_ROOT/build-asan}"

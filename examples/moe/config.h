@@ -18,10 +18,11 @@ namespace moe {
 
 struct Config {
   std::string setup = "single";
-  int stages = 2;  // pp-ddp only
-  int tp = 1;      // tensor-parallel degree (Megatron-style; tensor_parallel.h)
-  bool sp = false; // sequence parallel between the tensor-parallel regions (needs tp > 1)
-  int ep = 1;      // expert-parallel degree: routed experts split over that many data-parallel ranks
+  int stages = 2;   // pp-ddp only
+  int tp = 1;       // tensor-parallel degree (Megatron-style; tensor_parallel.h)
+  bool sp = false;  // sequence parallel between the tensor-parallel regions (needs tp > 1)
+  // expert-parallel degree: routed experts split over that many data-parallel ranks
+  int ep = 1;
   std::uint64_t rng_seed = 42;
   std::int64_t steps = 3;
   std::int64_t microbatches = 8;  // global, per step
@@ -31,9 +32,10 @@ struct Config {
   double lr = 0.1, momentum = 0.9;  // lr: 0.1 for sgd, 1e-3 for adamw unless --lr is given
   double weight_decay = 0.01;       // adamw
   std::string device = "cpu";
-  std::string dtype = "float32";  // the forward and backward's: float32, or bfloat16 over float32 masters
+  // the forward and backward's: float32, or bfloat16 over float32 masters
+  std::string dtype = "float32";
   bool backend_at_one_rank = false;  // NCCL/Gloo groups even with one rank (one-GPU checks)
-  std::string out;  // probe run dir ("" = next free out/<N>)
+  std::string out;                   // probe run dir ("" = next free out/<N>)
   bool probe = true;
   std::string probe_kinds = "all";
   std::string fault = "none";

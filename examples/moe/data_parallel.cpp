@@ -11,7 +11,9 @@
 
 namespace moe {
 
-Group& replicas_of(const Param& p, ProcessGroups& groups) { return p.expert ? groups.edp : groups.dp; }
+Group& replicas_of(const Param& p, ProcessGroups& groups) {
+  return p.expert ? groups.edp : groups.dp;
+}
 
 namespace {
 
@@ -89,8 +91,8 @@ void compute_in(Param& p, at::ScalarType dtype) {
 
 }  // namespace
 
-std::vector<Param> hold_parameters(torch::nn::Module& model, ProcessGroups& groups, bool zero3, bool sequence_parallel,
-                                   at::ScalarType dtype) {
+std::vector<Param> hold_parameters(torch::nn::Module& model, ProcessGroups& groups, bool zero3,
+                                   bool sequence_parallel, at::ScalarType dtype) {
   std::vector<Param> params;
   for (auto& item : model.named_parameters()) {
     Param p;
@@ -126,13 +128,14 @@ void release_parameters(std::vector<Param>& params) {
   for (auto& p : params) release(p, p.compute.scalar_type());
 }
 
-void reduce_gradients(std::vector<Param>& params, ProcessGroups& groups, bool zero3, const std::string& unreduced,
-                      bool norms_unreduced) {
+void reduce_gradients(std::vector<Param>& params, ProcessGroups& groups, bool zero3,
+                      const std::string& unreduced, bool norms_unreduced) {
   for (auto& p : params) {
     auto grad = p.compute.grad();
     if (!grad.defined()) continue;
     grad = grad.to(p.owned.scalar_type());  // itself when the dtypes agree
-    if (!p.mb_grad_partial.empty() && !(norms_unreduced && p.name.ends_with("norm.weight"))) groups.tp.all_reduce_sum(grad);
+    if (!p.mb_grad_partial.empty() && !(norms_unreduced && p.name.ends_with("norm.weight")))
+      groups.tp.all_reduce_sum(grad);
     const bool skip = p.name == unreduced;
     if (zero3) reduce_scatter_gradient(p, grad, groups, skip);
     else if (!skip) replicas_of(p, groups).all_reduce_sum(grad);

@@ -7,13 +7,17 @@
 
 namespace moe {
 
-bool is_expert_parameter(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
+bool is_expert_parameter(const std::string& name) {
+  return name.find(".moe.experts.") != std::string::npos;
+}
 
-std::vector<std::int64_t> covered_microbatches(const ProcessGroups& groups, std::int64_t per_rank, std::int64_t mb) {
+std::vector<std::int64_t> covered_microbatches(const ProcessGroups& groups, std::int64_t per_rank,
+                                               std::int64_t mb) {
   const std::int64_t place = mb - groups.dp_rank * per_rank;  // among this rank's microbatches
   const std::int64_t first_dp_rank = groups.dp_rank - groups.ep_rank;
   std::vector<std::int64_t> covers;
-  for (std::int64_t r = 0; r < groups.ep_size; ++r) covers.push_back((first_dp_rank + r) * per_rank + place);
+  for (std::int64_t r = 0; r < groups.ep_size; ++r)
+    covers.push_back((first_dp_rank + r) * per_rank + place);
   return covers;
 }
 
@@ -36,8 +40,8 @@ at::Tensor exchange(Group& g, const at::Tensor& in, const std::vector<std::int64
 // All-to-all forward; backward, the gradients the same way back. The group rides in the
 // autograd context as an integer: the process groups outlive every backward the trainer runs.
 struct AllToAll : torch::autograd::Function<AllToAll> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Group* g, std::vector<std::int64_t> out_rows,
-                            std::vector<std::int64_t> in_rows) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Group* g,
+                            std::vector<std::int64_t> out_rows, std::vector<std::int64_t> in_rows) {
     ctx->saved_data["group"] = reinterpret_cast<std::int64_t>(g);
     ctx->saved_data["out_rows"] = out_rows;
     ctx->saved_data["in_rows"] = in_rows;
@@ -53,13 +57,15 @@ struct AllToAll : torch::autograd::Function<AllToAll> {
 
 }  // namespace
 
-ExpertParallel::ExpertParallel(Group& group, std::int64_t n_experts) : group_(&group), n_experts_(n_experts) {
+ExpertParallel::ExpertParallel(Group& group, std::int64_t n_experts)
+    : group_(&group), n_experts_(n_experts) {
   if (n_experts % group.size() != 0)
     throw std::invalid_argument("--ep " + std::to_string(group.size()) + " does not divide the " +
                                 std::to_string(n_experts) + " experts");
 }
 
-ExpertParallel::Received ExpertParallel::dispatch(const at::Tensor& rows, const std::vector<std::int64_t>& counts) const {
+ExpertParallel::Received ExpertParallel::dispatch(const at::Tensor& rows,
+                                                  const std::vector<std::int64_t>& counts) const {
   // Every rank's count per expert: what each destination receives from each source (on the
   // rows' device: NCCL gathers device tensors).
   auto mine = at::tensor(counts, at::kLong).to(rows.device());

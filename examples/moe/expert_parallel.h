@@ -24,7 +24,8 @@ bool is_expert_parameter(const std::string& name);
 // The global microbatches the gradient of an expert covers in the backward of global
 // microbatch `mb` on this rank, `per_rank` microbatches to a data-parallel rank: the
 // microbatch at the same place on every rank of its expert-parallel group.
-std::vector<std::int64_t> covered_microbatches(const ProcessGroups& groups, std::int64_t per_rank, std::int64_t mb);
+std::vector<std::int64_t> covered_microbatches(const ProcessGroups& groups, std::int64_t per_rank,
+                                               std::int64_t mb);
 
 class ExpertParallel {
  public:

@@ -89,7 +89,8 @@ void parse_nan(const std::string& v, Fault& f) {
 std::string why_no_effect(const Fault& fault, const Config& c, const ProcessGroups& groups) {
   using Kind = Fault::Kind;
   const auto past_last = [&] {
-    return "step " + std::to_string(fault.step) + " is past the run's last step " + std::to_string(c.steps - 1);
+    return "step " + std::to_string(fault.step) + " is past the run's last step " +
+           std::to_string(c.steps - 1);
   };
   std::string why;
   if (fault.kind == Kind::nan && fault.step >= c.steps) why = past_last();
@@ -97,17 +98,22 @@ std::string why_no_effect(const Fault& fault, const Config& c, const ProcessGrou
     why = "with one data-parallel rank there is no gradient reduction to skip";
   if (fault.kind == Kind::rng_per_rank && groups.world_size == 1)
     why = "with one rank, rank 0's dropout draws are every rank's";
-  if (fault.kind == Kind::init && fault.param.ends_with("norm.weight")) why = "norm weights start at 1 whatever the seed";
+  if (fault.kind == Kind::init && fault.param.ends_with("norm.weight"))
+    why = "norm weights start at 1 whatever the seed";
   if (fault.kind == Kind::lr && fault.step >= c.steps) why = past_last();
-  if (fault.kind == Kind::lr && fault.factor == 1) why = "a factor of 1 leaves the learning rate as it is";
+  if (fault.kind == Kind::lr && fault.factor == 1)
+    why = "a factor of 1 leaves the learning rate as it is";
   if (fault.kind == Kind::grad_scale && fault.step >= c.steps) why = past_last();
-  if (fault.kind == Kind::grad_scale && fault.factor == 1) why = "a factor of 1 leaves the gradient as it is";
-  if (fault.kind == Kind::out_scale && fault.factor == 1) why = "a factor of 1 leaves the output as it is";
+  if (fault.kind == Kind::grad_scale && fault.factor == 1)
+    why = "a factor of 1 leaves the gradient as it is";
+  if (fault.kind == Kind::out_scale && fault.factor == 1)
+    why = "a factor of 1 leaves the output as it is";
   if (fault.kind == Kind::tp_no_reduce && groups.tp_size == 1)
     why = "with --tp 1 attention's output is no sum of partial products";
   if ((fault.kind == Kind::sp_norm_unreduced || fault.kind == Kind::sp_dropout_seed) && !c.sp)
     why = "without --sp no rank holds a sequence shard";
-  if (fault.kind == Kind::pp_grads_none && groups.stages == 1) why = "with one pipeline stage no schedule runs the backward";
+  if (fault.kind == Kind::pp_grads_none && groups.stages == 1)
+    why = "with one pipeline stage no schedule runs the backward";
   if ((fault.kind == Kind::ep_permute || fault.kind == Kind::ep_grad_scale) && groups.ep_size == 1)
     why = "with --ep 1 no token is dispatched to another rank's experts";
   return why;
@@ -136,7 +142,8 @@ Fault Fault::parse(const std::string& text) {
     f.param = value("init=");
   } else if (text.starts_with("lr=") && parse_index_and_factor(value("lr="), f.step, f.factor)) {
     f.kind = Kind::lr;
-  } else if (text.starts_with("out-scale=") && parse_index_and_factor(value("out-scale="), f.layer, f.factor)) {
+  } else if (text.starts_with("out-scale=") &&
+             parse_index_and_factor(value("out-scale="), f.layer, f.factor)) {
     f.kind = Kind::out_scale;
   } else if (text.starts_with("grad-scale=") && parse_grad_scale(value("grad-scale="), f)) {
     f.kind = Kind::grad_scale;
@@ -147,13 +154,15 @@ Fault Fault::parse(const std::string& text) {
   } else if (text == "sp-dropout-seed") {
     f.kind = Kind::sp_dropout_seed;
   } else {
-    throw std::invalid_argument("--fault '" + text +
-                                "': expected none, grads-none, pp-grads-none, rng-per-rank, nan=<step>:<param>, "
-                                "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, grad-scale=<step>:<param>:<factor>, "
-                                "out-scale=<layer>:<factor>, op=<layer>, "
-                                "op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>, tp-no-reduce=<layer>, "
-                                "sp-norm-unreduced, sp-dropout-seed, "
-                                "ep-permute=<layer> or ep-grad-scale=<layer>");
+    throw std::invalid_argument(
+        "--fault '" + text +
+        "': expected none, grads-none, pp-grads-none, rng-per-rank, nan=<step>:<param>, "
+        "skip-reduce=<param>, init=<param>, lr=<step>:<factor>, "
+        "grad-scale=<step>:<param>:<factor>, "
+        "out-scale=<layer>:<factor>, op=<layer>, "
+        "op-backward=<layer>, op-wrong=<layer>, op-lowp=<layer>, tp-no-reduce=<layer>, "
+        "sp-norm-unreduced, sp-dropout-seed, "
+        "ep-permute=<layer> or ep-grad-scale=<layer>");
   }
   return f;
 }
@@ -173,15 +182,17 @@ void check_fault(const Fault& fault, const Config& c, const ProcessGroups& group
   if (!fault.param.empty()) {
     Transformer whole(c.model, 0, c.model.n_layers);
     const auto params = whole->named_parameters();
-    if (std::none_of(params.begin(), params.end(), [&](const auto& item) { return item.key() == fault.param; }))
+    if (std::none_of(params.begin(), params.end(),
+                     [&](const auto& item) { return item.key() == fault.param; }))
       throw std::invalid_argument("--fault: no parameter named '" + fault.param + "'");
   }
   if (fault.layer >= c.model.n_layers)
-    throw std::invalid_argument("--fault: no layer " + std::to_string(fault.layer) + " (the model has " +
-                                std::to_string(c.model.n_layers) + ")");
+    throw std::invalid_argument("--fault: no layer " + std::to_string(fault.layer) +
+                                " (the model has " + std::to_string(c.model.n_layers) + ")");
   const std::string why = why_no_effect(fault, c, groups);
   if (!why.empty() && groups.rank == 0)
-    std::fprintf(stderr, "moe_train: warning: --fault %s has no effect here: %s\n", c.fault.c_str(), why.c_str());
+    std::fprintf(stderr, "moe_train: warning: --fault %s has no effect here: %s\n", c.fault.c_str(),
+                 why.c_str());
 }
 
 void apply_op_fault(const Fault& fault, ModelArgs& model) {
@@ -209,11 +220,13 @@ void apply_expert_parallel_fault(const Fault& fault, ExpertParallel& ep) {
   if (fault.kind == Fault::Kind::ep_permute) ep.permuted_layer = fault.layer;
 }
 
-void scale_expert_gradients_if_due(const Fault& fault, std::vector<Param>& params, const ProcessGroups& groups) {
+void scale_expert_gradients_if_due(const Fault& fault, std::vector<Param>& params,
+                                   const ProcessGroups& groups) {
   if (fault.kind != Fault::Kind::ep_grad_scale || groups.ep_size == 1) return;
   const std::string prefix = "layers." + std::to_string(fault.layer) + ".moe.experts.";
   for (auto& p : params)
-    if (p.name.starts_with(prefix) && p.owned.grad().defined()) p.owned.mutable_grad().div_(groups.ep_size);
+    if (p.name.starts_with(prefix) && p.owned.grad().defined())
+      p.owned.mutable_grad().div_(groups.ep_size);
 }
 
 void apply_init_fault(const Fault& fault, torch::nn::Module& model, std::uint64_t seed) {
@@ -222,7 +235,8 @@ void apply_init_fault(const Fault& fault, torch::nn::Module& model, std::uint64_
     if (item.key() == fault.param) init_parameter(fault.param, item.value(), seed + 1);
 }
 
-void inject_nan_if_due(const Fault& fault, std::int64_t step, std::vector<Param>& params, const ProcessGroups& groups) {
+void inject_nan_if_due(const Fault& fault, std::int64_t step, std::vector<Param>& params,
+                       const ProcessGroups& groups) {
   if (fault.kind != Fault::Kind::nan || fault.step != step || groups.dp_rank != 0) return;
   for (auto& p : params)
     if (p.name == fault.param && p.compute.grad().defined())
@@ -233,11 +247,13 @@ void scale_gradient_if_due(const Fault& fault, std::int64_t step, std::vector<Pa
                            const ProcessGroups& groups) {
   if (fault.kind != Fault::Kind::grad_scale || fault.step != step || groups.dp_rank != 0) return;
   for (auto& p : params)
-    if (p.name == fault.param && p.compute.grad().defined()) p.compute.mutable_grad().mul_(fault.factor);
+    if (p.name == fault.param && p.compute.grad().defined())
+      p.compute.mutable_grad().mul_(fault.factor);
 }
 
 void die_if_due(const Config& c, std::int64_t step, const ProcessGroups& groups) {
-  if (c.die_after_step >= 0 && step == c.die_after_step + 1 && groups.rank == c.die_rank) std::raise(SIGKILL);
+  if (c.die_after_step >= 0 && step == c.die_after_step + 1 && groups.rank == c.die_rank)
+    std::raise(SIGKILL);
 }
 
 }  // namespace moe

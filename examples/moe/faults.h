@@ -20,18 +20,32 @@ namespace moe {
 
 struct Fault {
   enum class Kind {
-    none, grads_none, rng_per_rank, nan, skip_reduce, init, lr, grad_scale, op, op_backward, op_wrong,
+    none,
+    grads_none,
+    rng_per_rank,
+    nan,
+    skip_reduce,
+    init,
+    lr,
+    grad_scale,
+    op,
+    op_backward,
+    op_wrong,
     op_lowp,
     // Under tensor / sequence parallelism only (accepted, and without effect, elsewhere).
     out_scale,
-    tp_no_reduce, sp_norm_unreduced, sp_dropout_seed,
+    tp_no_reduce,
+    sp_norm_unreduced,
+    sp_dropout_seed,
     // Under expert parallelism only.
-    ep_permute, ep_grad_scale,
+    ep_permute,
+    ep_grad_scale,
     // Under pipelining only: grads-none where a pipeline schedule runs the backward.
     pp_grads_none
   } kind = Kind::none;
   std::int64_t step = -1;
-  std::int64_t layer = -1;  // op, op_backward, op_wrong, op_lowp, tp_no_reduce, ep_permute, ep_grad_scale
+  // op, op_backward, op_wrong, op_lowp, tp_no_reduce, ep_permute, ep_grad_scale
+  std::int64_t layer = -1;
   std::string param;
   double factor = 1;  // lr, grad_scale, out_scale
 
@@ -65,14 +79,16 @@ void apply_expert_parallel_fault(const Fault& fault, ExpertParallel& ep);
 
 // ep-grad-scale=<layer>: after the reduction, that layer's routed experts' gradients divided by
 // the expert-parallel degree (as if averaged over the ranks that dispatched to them).
-void scale_expert_gradients_if_due(const Fault& fault, std::vector<Param>& params, const ProcessGroups& groups);
+void scale_expert_gradients_if_due(const Fault& fault, std::vector<Param>& params,
+                                   const ProcessGroups& groups);
 
 // init=<param>: that parameter (if this stage holds it) drawn from another seed (seed + 1).
 void apply_init_fault(const Fault& fault, torch::nn::Module& model, std::uint64_t seed);
 
 // nan=<step>:<param>: at that step a NaN enters the parameter's gradient on the first
 // data-parallel rank that holds it, before the gradient reduction spreads it.
-void inject_nan_if_due(const Fault& fault, std::int64_t step, std::vector<Param>& params, const ProcessGroups& groups);
+void inject_nan_if_due(const Fault& fault, std::int64_t step, std::vector<Param>& params,
+                       const ProcessGroups& groups);
 
 // grad-scale=<step>:<param>:<factor>: data-parallel rank 0's gradient of `param` at `step` times
 // `factor`, before the reduction (one rank's contribution wrong; with one rank, the gradient).

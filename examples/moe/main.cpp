@@ -52,19 +52,21 @@ using moe::Config;
 
 // The probe's options: this run's defaults, PROBE_* variables over them, flags given on the
 // command line over both.
-probe::ProbeOptions probe_options(const Config& c, const CLI::App& app, const moe::ProcessGroups& groups) {
+probe::ProbeOptions probe_options(const Config& c, const CLI::App& app,
+                                  const moe::ProcessGroups& groups) {
   probe::ProbeOptions defaults;
   defaults.enabled = c.probe;
   defaults.kinds = probe::KindSet::parse(c.probe_kinds);
   defaults.rank = groups.rank;
   defaults.world_size = groups.world_size;
   std::ostringstream setup;
-  setup << c.setup << " x" << groups.world_size << " (" << groups.stages << " stages x " << groups.dp_size << " dp";
+  setup << c.setup << " x" << groups.world_size << " (" << groups.stages << " stages x "
+        << groups.dp_size << " dp";
   if (groups.tp_size > 1) setup << " x " << groups.tp_size << " tp" << (c.sp ? " sp" : "");
   if (groups.ep_size > 1) setup << ", " << groups.ep_size << " ep";
-  setup << ", " << groups.backend_name << "), " << c.optimizer << " lr " << c.lr << (c.dtype == "float32" ? "" : ", " + c.dtype)
-        << ", seed " << c.rng_seed
-        << ", fault " << c.fault;
+  setup << ", " << groups.backend_name << "), " << c.optimizer << " lr " << c.lr
+        << (c.dtype == "float32" ? "" : ", " + c.dtype) << ", seed " << c.rng_seed << ", fault "
+        << c.fault;
   defaults.setup = setup.str();
   probe::ProbeOptions options = probe::ProbeOptions::from_env(defaults);
   if (app.count("--out")) options.run_dir = c.out;
@@ -75,11 +77,13 @@ probe::ProbeOptions probe_options(const Config& c, const CLI::App& app, const mo
 
 void print_banner(const Config& c, const probe::ProbeOptions& options, const probe::Probe& probe) {
   const auto& m = c.model;
-  std::printf("moe_train: %s; %lld layers, dim %lld, %lld experts top-%lld; %lld microbatches x %lld x %lld tokens; probe %s\n",
-              options.setup.c_str(), static_cast<long long>(m.n_layers), static_cast<long long>(m.dim),
-              static_cast<long long>(m.n_experts), static_cast<long long>(m.top_k),
-              static_cast<long long>(c.microbatches), static_cast<long long>(c.microbatch_size),
-              static_cast<long long>(c.seq_len), probe.enabled() ? probe.run_dir().c_str() : "off");
+  std::printf(
+      "moe_train: %s; %lld layers, dim %lld, %lld experts top-%lld; %lld microbatches x %lld x "
+      "%lld tokens; probe %s\n",
+      options.setup.c_str(), static_cast<long long>(m.n_layers), static_cast<long long>(m.dim),
+      static_cast<long long>(m.n_experts), static_cast<long long>(m.top_k),
+      static_cast<long long>(c.microbatches), static_cast<long long>(c.microbatch_size),
+      static_cast<long long>(c.seq_len), probe.enabled() ? probe.run_dir().c_str() : "off");
 }
 
 // One intra-op thread: CPU reductions then sum in one fixed order on every rank, and K
@@ -87,7 +91,8 @@ void print_banner(const Config& c, const probe::ProbeOptions& options, const pro
 void make_deterministic(const Config& c) {
   at::set_num_threads(1);
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
-  if (c.device != "cpu") ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);  // deterministic cuBLAS
+  // deterministic cuBLAS
+  if (c.device != "cpu") ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
 }
 
 void run(Config& c, const CLI::App& app) {
@@ -97,8 +102,8 @@ void run(Config& c, const CLI::App& app) {
   std::optional<c10::DeviceGuard> on_device;
   if (c.device != "cpu") on_device.emplace(moe::device_of(c));
   const int world_size = std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1;
-  moe::ProcessGroups groups =
-      moe::init_process_groups(moe::stages_for(c, world_size), c.tp, c.ep, c.device, c.backend_at_one_rank);
+  moe::ProcessGroups groups = moe::init_process_groups(moe::stages_for(c, world_size), c.tp, c.ep,
+                                                       c.device, c.backend_at_one_rank);
   // Before the probe makes its run directory: a bad --fault leaves nothing behind.
   const moe::Fault fault = moe::Fault::parse(c.fault);
   moe::compute_dtype(c);  // a bad --dtype is an error before the run directory exists too
@@ -117,8 +122,9 @@ void run(Config& c, const CLI::App& app) {
 
 int main(int argc, char** argv) {
   Config c;
-  CLI::App app{"moe_train: a tiny DeepSeek-V3-style MoE trained under one parallel setup, logged "
-               "by the numprobe probe (docs/examples.md)"};
+  CLI::App app{
+      "moe_train: a tiny DeepSeek-V3-style MoE trained under one parallel setup, logged "
+      "by the numprobe probe (docs/examples.md)"};
   moe::add_options(app, c);
   CLI11_PARSE(app, argc, argv);
   moe::apply_dependent_defaults(app, c);

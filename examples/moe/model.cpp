@@ -25,9 +25,9 @@ std::uint64_t mix_seed(std::uint64_t seed, std::initializer_list<std::uint64_t> 
 }
 
 at::Generator DropoutRng::for_layer(std::int64_t layer) const {
-  return at::make_generator<at::CPUGeneratorImpl>(
-      mix_seed(seed, {0xD50u, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(microbatch),
-                      static_cast<std::uint64_t>(layer), static_cast<std::uint64_t>(rank_salt)}));
+  return at::make_generator<at::CPUGeneratorImpl>(mix_seed(
+      seed, {0xD50u, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(microbatch),
+             static_cast<std::uint64_t>(layer), static_cast<std::uint64_t>(rank_salt)}));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -81,14 +81,11 @@ at::Tensor softmax_of(const at::Tensor& scores, const ModelArgs& args, std::int6
   switch (args.alt_softmax) {
     case ModelArgs::AltSoftmax::forward:
       return at::softmax(scores, -1, at::kDouble).to(scores.scalar_type());
-    case ModelArgs::AltSoftmax::backward:
-      return SoftmaxDistributedBackward::apply(scores);
-    case ModelArgs::AltSoftmax::scaled:
-      return at::softmax(scores, -1) * (1.0 + 1e-3);
+    case ModelArgs::AltSoftmax::backward: return SoftmaxDistributedBackward::apply(scores);
+    case ModelArgs::AltSoftmax::scaled: return at::softmax(scores, -1) * (1.0 + 1e-3);
     case ModelArgs::AltSoftmax::low_precision:
       return at::softmax(scores.to(at::kBFloat16), -1).to(scores.scalar_type());
-    case ModelArgs::AltSoftmax::none:
-      break;
+    case ModelArgs::AltSoftmax::none: break;
   }
   return at::softmax(scores, -1);
 }
@@ -100,7 +97,8 @@ AttentionImpl::AttentionImpl(const ModelArgs& a, std::int64_t layer_) : args(a),
   wq = register_module("wq", linear(a.dim, a.n_heads * qk_head_dim));
   wkv_a = register_module("wkv_a", linear(a.dim, a.kv_lora_rank + a.qk_rope_head_dim));
   kv_norm = register_module("kv_norm", RMSNorm(a.kv_lora_rank, a.norm_eps));
-  wkv_b = register_module("wkv_b", linear(a.kv_lora_rank, a.n_heads * (a.qk_nope_head_dim + a.v_head_dim)));
+  wkv_b = register_module("wkv_b",
+                          linear(a.kv_lora_rank, a.n_heads * (a.qk_nope_head_dim + a.v_head_dim)));
   wo = register_module("wo", linear(a.n_heads * a.v_head_dim, a.dim));
 }
 
@@ -110,16 +108,18 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
   const auto nope = args.qk_nope_head_dim, rope = args.qk_rope_head_dim, vdim = args.v_head_dim;
 
   auto q = wq(x).view({B, T, H, nope + rope});
-  auto q_nope = q.narrow(-1, 0, nope), q_rope = apply_rope(q.narrow(-1, nope, rope), args.rope_theta);
+  auto q_nope = q.narrow(-1, 0, nope),
+       q_rope = apply_rope(q.narrow(-1, nope, rope), args.rope_theta);
 
   // Keys and values from a small latent; the rotary part of the key is shared by all heads.
   auto kv = wkv_a(x);
   auto latent = kv.narrow(-1, 0, args.kv_lora_rank);
   auto k_rope = apply_rope(kv.narrow(-1, args.kv_lora_rank, rope).unsqueeze(2), args.rope_theta);
   auto kv_heads = wkv_b([&] {
-                   probe::Scope scope("kv_norm");
-                   return kv_norm(latent);
-                 }()).view({B, T, H, nope + vdim});
+                    probe::Scope scope("kv_norm");
+                    return kv_norm(latent);
+                  }())
+                      .view({B, T, H, nope + vdim});
   auto k_nope = kv_heads.narrow(-1, 0, nope), v = kv_heads.narrow(-1, nope, vdim);
   return wo(attend(q_nope, q_rope, k_nope, k_rope, v, H));
 }
@@ -135,7 +135,8 @@ at::Tensor AttentionImpl::forward_tensor_parallel(const at::Tensor& x) {
   const auto B = whole.size(0), T = whole.size(1);
 
   auto q = wq(whole).view({B, T, H, nope + rope});
-  auto q_nope = q.narrow(-1, 0, nope), q_rope = apply_rope(q.narrow(-1, nope, rope), args.rope_theta);
+  auto q_nope = q.narrow(-1, 0, nope),
+       q_rope = apply_rope(q.narrow(-1, nope, rope), args.rope_theta);
 
   auto kv = wkv_a(x);
   auto normed = [&] {
@@ -144,24 +145,28 @@ at::Tensor AttentionImpl::forward_tensor_parallel(const at::Tensor& x) {
   }();
   auto latent_and_rope = tp->enter(at::cat({normed, kv.narrow(-1, lora, rope)}, -1));
   auto k_rope = apply_rope(latent_and_rope.narrow(-1, lora, rope).unsqueeze(2), args.rope_theta);
-  auto kv_heads = wkv_b(latent_and_rope.narrow(-1, 0, lora).contiguous()).view({B, T, H, nope + vdim});
+  auto kv_heads =
+      wkv_b(latent_and_rope.narrow(-1, 0, lora).contiguous()).view({B, T, H, nope + vdim});
   auto k_nope = kv_heads.narrow(-1, 0, nope), v = kv_heads.narrow(-1, nope, vdim);
 
   auto partial = wo(attend(q_nope, q_rope, k_nope, k_rope, v, H));
   probe::tap(probe::current_scope() + ".wo", partial, {}, tp->partial());
-  if (layer == tp->unreduced_attention_layer)  // the tp-no-reduce fault: this rank's summand goes on
+  // the tp-no-reduce fault: this rank's summand goes on
+  if (layer == tp->unreduced_attention_layer)
     return tp->sequence_parallel() ? tp->sequence_shard(partial) : partial;
   return tp->leave(partial);
 }
 
-at::Tensor AttentionImpl::attend(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k_nope,
-                                 const at::Tensor& k_rope, const at::Tensor& v, std::int64_t H) {
+at::Tensor AttentionImpl::attend(const at::Tensor& q_nope, const at::Tensor& q_rope,
+                                 const at::Tensor& k_nope, const at::Tensor& k_rope,
+                                 const at::Tensor& v, std::int64_t H) {
   const auto B = q_nope.size(0), T = q_nope.size(1);
   const auto nope = args.qk_nope_head_dim, rope = args.qk_rope_head_dim, vdim = args.v_head_dim;
-  auto query = at::cat({q_nope, q_rope}, -1).transpose(1, 2);                         // B H T d
+  auto query = at::cat({q_nope, q_rope}, -1).transpose(1, 2);                        // B H T d
   auto key = at::cat({k_nope, k_rope.expand({B, T, H, rope})}, -1).transpose(1, 2);  // B H T d
   // Plain matmul + softmax rather than a fused attention kernel: one code path everywhere.
-  auto scores = at::matmul(query, key.transpose(-2, -1)) / std::sqrt(static_cast<double>(nope + rope));
+  auto scores =
+      at::matmul(query, key.transpose(-2, -1)) / std::sqrt(static_cast<double>(nope + rope));
   auto causal = at::ones({T, T}, q_nope.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
   auto out = at::matmul(softmax_of(scores, args, layer), v.transpose(1, 2));  // B H T vdim
@@ -180,7 +185,8 @@ RouterImpl::RouterImpl(std::int64_t dim, std::int64_t n_experts) {
   gate = register_module("gate", linear(dim, n_experts));
 }
 
-GroupedExpertsImpl::GroupedExpertsImpl(std::int64_t dim, std::int64_t hidden, std::int64_t n_experts) {
+GroupedExpertsImpl::GroupedExpertsImpl(std::int64_t dim, std::int64_t hidden,
+                                       std::int64_t n_experts) {
   w1 = register_parameter("w1", at::empty({n_experts, hidden, dim}));
   w2 = register_parameter("w2", at::empty({n_experts, dim, hidden}));
   w3 = register_parameter("w3", at::empty({n_experts, hidden, dim}));
@@ -210,7 +216,8 @@ std::pair<at::Tensor, at::Tensor> MoEImpl::route(const at::Tensor& tokens) {
   // Affinities and their weights in float32 whatever the model computes in (torchtitan's router).
   auto affinity = at::sigmoid(router->gate(tokens).to(at::kFloat));  // N E
   auto [top_scores, top_experts] = at::topk(affinity, args.top_k, -1);
-  return {top_experts, (top_scores / top_scores.sum(-1, /*keepdim=*/true)).to(tokens.scalar_type())};
+  return {top_experts,
+          (top_scores / top_scores.sum(-1, /*keepdim=*/true)).to(tokens.scalar_type())};
 }
 
 at::Tensor MoEImpl::routed_experts(const at::Tensor& tokens) {
@@ -300,7 +307,8 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, std::int64_t laye
   moe = register_module("moe", MoE(a, layer));
 }
 
-at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, std::optional<at::Generator> dropout_generator) {
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& x,
+                                         std::optional<at::Generator> dropout_generator) {
   at::Tensor a;
   {
     probe::Scope scope("attention_norm");
@@ -310,7 +318,8 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, std::optional<at::
     probe::Scope scope("attention");
     a = attention(a);
   }
-  if (dropout_generator && dropout > 0 && is_training()) a = a * dropout_mask(a, *dropout_generator) / (1.0 - dropout);
+  if (dropout_generator && dropout > 0 && is_training())
+    a = a * dropout_mask(a, *dropout_generator) / (1.0 - dropout);
   auto h = x + a;
   at::Tensor normed, routed;
   {
@@ -340,10 +349,13 @@ at::Tensor TransformerBlockImpl::dropout_mask(const at::Tensor& a, at::Generator
 
 TransformerImpl::TransformerImpl(const ModelArgs& a, std::int64_t first, std::int64_t last)
     : args(a), first_layer(first), last_layer(last) {
-  TORCH_CHECK(0 <= first && first < last && last <= a.n_layers, "bad layer range [", first, ", ", last, ")");
-  if (has_embedding()) tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(a.vocab_size, a.dim));
+  TORCH_CHECK(0 <= first && first < last && last <= a.n_layers, "bad layer range [", first, ", ",
+              last, ")");
+  if (has_embedding())
+    tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(a.vocab_size, a.dim));
   layers = register_module("layers", torch::nn::ModuleDict());
-  for (auto i = first; i < last; ++i) layers->update({{std::to_string(i), TransformerBlock(a, i).ptr()}});
+  for (auto i = first; i < last; ++i)
+    layers->update({{std::to_string(i), TransformerBlock(a, i).ptr()}});
   if (has_output()) {
     norm = register_module("norm", RMSNorm(a.dim, a.norm_eps));
     output = register_module("output", linear(a.dim, a.vocab_size));
@@ -395,7 +407,8 @@ void parallelize_experts(Transformer& model, std::shared_ptr<const ExpertParalle
   at::NoGradGuard no_grad;
   for (auto& item : model->named_parameters()) {
     if (!is_expert_parameter(item.key())) continue;
-    item.value().set_data(item.value().narrow(0, ep->first_expert(), ep->experts_per_rank()).clone());
+    item.value().set_data(
+        item.value().narrow(0, ep->first_expert(), ep->experts_per_rank()).clone());
   }
   for (auto& item : model->layers->items()) item.second->as<TransformerBlockImpl>()->moe->ep = ep;
 }

@@ -105,7 +105,8 @@ struct MoEImpl : torch::nn::Module {
   // Expert `e` of those this rank holds on its tokens x [n, dim].
   at::Tensor expert(std::int64_t e, const at::Tensor& x);
   // The routed experts split over the ep ranks: tokens dispatched, computed, combined back.
-  at::Tensor routed_expert_parallel(const at::Tensor& tokens, const at::Tensor& top_experts, const at::Tensor& weights);
+  at::Tensor routed_expert_parallel(const at::Tensor& tokens, const at::Tensor& top_experts,
+                                    const at::Tensor& weights);
   // This rank's experts on what a dispatch brought, each source's tokens of each expert apart.
   at::Tensor local_experts(const ExpertParallel::Received& received);
   // The shared expert split over the tp ranks: x [B, T', dim] in, [B * T', dim] out.

@@ -99,7 +99,8 @@ Group make_group(const c10::intrusive_ptr<c10d::Store>& root, const std::string&
     options->timeout = kTimeout;
     backend->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
 #else
-    throw std::runtime_error("--device " + device + ": this build has no NCCL (needs a CUDA LibTorch)");
+    throw std::runtime_error("--device " + device +
+                             ": this build has no NCCL (needs a CUDA LibTorch)");
 #endif
   }
   return Group(std::move(backend), rank, size);
@@ -107,16 +108,19 @@ Group make_group(const c10::intrusive_ptr<c10d::Store>& root, const std::string&
 
 }  // namespace
 
-ProcessGroups init_process_groups(int stages, int tp, int ep, const std::string& device, bool backend_at_one_rank) {
+ProcessGroups init_process_groups(int stages, int tp, int ep, const std::string& device,
+                                  bool backend_at_one_rank) {
   ProcessGroups g;
   g.world_size = env_int("WORLD_SIZE", 1);
   g.rank = env_int("RANK", 0);
   if (stages < 1 || g.world_size % stages != 0)
-    throw std::invalid_argument("--stages " + std::to_string(stages) + " does not divide the world size " +
-                                std::to_string(g.world_size));
+    throw std::invalid_argument("--stages " + std::to_string(stages) +
+                                " does not divide the world size " + std::to_string(g.world_size));
   if (tp < 1 || (g.world_size / stages) % tp != 0)
-    throw std::invalid_argument("--tp " + std::to_string(tp) + " does not divide the " + std::to_string(g.world_size / stages) +
-                                " rank(s) of a pipeline stage (world size " + std::to_string(g.world_size) + ")");
+    throw std::invalid_argument("--tp " + std::to_string(tp) + " does not divide the " +
+                                std::to_string(g.world_size / stages) +
+                                " rank(s) of a pipeline stage (world size " +
+                                std::to_string(g.world_size) + ")");
   g.stages = stages;
   g.tp_size = tp;
   g.dp_size = g.world_size / stages / tp;
@@ -124,8 +128,8 @@ ProcessGroups init_process_groups(int stages, int tp, int ep, const std::string&
   g.dp_rank = g.rank / tp % g.dp_size;
   g.stage = g.rank / tp / g.dp_size;
   if (ep < 1 || g.dp_size % ep != 0)
-    throw std::invalid_argument("--ep " + std::to_string(ep) + " does not divide the " + std::to_string(g.dp_size) +
-                                " data-parallel rank(s) of a stage");
+    throw std::invalid_argument("--ep " + std::to_string(ep) + " does not divide the " +
+                                std::to_string(g.dp_size) + " data-parallel rank(s) of a stage");
   g.ep_size = ep;
   g.ep_rank = g.dp_rank % ep;
   if (g.world_size == 1 && !backend_at_one_rank) return g;
@@ -151,20 +155,24 @@ ProcessGroups init_process_groups(int stages, int tp, int ep, const std::string&
 
   g.backend_name = device == "cpu" ? "gloo" : "nccl";
   g.world = make_group(root, "world", g.rank, g.world_size, device, backend_at_one_rank);
-  // Every rank creates the groups it belongs to, each named after the coordinates its members share.
+  // Every rank creates the groups it belongs to, each named after the coordinates its members
+  // share.
   const std::string at_tp = tp == 1 ? "" : "_tp" + std::to_string(g.tp_rank);
-  g.dp = make_group(root, "dp" + std::to_string(g.stage) + at_tp, g.dp_rank, g.dp_size, device, backend_at_one_rank);
-  g.pp = make_group(root, "pp" + std::to_string(g.dp_rank) + at_tp, g.stage, g.stages, device, backend_at_one_rank);
-  g.tp = make_group(root, "tp" + std::to_string(g.stage) + "_" + std::to_string(g.dp_rank), g.tp_rank, g.tp_size,
-                    device, backend_at_one_rank);
+  g.dp = make_group(root, "dp" + std::to_string(g.stage) + at_tp, g.dp_rank, g.dp_size, device,
+                    backend_at_one_rank);
+  g.pp = make_group(root, "pp" + std::to_string(g.dp_rank) + at_tp, g.stage, g.stages, device,
+                    backend_at_one_rank);
+  g.tp = make_group(root, "tp" + std::to_string(g.stage) + "_" + std::to_string(g.dp_rank),
+                    g.tp_rank, g.tp_size, device, backend_at_one_rank);
   if (ep == 1) {
     g.edp = g.dp;  // every rank holds every expert: no groups beyond those of an existing setup
     return g;
   }
   const std::string at_stage = std::to_string(g.stage) + "_";
-  g.ep = make_group(root, "ep" + at_stage + std::to_string(g.dp_rank / ep) + at_tp, g.ep_rank, ep, device, backend_at_one_rank);
-  g.edp = make_group(root, "edp" + at_stage + std::to_string(g.ep_rank) + at_tp, g.dp_rank / ep, g.dp_size / ep, device,
-                     backend_at_one_rank);
+  g.ep = make_group(root, "ep" + at_stage + std::to_string(g.dp_rank / ep) + at_tp, g.ep_rank, ep,
+                    device, backend_at_one_rank);
+  g.edp = make_group(root, "edp" + at_stage + std::to_string(g.ep_rank) + at_tp, g.dp_rank / ep,
+                     g.dp_size / ep, device, backend_at_one_rank);
   return g;
 }
 

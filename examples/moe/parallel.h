@@ -31,7 +31,8 @@ class Group {
   void reduce_scatter_sum(at::Tensor& out, at::Tensor& in);
   // Rows of in (dim 0) in blocks of in_rows[r] rows go to rank r; out receives out_rows[r] rows
   // from rank r, in rank order.
-  void all_to_all(at::Tensor& out, at::Tensor& in, std::vector<std::int64_t> out_rows, std::vector<std::int64_t> in_rows);
+  void all_to_all(at::Tensor& out, at::Tensor& in, std::vector<std::int64_t> out_rows,
+                  std::vector<std::int64_t> in_rows);
   void send(at::Tensor& t, int dst, int tag);
   void recv(at::Tensor& t, int src, int tag);
   void barrier();
@@ -69,6 +70,7 @@ struct ProcessGroups {
 // every group through the backend even when it has one rank, so that a single GPU runs NCCL.
 // `tp`: the tensor-parallel degree (it divides world_size / stages); `ep`: the expert-parallel
 // degree (it divides the data-parallel one).
-ProcessGroups init_process_groups(int stages, int tp, int ep, const std::string& device, bool backend_at_one_rank = false);
+ProcessGroups init_process_groups(int stages, int tp, int ep, const std::string& device,
+                                  bool backend_at_one_rank = false);
 
 }  // namespace moe

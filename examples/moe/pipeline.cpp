@@ -9,8 +9,8 @@
 
 namespace moe {
 
-Pipeline::Pipeline(const Config& config, Transformer model, ProcessGroups& groups, probe::Probe& probe,
-                   c10::Device device, std::int64_t rank_salt)
+Pipeline::Pipeline(const Config& config, Transformer model, ProcessGroups& groups,
+                   probe::Probe& probe, c10::Device device, std::int64_t rank_salt)
     : config_(config),
       model_(std::move(model)),
       groups_(groups),
@@ -18,7 +18,8 @@ Pipeline::Pipeline(const Config& config, Transformer model, ProcessGroups& group
       device_(device),
       rank_salt_(rank_salt),
       // Under sp a stage sends its sequence shard on, to the next stage's rank of the same shard.
-      activation_shape_{config.microbatch_size, config.sp ? config.seq_len / groups.tp_size : config.seq_len,
+      activation_shape_{config.microbatch_size,
+                        config.sp ? config.seq_len / groups.tp_size : config.seq_len,
                         config.model.dim} {}
 
 void Pipeline::run(std::int64_t step, at::Tensor& losses) {
@@ -81,7 +82,8 @@ void Pipeline::backward(const InFlight& f) {
   if (model_->has_output()) {
     probe_.backward(f.mb, f.output);
   } else {
-    auto grad = at::empty(activation_shape_, at::TensorOptions(device_).dtype(compute_dtype(config_)));
+    auto grad =
+        at::empty(activation_shape_, at::TensorOptions(device_).dtype(compute_dtype(config_)));
     groups_.pp.recv(grad, groups_.stage + 1, backward_tag(f.mb));
     probe_.backward(f.mb, f.output, grad);
   }

@@ -24,8 +24,8 @@ struct Microbatch;
 class Pipeline {
  public:
   // `rank_salt` goes into every dropout seed (the rng-per-rank fault; 0 otherwise).
-  Pipeline(const Config& config, Transformer model, ProcessGroups& groups, probe::Probe& probe, c10::Device device,
-           std::int64_t rank_salt);
+  Pipeline(const Config& config, Transformer model, ProcessGroups& groups, probe::Probe& probe,
+           c10::Device device, std::int64_t rank_salt);
 
   // One step's microbatches of this data-parallel rank: all forward, then all backward in the
   // same order (so that accumulation order, and hence the accumulated gradient, matches
@@ -38,7 +38,8 @@ class Pipeline {
  private:
   struct InFlight {
     std::int64_t mb;
-    at::Tensor input, output;  // output: the stage's activations, or the scaled loss on the last stage
+    // output: the stage's activations, or the scaled loss on the last stage
+    at::Tensor input, output;
   };
 
   InFlight forward(std::int64_t step, std::int64_t mb, at::Tensor& losses);

@@ -9,15 +9,13 @@ TpLayout tp_layout(const std::string& name, bool sequence_parallel) {
   using Split = TpLayout::Split;
   auto ends = [&](const char* suffix) { return name.ends_with(suffix); };
   TpLayout l;
-  if (ends("attention.wq.weight") || ends("attention.wkv_b.weight") || ends("shared_experts.w1.weight") ||
-      ends("shared_experts.w3.weight"))
+  if (ends("attention.wq.weight") || ends("attention.wkv_b.weight") ||
+      ends("shared_experts.w1.weight") || ends("shared_experts.w3.weight"))
     l.split = Split::column;
-  else if (ends("attention.wo.weight") || ends("shared_experts.w2.weight"))
-    l.split = Split::row;
+  else if (ends("attention.wo.weight") || ends("shared_experts.w2.weight")) l.split = Split::row;
   // Under sp these see only this rank's tokens: norms, wkv_a (it runs before the gather), the
   // embedding, the router and the routed experts. The output projection sees every token.
-  else if (sequence_parallel && !name.starts_with("output."))
-    l.partial_grad = true;
+  else if (sequence_parallel && !name.starts_with("output.")) l.partial_grad = true;
   return l;
 }
 
@@ -59,7 +57,9 @@ at::Tensor all_reduce(Group& g, const at::Tensor& x) {
 Group& group_of(AutogradContext* ctx) {
   return *reinterpret_cast<Group*>(ctx->saved_data["group"].toInt());
 }
-void keep_group(AutogradContext* ctx, Group* g) { ctx->saved_data["group"] = reinterpret_cast<std::int64_t>(g); }
+void keep_group(AutogradContext* ctx, Group* g) {
+  ctx->saved_data["group"] = reinterpret_cast<std::int64_t>(g);
+}
 
 // Identity forward, all-reduce backward (Megatron's copy_to_tensor_model_parallel_region).
 struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
@@ -74,8 +74,12 @@ struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
 
 // All-reduce forward, identity backward (reduce_from_tensor_model_parallel_region).
 struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
-  static at::Tensor forward(AutogradContext*, const at::Tensor& x, Group* g) { return all_reduce(*g, x); }
-  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
+  static at::Tensor forward(AutogradContext*, const at::Tensor& x, Group* g) {
+    return all_reduce(*g, x);
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) {
+    return {grads[0], at::Tensor()};
+  }
 };
 
 // All-gather along the sequence forward, reduce-scatter backward (sp's entry into a region).
@@ -116,14 +120,16 @@ struct GatherForReplicated : torch::autograd::Function<GatherForReplicated> {
 
 }  // namespace
 
-TensorParallel::TensorParallel(Group& group, bool sequence_parallel) : group_(&group), sp_(sequence_parallel) {}
+TensorParallel::TensorParallel(Group& group, bool sequence_parallel)
+    : group_(&group), sp_(sequence_parallel) {}
 
 at::Tensor TensorParallel::enter(const at::Tensor& x) const {
   return sp_ ? GatherFromSequence::apply(x, group_) : CopyToRegion::apply(x, group_);
 }
 
 at::Tensor TensorParallel::leave(const at::Tensor& partial) const {
-  return sp_ ? ReduceScatterToSequence::apply(partial, group_) : ReduceFromRegion::apply(partial, group_);
+  return sp_ ? ReduceScatterToSequence::apply(partial, group_)
+             : ReduceFromRegion::apply(partial, group_);
 }
 
 at::Tensor TensorParallel::gather_for_replicated(const at::Tensor& x) const {

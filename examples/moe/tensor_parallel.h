@@ -26,7 +26,8 @@ namespace moe {
 
 // How one parameter is held under tensor parallelism.
 struct TpLayout {
-  enum class Split { none, column, row } split = Split::none;  // column: dim 0 of [out, in]; row: dim 1
+  // column: dim 0 of [out, in]; row: dim 1
+  enum class Split { none, column, row } split = Split::none;
   // Replicated, but computed from this rank's sequence shard (sp): each rank's gradient is one
   // summand of the whole gradient.
   bool partial_grad = false;

@@ -22,7 +22,8 @@ namespace moe {
 namespace {
 
 double milliseconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 std::uint64_t fingerprint(const at::Tensor& t) {
@@ -34,28 +35,34 @@ std::uint64_t fingerprint(const at::Tensor& t) {
 }
 
 // The tensor-parallel layout of this rank's group, its faults applied.
-std::shared_ptr<TensorParallel> tensor_parallel(const Config& c, ProcessGroups& groups, const Fault& fault) {
+std::shared_ptr<TensorParallel> tensor_parallel(const Config& c, ProcessGroups& groups,
+                                                const Fault& fault) {
   auto layout = std::make_shared<TensorParallel>(groups.tp, c.sp);
   apply_tensor_parallel_fault(fault, *layout);
   return layout;
 }
 
 // The expert-parallel layout of this rank's group, its faults applied.
-std::shared_ptr<ExpertParallel> expert_parallel(const Config& c, ProcessGroups& groups, const Fault& fault) {
+std::shared_ptr<ExpertParallel> expert_parallel(const Config& c, ProcessGroups& groups,
+                                                const Fault& fault) {
   auto layout = std::make_shared<ExpertParallel>(groups.ep, c.model.n_experts);
   apply_expert_parallel_fault(fault, *layout);
   return layout;
 }
 
 // This rank's pipeline stage of the model, initialised the same on every rank and in every setup.
-Transformer build_stage(const Config& c, ProcessGroups& groups, const Fault& fault, at::Device device) {
+Transformer build_stage(const Config& c, ProcessGroups& groups, const Fault& fault,
+                        at::Device device) {
   if (c.microbatches % groups.dp_size != 0)
     throw std::invalid_argument("--microbatches " + std::to_string(c.microbatches) +
-                                " is not divisible by the data-parallel size " + std::to_string(groups.dp_size));
-  if (c.model.n_layers < groups.stages) throw std::invalid_argument("more pipeline stages than layers");
+                                " is not divisible by the data-parallel size " +
+                                std::to_string(groups.dp_size));
+  if (c.model.n_layers < groups.stages)
+    throw std::invalid_argument("more pipeline stages than layers");
   // Stage s holds layers [s*L/S, (s+1)*L/S).
   const auto L = c.model.n_layers;
-  Transformer model(c.model, groups.stage * L / groups.stages, (groups.stage + 1) * L / groups.stages);
+  Transformer model(c.model, groups.stage * L / groups.stages,
+                    (groups.stage + 1) * L / groups.stages);
   init_weights(model, c.rng_seed);
   apply_init_fault(fault, *model, c.rng_seed);
   if (groups.tp_size > 1) parallelize_tensors(model, tensor_parallel(c, groups, fault));
@@ -71,13 +78,16 @@ Transformer build_stage(const Config& c, ProcessGroups& groups, const Fault& fau
 // The optimizer over what this rank owns: element-wise updates, so a zero3 shard is updated
 // bit for bit like the same rows of the whole parameter (every row count here is a multiple
 // of the vector width, so no element falls in a loop's scalar tail in one layout only).
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& c, const std::vector<Param>& params) {
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Config& c,
+                                                        const std::vector<Param>& params) {
   std::vector<at::Tensor> owned;
   for (const auto& p : params) owned.push_back(p.owned);
   if (c.optimizer == "sgd")
-    return std::make_unique<torch::optim::SGD>(owned, torch::optim::SGDOptions(c.lr).momentum(c.momentum));
+    return std::make_unique<torch::optim::SGD>(owned,
+                                               torch::optim::SGDOptions(c.lr).momentum(c.momentum));
   if (c.optimizer == "adamw")
-    return std::make_unique<torch::optim::AdamW>(owned, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+    return std::make_unique<torch::optim::AdamW>(
+        owned, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
   throw std::invalid_argument("--optimizer '" + c.optimizer + "': expected sgd or adamw");
 }
 
@@ -109,12 +119,13 @@ class Trainer {
       const double ms = milliseconds_since(start);
       if (step > 0) total_ms += ms;  // step 0 warms up allocators and connections
       if (groups_.rank == 0)
-        std::printf("step %lld  loss %.6f  probe %.3f ms  time %.2f ms\n", static_cast<long long>(step), loss,
-                    probe_ms_, ms);
+        std::printf("step %lld  loss %.6f  probe %.3f ms  time %.2f ms\n",
+                    static_cast<long long>(step), loss, probe_ms_, ms);
       std::fflush(stdout);
     }
     if (groups_.rank == 0 && config_.steps > 1)
-      std::printf("mean step time (steps 1-%lld): %.3f ms\n", static_cast<long long>(config_.steps - 1),
+      std::printf("mean step time (steps 1-%lld): %.3f ms\n",
+                  static_cast<long long>(config_.steps - 1),
                   total_ms / static_cast<double>(config_.steps - 1));
     if (!config_.params_out.empty()) write_parameters();
   }
@@ -139,7 +150,8 @@ class Trainer {
     pipeline_.run(step, losses);
     inject_nan_if_due(fault_, step, params_, groups_);
     scale_gradient_if_due(fault_, step, params_, groups_);
-    reduce_gradients(params_, groups_, zero3_, fault_.unreduced_param(), fault_.kind == Fault::Kind::sp_norm_unreduced);
+    reduce_gradients(params_, groups_, zero3_, fault_.unreduced_param(),
+                     fault_.kind == Fault::Kind::sp_norm_unreduced);
     scale_expert_gradients_if_due(fault_, params_, groups_);
     if (zero3_) release_parameters(params_);
     const double loss = step_loss(losses);
@@ -212,7 +224,8 @@ class Trainer {
         p.compute.register_hook([this, name = p.name, shard = p.slice, partial = p.mb_grad_partial,
                                  covers](const at::Tensor& grad) {
           const auto mb = pipeline_.backward_microbatch();
-          probe_.record(probe::Kind::mb_grad, name, mb, grad, shard, partial, covers ? covers(mb) : std::vector<std::int64_t>{});
+          probe_.record(probe::Kind::mb_grad, name, mb, grad, shard, partial,
+                        covers ? covers(mb) : std::vector<std::int64_t>{});
         });
     }
   }
@@ -227,7 +240,8 @@ class Trainer {
 
   void write_parameters() {
     std::filesystem::create_directories(config_.params_out);
-    std::ofstream out(std::filesystem::path(config_.params_out) / ("rank" + std::to_string(groups_.rank) + ".txt"));
+    std::ofstream out(std::filesystem::path(config_.params_out) /
+                      ("rank" + std::to_string(groups_.rank) + ".txt"));
     for (const auto& p : params_) {
       out << p.name;
       for (auto o : p.shard.offset) out << " @" << o;

@@ -37,16 +37,19 @@ int main(int argc, char** argv) {
 
   auto options = probe::ProbeOptions::from_env();  // PROBE_ENABLE, PROBE_KINDS, ... still apply
   options.run_dir = run_dir;
-  options.setup = "quickstart: 1 process, " + std::to_string(microbatches) + " microbatches, " + optimizer_name;
+  options.setup =
+      "quickstart: 1 process, " + std::to_string(microbatches) + " microbatches, " + optimizer_name;
   probe::Probe probe(options);
 
   Mlp model;
   probe.watch(*model);  // mb_grad hooks on every parameter, grad records at end_step
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (optimizer_name == "sgd")
-    optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(1e-2));
+    optimizer =
+        std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(1e-2));
   else
-    optimizer = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-2));
+    optimizer = std::make_unique<torch::optim::AdamW>(model->parameters(),
+                                                      torch::optim::AdamWOptions(1e-2));
   probe.watch_optimizer(*optimizer);  // AdamW: exp_avg, exp_avg_sq and step of every parameter
 
   for (int step = 0; step < steps; ++step) {

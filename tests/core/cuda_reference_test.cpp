@@ -17,20 +17,22 @@ using probe::kernels::ElementType;
 using probe::kernels::StatsPartial;
 namespace tile = probe::kernels::cuda_tile;
 
-const ElementType kAllTypes[] = {
-    ElementType::float32, ElementType::float64, ElementType::float16, ElementType::bfloat16,
-    ElementType::float8_e4m3fn, ElementType::float8_e5m2, ElementType::float8_e4m3fnuz,
-    ElementType::float8_e5m2fnuz, ElementType::float8_e8m0fnu, ElementType::int8,
-    ElementType::uint8, ElementType::int16, ElementType::uint16, ElementType::int32,
-    ElementType::uint32, ElementType::int64, ElementType::uint64, ElementType::boolean};
+const ElementType kAllTypes[] = {ElementType::float32,         ElementType::float64,
+                                 ElementType::float16,         ElementType::bfloat16,
+                                 ElementType::float8_e4m3fn,   ElementType::float8_e5m2,
+                                 ElementType::float8_e4m3fnuz, ElementType::float8_e5m2fnuz,
+                                 ElementType::float8_e8m0fnu,  ElementType::int8,
+                                 ElementType::uint8,           ElementType::int16,
+                                 ElementType::uint16,          ElementType::int32,
+                                 ElementType::uint32,          ElementType::int64,
+                                 ElementType::uint64,          ElementType::boolean};
 
-bool is_floating(ElementType t) {
-  return t <= ElementType::float8_e8m0fnu;
-}
+bool is_floating(ElementType t) { return t <= ElementType::float8_e8m0fnu; }
 
 // `n` elements of `type`: raw random bits (NaN, Inf, extremes included) or, with `finite`,
 // ordinary values (normal floats scaled by 3, small integers, 0/1 bools).
-std::vector<unsigned char> make_data(ElementType type, std::int64_t n, bool finite, std::mt19937_64& rng) {
+std::vector<unsigned char> make_data(ElementType type, std::int64_t n, bool finite,
+                                     std::mt19937_64& rng) {
   const int size = probe::kernels::element_size(type);
   std::vector<unsigned char> bytes(static_cast<std::size_t>(n * size));
   std::normal_distribution<double> normal(0.0, 3.0);
@@ -41,14 +43,26 @@ std::vector<unsigned char> make_data(ElementType type, std::int64_t n, bool fini
     if (finite) {
       const double x = normal(rng);
       switch (type) {
-        case ElementType::float32: { float f = float(x); std::memcpy(&bits, &f, 4); break; }
+        case ElementType::float32: {
+          float f = float(x);
+          std::memcpy(&bits, &f, 4);
+          break;
+        }
         case ElementType::float64: std::memcpy(&bits, &x, 8); break;
-        case ElementType::bfloat16: { float f = float(x); std::uint32_t u; std::memcpy(&u, &f, 4); bits = u >> 16; break; }
-        case ElementType::float16: bits = (bits & 0x83ff) | (std::uint64_t(rng() % 30) << 10); break;
-        case ElementType::float8_e4m3fn: case ElementType::float8_e4m3fnuz:
-          bits = (bits & 0x87) | ((rng() % 15) << 3); break;
-        case ElementType::float8_e5m2: case ElementType::float8_e5m2fnuz:
-          bits = (bits & 0x83) | ((rng() % 31) << 2); break;
+        case ElementType::bfloat16: {
+          float f = float(x);
+          std::uint32_t u;
+          std::memcpy(&u, &f, 4);
+          bits = u >> 16;
+          break;
+        }
+        case ElementType::float16:
+          bits = (bits & 0x83ff) | (std::uint64_t(rng() % 30) << 10);
+          break;
+        case ElementType::float8_e4m3fn:
+        case ElementType::float8_e4m3fnuz: bits = (bits & 0x87) | ((rng() % 15) << 3); break;
+        case ElementType::float8_e5m2:
+        case ElementType::float8_e5m2fnuz: bits = (bits & 0x83) | ((rng() % 31) << 2); break;
         case ElementType::float8_e8m0fnu: bits &= 0x7f; break;
         default: bits = static_cast<std::uint64_t>(static_cast<std::int64_t>(x * 30)); break;
       }
@@ -74,13 +88,16 @@ StatsPartial cpu_partial(const probe::kernels::ContiguousLayout& layout) {
 // each below this.
 double cuda_order_error_bound(ElementType type, std::int64_t numel, std::int64_t run_length) {
   const std::int64_t chunk = std::min<std::int64_t>(numel, probe::kernels::kChunkElements);
-  const std::int64_t runs_per_chunk = chunk / std::max<std::int64_t>(1, std::min(run_length, chunk)) + 1;
-  const double cpu_depth = double(chunk / 8 + 8 + runs_per_chunk) +
-                           double((numel + probe::kernels::kChunkElements - 1) / probe::kernels::kChunkElements);
+  const std::int64_t runs_per_chunk =
+      chunk / std::max<std::int64_t>(1, std::min(run_length, chunk)) + 1;
+  const double cpu_depth =
+      double(chunk / 8 + 8 + runs_per_chunk) +
+      double((numel + probe::kernels::kChunkElements - 1) / probe::kernels::kChunkElements);
   const int group = tile::kGroupBytes / probe::kernels::element_size(type);
   const double tiles = double((numel + group * tile::kBlockThreads * tile::kGroupsPerThread - 1) /
                               (group * tile::kBlockThreads * tile::kGroupsPerThread));
-  const double gpu_depth = group * tile::kGroupsPerThread + 8 + std::ceil(tiles / tile::kMergeThreads) + 8;
+  const double gpu_depth =
+      group * tile::kGroupsPerThread + 8 + std::ceil(tiles / tile::kMergeThreads) + 8;
   return (cpu_depth + gpu_depth) * 0x1p-53;
 }
 
@@ -89,7 +106,8 @@ struct Case {
   probe::Shard shard;
 };
 
-void expect_reference_matches_cpu(ElementType type, const Case& c, bool finite, std::uint64_t seed) {
+void expect_reference_matches_cpu(ElementType type, const Case& c, bool finite,
+                                  std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::int64_t n = 1;
   for (auto d : c.local_shape) n *= d;
@@ -124,12 +142,12 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   for (std::int64_t n : {1, 7, 16, 100, 4096 + 3, 32768, 3 * 8192 + 17, 200001})
     out.push_back({{n}, {}});
-  out.push_back({{10, 9}, {{30, 9}, {10, 0}}});          // rows: one run, offset base
-  out.push_back({{10, 9}, {{10, 27}, {0, 9}}});          // columns: runs of 9
-  out.push_back({{20, 18}, {{40, 36}, {5, 3}}});         // a block
+  out.push_back({{10, 9}, {{30, 9}, {10, 0}}});              // rows: one run, offset base
+  out.push_back({{10, 9}, {{10, 27}, {0, 9}}});              // columns: runs of 9
+  out.push_back({{20, 18}, {{40, 36}, {5, 3}}});             // a block
   out.push_back({{300, 5, 7}, {{600, 10, 7}, {17, 5, 0}}});  // runs of 35 across tiles
-  out.push_back({{64, 3, 2}, {{64, 9, 4}, {0, 6, 1}}});  // runs of 2, two outer dims
-  out.push_back({{4000, 33}, {{4000, 99}, {0, 33}}});    // multi-tile, many runs
+  out.push_back({{64, 3, 2}, {{64, 9, 4}, {0, 6, 1}}});      // runs of 2, two outer dims
+  out.push_back({{4000, 33}, {{4000, 99}, {0, 33}}});        // multi-tile, many runs
   return out;
 }
 
@@ -214,7 +232,8 @@ TEST(CudaReference, StridedViewsReadInPlaceEqualTheirContiguousCopy) {
     }
     probe::kernels::ContiguousLayout layout(ElementType::float32, copy.data(), v.size, {});
     const auto run_layout = tile::run_layout_of(layout);
-    const StatsPartial expected = tile::reference_partial(ElementType::float32, run_layout, copy.data());
+    const StatsPartial expected =
+        tile::reference_partial(ElementType::float32, run_layout, copy.data());
     const StatsPartial in_place =
         tile::reference_partial(ElementType::float32, run_layout, base + v.offset, memory);
     EXPECT_EQ(in_place.hash, expected.hash) << v.name;

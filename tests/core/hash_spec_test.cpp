@@ -34,9 +34,12 @@ TEST(HashSpec, TypedElementHashesEqualTheByteForm) {
   std::mt19937_64 rng(99);
   for (int i = 0; i < 10000; ++i) {
     std::uint64_t v = rng(), seed = rng();
-    EXPECT_EQ(hs::element_hash_1(static_cast<std::uint8_t>(v), seed), hs::element_hash(&v, 1, seed));
-    EXPECT_EQ(hs::element_hash_2(static_cast<std::uint16_t>(v), seed), hs::element_hash(&v, 2, seed));
-    EXPECT_EQ(hs::element_hash_4(static_cast<std::uint32_t>(v), seed), hs::element_hash(&v, 4, seed));
+    EXPECT_EQ(hs::element_hash_1(static_cast<std::uint8_t>(v), seed),
+              hs::element_hash(&v, 1, seed));
+    EXPECT_EQ(hs::element_hash_2(static_cast<std::uint16_t>(v), seed),
+              hs::element_hash(&v, 2, seed));
+    EXPECT_EQ(hs::element_hash_4(static_cast<std::uint32_t>(v), seed),
+              hs::element_hash(&v, 4, seed));
     EXPECT_EQ(hs::element_hash_8(v, seed), hs::element_hash(&v, 8, seed));
   }
 }
@@ -54,7 +57,8 @@ TEST(HashSpec, AllBfloat16BitPatternsGiveDistinctElementHashes) {
 
 TEST(HashSpec, AllBytesGiveDistinctElementHashes) {
   std::unordered_set<std::uint64_t> seen;
-  for (std::uint32_t b = 0; b < 256; ++b) seen.insert(hs::element_hash_1(static_cast<std::uint8_t>(b), 7));
+  for (std::uint32_t b = 0; b < 256; ++b)
+    seen.insert(hs::element_hash_1(static_cast<std::uint8_t>(b), 7));
   EXPECT_EQ(seen.size(), 256u);
 }
 

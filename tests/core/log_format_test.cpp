@@ -61,7 +61,9 @@ void expect_same_record(const Record& a, const Record& b, const std::string& wha
   EXPECT_EQ(x.inf, y.inf) << what;
   EXPECT_EQ(x.l1.has_value(), y.l1.has_value()) << what;
   if (x.l1 && y.l1) {
-    EXPECT_TRUE(std::memcmp(&*x.l1, &*y.l1, sizeof(double)) == 0 || (std::isnan(*x.l1) && std::isnan(*y.l1))) << what;
+    EXPECT_TRUE(std::memcmp(&*x.l1, &*y.l1, sizeof(double)) == 0 ||
+                (std::isnan(*x.l1) && std::isnan(*y.l1)))
+        << what;
   }
   EXPECT_EQ(x.mhash, y.mhash) << what;
   EXPECT_EQ(x.dtype, y.dtype) << what;
@@ -72,7 +74,6 @@ void expect_same_record(const Record& a, const Record& b, const std::string& wha
   EXPECT_EQ(x.partial, y.partial) << what;
   EXPECT_EQ(x.torch_hash, y.torch_hash) << what;
 }
-
 
 void expect_same_double(double a, double b) {
   if (std::isnan(a)) {
@@ -168,15 +169,24 @@ TEST(LogFormat, HeaderRoundTripsAndRejectsOtherVersions) {
   EXPECT_EQ(back.setup, h.setup);
   EXPECT_EQ(back.torch_version, h.torch_version);
   EXPECT_EQ(back.format_version, lf::kVersion);
-  EXPECT_EQ(lf::parse_header("#numprobe format=1 hash_spec=1 rank=0 world_size=1").format_version, 1);
-  EXPECT_EQ(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1").format_version, 2);
-  EXPECT_EQ(lf::parse_header("#numprobe format=3 hash_spec=1 rank=0 world_size=1").format_version, 3);
-  EXPECT_EQ(lf::parse_header("#numprobe format=4 hash_spec=1 rank=0 world_size=1").format_version, 4);
-  EXPECT_EQ(lf::parse_header("#numprobe format=5 hash_spec=1 rank=0 world_size=1").format_version, 5);
-  EXPECT_EQ(lf::parse_header("#numprobe format=6 hash_spec=1 rank=0 world_size=1").format_version, 6);
-  EXPECT_EQ(lf::parse_header("#numprobe format=7 hash_spec=1 rank=0 world_size=1").format_version, 7);
-  EXPECT_EQ(lf::parse_header("#numprobe format=8 hash_spec=1 rank=0 world_size=1").format_version, 8);
-  EXPECT_EQ(lf::parse_header("#numprobe format=9 hash_spec=1 rank=0 world_size=1").format_version, 9);
+  EXPECT_EQ(lf::parse_header("#numprobe format=1 hash_spec=1 rank=0 world_size=1").format_version,
+            1);
+  EXPECT_EQ(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1").format_version,
+            2);
+  EXPECT_EQ(lf::parse_header("#numprobe format=3 hash_spec=1 rank=0 world_size=1").format_version,
+            3);
+  EXPECT_EQ(lf::parse_header("#numprobe format=4 hash_spec=1 rank=0 world_size=1").format_version,
+            4);
+  EXPECT_EQ(lf::parse_header("#numprobe format=5 hash_spec=1 rank=0 world_size=1").format_version,
+            5);
+  EXPECT_EQ(lf::parse_header("#numprobe format=6 hash_spec=1 rank=0 world_size=1").format_version,
+            6);
+  EXPECT_EQ(lf::parse_header("#numprobe format=7 hash_spec=1 rank=0 world_size=1").format_version,
+            7);
+  EXPECT_EQ(lf::parse_header("#numprobe format=8 hash_spec=1 rank=0 world_size=1").format_version,
+            8);
+  EXPECT_EQ(lf::parse_header("#numprobe format=9 hash_spec=1 rank=0 world_size=1").format_version,
+            9);
   for (const char* other : {"#numprobe format=10 hash_spec=1 rank=0 world_size=1",
                             "#numprobe format=0 hash_spec=1 rank=0 world_size=1"}) {
     try {
@@ -239,8 +249,10 @@ TEST(LogFormat, ParsingIntoAUsedRecordGivesAFreshParse) {
       "step=6 kind=grad name=q.weight unsupported=quantized%20dtype dtype=qint8 shape=[3]",
       "step=6 kind=tap name=layers.0.attention.wo mb=1 hash=0000000000000003 norm=2 min=-1 max=1 "
       "mean=0 nan=0 inf=0 dtype=float32 shape=[2,8] partial=1/2",
-      "step=6 kind=mb_grad name=layers.0.moe.experts.w1 mb=1 hash=0000000000000004 norm=2 min=-1 max=1 "
-      "mean=0 nan=0 inf=0 dtype=float32 shape=[2,8,4] shard=[8,8,4]@[2,0,0] partial=0/2 covers=[1,3,5,7]",
+      "step=6 kind=mb_grad name=layers.0.moe.experts.w1 mb=1 hash=0000000000000004 norm=2 min=-1 "
+      "max=1 "
+      "mean=0 nan=0 inf=0 dtype=float32 shape=[2,8,4] shard=[8,8,4]@[2,0,0] partial=0/2 "
+      "covers=[1,3,5,7]",
       "step=7 kind=grad name=w none",
       "step=8 kind=scalar name=loss value=0.25",
   };
@@ -336,7 +348,8 @@ TEST(LogFormat, WriterOrderReadsWhatAnyOrderReads) {
     try {
       lf::parse_any_order_into(line, general);
     } catch (const lf::ParseError& e) {
-      ADD_FAILURE() << "read in one pass, rejected by the general reader (" << e.what() << "): '" << line << "'";
+      ADD_FAILURE() << "read in one pass, rejected by the general reader (" << e.what() << "): '"
+                    << line << "'";
       return;
     }
     expect_same_record(fast, general, line);
@@ -344,8 +357,8 @@ TEST(LogFormat, WriterOrderReadsWhatAnyOrderReads) {
   for (const auto& line : lines) {
     for (std::size_t i = 0; i <= line.size(); ++i) {
       if (i < line.size()) {
-        check(line.substr(0, i) + line.substr(i + 1));                  // deleted
-        check(line.substr(0, i) + line[i] + line.substr(i));            // doubled
+        check(line.substr(0, i) + line.substr(i + 1));        // deleted
+        check(line.substr(0, i) + line[i] + line.substr(i));  // doubled
         for (char c : alphabet) {
           if (c == line[i]) continue;
           std::string replaced = line;
@@ -356,7 +369,8 @@ TEST(LogFormat, WriterOrderReadsWhatAnyOrderReads) {
       check(line.substr(0, i) + ' ' + line.substr(i));  // a space inserted
     }
   }
-  const std::string tail = " hash=0123456789abcdef norm=1 min=0 max=1 mean=0.5 nan=0 inf=0 dtype=float32";
+  const std::string tail =
+      " hash=0123456789abcdef norm=1 min=0 max=1 mean=0.5 nan=0 inf=0 dtype=float32";
   for (const std::string& near_miss : std::vector<std::string>{
            "step=1 kind=grad name=w" + tail + " shape=[4] shard=[8,16]@[4,0]",  // ranks differ
            "step=1 kind=grad name=w" + tail + " shape=[4] shard=[8]@[4,0]",
@@ -370,17 +384,20 @@ TEST(LogFormat, WriterOrderReadsWhatAnyOrderReads) {
            "step=1 kind=tap name=w mb=0" + tail + " shape=[4] partial=0/0",
            "step=1 kind=tap name=w mb=0" + tail + " shape=[4] partial=0/2/3",
            "step=1 kind=tap name=w mb=0" + tail + " shape=[4] partial=1",
-           "step=1 kind=tap name=w mb=0" + tail + " shape=[4] torch_hash=0123456789abcdef partial=0/2",
+           "step=1 kind=tap name=w mb=0" + tail +
+               " shape=[4] torch_hash=0123456789abcdef partial=0/2",
            "step=1 kind=mb_grad name=w mb=0" + tail + " shape=[4] covers=[0]",
            "step=1 kind=mb_grad name=w mb=0" + tail + " shape=[4] covers=[0,0]",
            "step=1 kind=mb_grad name=w mb=0" + tail + " shape=[4] covers=[0,2,1]",
            "step=1 kind=mb_grad name=w mb=1" + tail + " shape=[4] covers=[0,1]",
            "step=1 kind=mb_grad name=w" + tail + " shape=[4] covers=[0,1]",
-           "step=1 kind=mb_grad name=w mb=0" + tail + " shape=[4] covers=[0,1] partial=0/2",  // out of order
+           // out of order
+           "step=1 kind=mb_grad name=w mb=0" + tail + " shape=[4] covers=[0,1] partial=0/2",
            "step=1 kind=mb_grad name=w mb=0" + tail + " shape=[4] covers=[0,1,]",
            "step=1234567890123456789 kind=grad name=w" + tail + " shape=[4]",
            "step=1 kind=grad name=w mb=-1" + tail + " shape=[4]",
-           "step=1 kind=grad name=w" + tail.substr(0, tail.size() - 7) + " shape=[4]",  // empty dtype
+           // empty dtype
+           "step=1 kind=grad name=w" + tail.substr(0, tail.size() - 7) + " shape=[4]",
            std::string("step=1 kind=scalar name=w value=nan"),
            "step=1 kind=scalar name=w value=1e999",
            "step=1 kind=op name=w" + tail + " shape=[4]",
@@ -393,7 +410,9 @@ TEST(LogFormat, WriterOrderReadsWhatAnyOrderReads) {
 
 // Integers are read by hand (a hot path of the differ): exactly what std::from_chars accepts.
 TEST(LogFormat, IntegersAreDecimalWithinInt64) {
-  auto step_of = [](const std::string& text) { return lf::parse_record("step=" + text + " kind=scalar name=x value=1").step; };
+  auto step_of = [](const std::string& text) {
+    return lf::parse_record("step=" + text + " kind=scalar name=x value=1").step;
+  };
   EXPECT_EQ(step_of("0"), 0);
   EXPECT_EQ(step_of("9223372036854775807"), std::numeric_limits<std::int64_t>::max());
   EXPECT_EQ(step_of("0000000000000000000000042"), 42);
@@ -402,11 +421,12 @@ TEST(LogFormat, IntegersAreDecimalWithinInt64) {
   };
   EXPECT_EQ(mb_of("-0"), 0);
   auto nnz_error = [](const std::string& text) {
-    return record_error_of("step=0 kind=grad name=w hash=0000000000000000 dtype=float32 shape=[2] nnz=" + text);
+    return record_error_of(
+        "step=0 kind=grad name=w hash=0000000000000000 dtype=float32 shape=[2] nnz=" + text);
   };
   EXPECT_EQ(nnz_error("-9223372036854775808"), "negative nnz");  // int64's minimum reads
-  for (const char* bad : {"9223372036854775808", "-9223372036854775809", "99999999999999999999", "+1",
-                          "-", "", "1a", "a1", "1.0", "0x10", "1-"}) {
+  for (const char* bad : {"9223372036854775808", "-9223372036854775809", "99999999999999999999",
+                          "+1", "-", "", "1a", "a1", "1.0", "0x10", "1-"}) {
     const std::string line = std::string("step=") + bad + " kind=scalar name=x value=1";
     EXPECT_EQ(record_error_of(line), std::string("field 'step' is not an integer: '") + bad + "'")
         << line;
@@ -436,7 +456,8 @@ TEST(LogFormat, StepEndRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(message_of("#end step=1 records=2 bytes=9"), "unknown field 'bytes' in step end");
   EXPECT_EQ(message_of("#end step=1 records=2 done"), "unexpected token 'done' in step end");
   EXPECT_EQ(message_of("#end step=-1 records=2"), "negative step or records in step end");
-  EXPECT_EQ(message_of("#end step=1 records=2 compiled=yes"), "compiled=yes in step end is not 0 or 1");
+  EXPECT_EQ(message_of("#end step=1 records=2 compiled=yes"),
+            "compiled=yes in step end is not 0 or 1");
 }
 
 TEST(LogFormat, SparseRecordCarriesItsNnzAndOlderRecordsHaveNone) {
@@ -455,7 +476,9 @@ TEST(LogFormat, SparseRecordCarriesItsNnzAndOlderRecordsHaveNone) {
   r.stats.nnz.reset();
   EXPECT_EQ(lf::format_record(r).find("nnz"), std::string::npos);
   EXPECT_FALSE(lf::parse_record(lf::format_record(r)).stats.nnz);
-  EXPECT_EQ(parse_error_of(lf::parse_record, "step=0 kind=grad name=w hash=0000000000000000 dtype=float32 shape=[2] nnz=-1"),
+  EXPECT_EQ(parse_error_of(
+                lf::parse_record,
+                "step=0 kind=grad name=w hash=0000000000000000 dtype=float32 shape=[2] nnz=-1"),
             "negative nnz");
 }
 
@@ -467,21 +490,25 @@ TEST(LogFormat, StopLineRoundTripsAndBadOnesSayWhatIsWrong) {
   const lf::Stopped back = lf::parse_stopped(line);
   EXPECT_EQ(back.step, 7);
   EXPECT_EQ(back.reason, "No space left on device");
-  EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=1"), "stop line lacks step= or reason=");
-  EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=-1 reason=x"), "negative step in stop line");
+  EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=1"),
+            "stop line lacks step= or reason=");
+  EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=-1 reason=x"),
+            "negative step in stop line");
   EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=1 reason=x junk"),
             "unexpected token 'junk' in stop line");
 }
 
 // One rule for unknown fields in every line (docs/log-format.md, "Unknown fields").
 TEST(LogFormat, EveryLineRefusesAFieldItDoesNotDefine) {
-  EXPECT_EQ(parse_error_of(lf::parse_header, "#numprobe format=9 hash_spec=1 rank=0 world_size=1 colour=red"),
+  EXPECT_EQ(parse_error_of(lf::parse_header,
+                           "#numprobe format=9 hash_spec=1 rank=0 world_size=1 colour=red"),
             "unknown field 'colour' in header");
   EXPECT_EQ(parse_error_of(lf::parse_stopped, "#stopped step=1 reason=x colour=red"),
             "unknown field 'colour' in stop line");
   EXPECT_EQ(parse_error_of(lf::parse_step_end, "#end step=1 records=2 colour=red"),
             "unknown field 'colour' in step end");
-  EXPECT_EQ(parse_error_of(lf::parse_record, "step=1 kind=grad name=w none colour=red"), "unknown field 'colour'");
+  EXPECT_EQ(parse_error_of(lf::parse_record, "step=1 kind=grad name=w none colour=red"),
+            "unknown field 'colour'");
   // What every writer wrote still reads: the header's every field.
   const lf::Header h = lf::parse_header(lf::format_header({9, 1, 2, 4, "2.13.0", "zero3 x4"}));
   EXPECT_EQ(h.rank, 2);
@@ -501,7 +528,9 @@ TEST(LogFormat, OpRecordRoundTripsWithPhaseAndInputHashes) {
   r.stats.dtype = "float32";
   r.stats.shape = {2, 3};
   const std::string line = lf::format_record(r);
-  EXPECT_NE(line.find(" phase=backward in=[0123456789abcdef,-,0000000000000000] hash="), std::string::npos) << line;
+  EXPECT_NE(line.find(" phase=backward in=[0123456789abcdef,-,0000000000000000] hash="),
+            std::string::npos)
+      << line;
   const auto back = lf::parse_record(line);
   EXPECT_EQ(back.kind, probe::Kind::op);
   EXPECT_EQ(back.name, r.name);
@@ -519,20 +548,25 @@ TEST(LogFormat, OpRecordRoundTripsWithPhaseAndInputHashes) {
 TEST(LogFormat, PhaseAndInputsBelongToOpRecordsOnly) {
   EXPECT_EQ(record_error_of("step=1 kind=grad name=w phase=forward in=[] none"),
             "phase= and in= belong to op records, and only to them");
-  EXPECT_EQ(record_error_of("step=1 kind=op name=s/aten::add#0 mb=0 phase=forward none"), "op record lacks phase= or in=");
+  EXPECT_EQ(record_error_of("step=1 kind=op name=s/aten::add#0 mb=0 phase=forward none"),
+            "op record lacks phase= or in=");
   EXPECT_EQ(record_error_of("step=1 kind=op name=s/aten::add#0 phase=sideways in=[] none"),
             "field 'phase' is not forward or backward");
   EXPECT_EQ(record_error_of("step=1 kind=op name=s/aten::add#0 phase=forward in=[12] none"),
             "hash is not 16 hex digits: '12'");
-  EXPECT_EQ(record_error_of("step=1 kind=op name=s/aten::add#0 phase=forward in=0000000000000000 none"),
-            "field 'in' is not [hash,...]");
+  EXPECT_EQ(
+      record_error_of("step=1 kind=op name=s/aten::add#0 phase=forward in=0000000000000000 none"),
+      "field 'in' is not [hash,...]");
 }
 
 TEST(LogFormat, Version4WritesOpRecordsAndVersion2And3HeadersStayReadable) {
   EXPECT_GE(lf::kVersion, 4);
-  EXPECT_EQ(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1").format_version, 2);
-  EXPECT_EQ(lf::parse_header("#numprobe format=3 hash_spec=1 rank=0 world_size=1").format_version, 3);
-  EXPECT_EQ(lf::parse_header("#numprobe format=4 hash_spec=1 rank=0 world_size=1").format_version, 4);
+  EXPECT_EQ(lf::parse_header("#numprobe format=2 hash_spec=1 rank=0 world_size=1").format_version,
+            2);
+  EXPECT_EQ(lf::parse_header("#numprobe format=3 hash_spec=1 rank=0 world_size=1").format_version,
+            3);
+  EXPECT_EQ(lf::parse_header("#numprobe format=4 hash_spec=1 rank=0 world_size=1").format_version,
+            4);
 }
 
 // Version 5: a record that is summand `index` of `count` of a tensor (a tensor-parallel rank's
@@ -556,11 +590,15 @@ TEST(LogFormat, Version5PartialRecordRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(lf::format_record(r).find("partial="), std::string::npos);
   EXPECT_TRUE(lf::parse_record(lf::format_record(r)).stats.partial.empty());
 
-  const std::string head = "step=1 kind=tap name=w mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 "
-                           "inf=0 dtype=float32 shape=[2]";
-  EXPECT_EQ(record_error_of(head + " partial=2/2"), "field 'partial' needs 0 <= index < count: '2/2'");
-  EXPECT_EQ(record_error_of(head + " partial=0/0"), "field 'partial' needs 0 <= index < count: '0/0'");
-  EXPECT_EQ(record_error_of(head + " partial=-1/2"), "field 'partial' needs 0 <= index < count: '-1/2'");
+  const std::string head =
+      "step=1 kind=tap name=w mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 "
+      "inf=0 dtype=float32 shape=[2]";
+  EXPECT_EQ(record_error_of(head + " partial=2/2"),
+            "field 'partial' needs 0 <= index < count: '2/2'");
+  EXPECT_EQ(record_error_of(head + " partial=0/0"),
+            "field 'partial' needs 0 <= index < count: '0/0'");
+  EXPECT_EQ(record_error_of(head + " partial=-1/2"),
+            "field 'partial' needs 0 <= index < count: '-1/2'");
   EXPECT_EQ(record_error_of(head + " partial=1"), "field 'partial' is not <index>/<count>: '1'");
   EXPECT_EQ(record_error_of(head + " partial=a/2"), "field 'partial' is not an integer: 'a'");
   EXPECT_THROW(probe::Partial::of(2, 2), std::invalid_argument);
@@ -580,7 +618,9 @@ TEST(LogFormat, Version6CoversRoundTripsAndBadOnesSayWhatIsWrong) {
   r.stats.torch_hash = 9;
   r.covers = {1, 3, 5, 7};
   const std::string line = lf::format_record(r);
-  EXPECT_NE(line.find(" shard=[8,16]@[2,0] partial=1/2 covers=[1,3,5,7] torch_hash="), std::string::npos) << line;
+  EXPECT_NE(line.find(" shard=[8,16]@[2,0] partial=1/2 covers=[1,3,5,7] torch_hash="),
+            std::string::npos)
+      << line;
   expect_same_record(lf::parse_record(line), r, line);
   EXPECT_EQ(lf::format_record(lf::parse_record(line)), line);
   Record fast;
@@ -600,18 +640,27 @@ TEST(LogFormat, Version6CoversRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(lf::format_record(r).find("covers="), std::string::npos);
   EXPECT_TRUE(lf::parse_record(lf::format_record(r)).covers.empty());
 
-  const std::string head = "step=1 kind=mb_grad name=w mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 "
-                           "inf=0 dtype=float32 shape=[2]";
-  EXPECT_EQ(record_error_of(head + " covers=[0]"), "field 'covers' needs at least 2 microbatches: '[0]'");
-  EXPECT_EQ(record_error_of(head + " covers=[]"), "field 'covers' needs at least 2 microbatches: '[]'");
-  EXPECT_EQ(record_error_of(head + " covers=[0,2,2]"), "field 'covers' is not ascending without duplicates: '[0,2,2]'");
-  EXPECT_EQ(record_error_of(head + " covers=[0,4,2]"), "field 'covers' is not ascending without duplicates: '[0,4,2]'");
-  EXPECT_EQ(record_error_of(head + " covers=[1,2]"), "field 'covers' does not start at the record's mb=0: '[1,2]'");
-  EXPECT_EQ(record_error_of(head + " covers=0,2"), "field 'covers' is not a [d0,d1,...] list: '0,2'");
+  const std::string head =
+      "step=1 kind=mb_grad name=w mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 "
+      "inf=0 dtype=float32 shape=[2]";
+  EXPECT_EQ(record_error_of(head + " covers=[0]"),
+            "field 'covers' needs at least 2 microbatches: '[0]'");
+  EXPECT_EQ(record_error_of(head + " covers=[]"),
+            "field 'covers' needs at least 2 microbatches: '[]'");
+  EXPECT_EQ(record_error_of(head + " covers=[0,2,2]"),
+            "field 'covers' is not ascending without duplicates: '[0,2,2]'");
+  EXPECT_EQ(record_error_of(head + " covers=[0,4,2]"),
+            "field 'covers' is not ascending without duplicates: '[0,4,2]'");
+  EXPECT_EQ(record_error_of(head + " covers=[1,2]"),
+            "field 'covers' does not start at the record's mb=0: '[1,2]'");
+  EXPECT_EQ(record_error_of(head + " covers=0,2"),
+            "field 'covers' is not a [d0,d1,...] list: '0,2'");
   EXPECT_EQ(record_error_of(head + " covers=[0,x]"), "field 'covers' is not an integer: 'x'");
-  EXPECT_EQ(record_error_of("step=1 kind=grad name=w hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
-                       "dtype=float32 shape=[2] covers=[0,2]"),
-            "field 'covers' belongs to records with an mb: '[0,2]'");
+  EXPECT_EQ(
+      record_error_of(
+          "step=1 kind=grad name=w hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
+          "dtype=float32 shape=[2] covers=[0,2]"),
+      "field 'covers' belongs to records with an mb: '[0,2]'");
 }
 
 // Version 7: an op record of a split scope carries its rank of the split and its output's and
@@ -630,7 +679,8 @@ TEST(LogFormat, Version7SplitOpRoundTripsAndBadOnesSayWhatIsWrong) {
   r.split.output = {0x1, 0x2};
   r.split.inputs = {{0x3, 0x4}, {}, {}};
   const std::string line = lf::format_record(r);
-  EXPECT_NE(line.find(" in=[000000000000000a,-,000000000000000b] split=1/2 cand=[0000000000000001,0000000000000002] "
+  EXPECT_NE(line.find(" in=[000000000000000a,-,000000000000000b] split=1/2 "
+                      "cand=[0000000000000001,0000000000000002] "
                       "incand=[0000000000000003:0000000000000004,-,-] hash="),
             std::string::npos)
       << line;
@@ -640,33 +690,46 @@ TEST(LogFormat, Version7SplitOpRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(lf::format_record(r).find("split="), std::string::npos);
   r.dump = "dumps/step0/3.pt";  // a traced op's dump (dump=1)
   const std::string dumped = lf::format_record(r);
-  EXPECT_NE(dumped.find(" in=[000000000000000a,-,000000000000000b] dump=dumps/step0/3.pt hash="), std::string::npos)
+  EXPECT_NE(dumped.find(" in=[000000000000000a,-,000000000000000b] dump=dumps/step0/3.pt hash="),
+            std::string::npos)
       << dumped;
   expect_same_record(lf::parse_record(dumped), r, dumped);
 
-  const std::string head = "step=0 kind=op name=s/aten::add#0 mb=0 phase=forward in=[000000000000000a] "
-                           "hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 dtype=float32 shape=[2]";
+  const std::string head =
+      "step=0 kind=op name=s/aten::add#0 mb=0 phase=forward in=[000000000000000a] "
+      "hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 dtype=float32 shape=[2]";
   const std::string cand = " cand=[0000000000000001] incand=[0000000000000002]";
-  EXPECT_EQ(record_error_of(head + " split=2/2" + cand), "field 'split' needs 0 <= rank < size and size >= 2: '2/2'");
-  EXPECT_EQ(record_error_of(head + " split=0/1" + cand), "field 'split' needs 0 <= rank < size and size >= 2: '0/1'");
+  EXPECT_EQ(record_error_of(head + " split=2/2" + cand),
+            "field 'split' needs 0 <= rank < size and size >= 2: '2/2'");
+  EXPECT_EQ(record_error_of(head + " split=0/1" + cand),
+            "field 'split' needs 0 <= rank < size and size >= 2: '0/1'");
   EXPECT_EQ(record_error_of(head + " split=1" + cand), "field 'split' is not <rank>/<size>: '1'");
   EXPECT_EQ(record_error_of(head + " split=0/2"), "split=, cand= and incand= go together");
-  EXPECT_EQ(record_error_of(head + " split=0/2 cand=[0000000000000001,0000000000000001] incand=[0000000000000002]"),
-            "field 'cand' has 2 hashes for a 1-dim output");
+  EXPECT_EQ(
+      record_error_of(
+          head + " split=0/2 cand=[0000000000000001,0000000000000001] incand=[0000000000000002]"),
+      "field 'cand' has 2 hashes for a 1-dim output");
   EXPECT_EQ(record_error_of(head + " split=0/2 cand=[0000000000000001] incand=[-,-]"),
             "field 'incand' has 2 inputs where in= has 1");
   EXPECT_EQ(record_error_of(head + " split=0/2 cand=[0000000000000001,] incand=[0000000000000002]"),
             "field 'cand' ends with ','");
-  EXPECT_EQ(record_error_of(head + " split=0/2 cand=[0000000000000001] incand=[0000000000000002::0000000000000003]"),
-            "field 'incand' has an empty item");
+  EXPECT_EQ(
+      record_error_of(
+          head + " split=0/2 cand=[0000000000000001] incand=[0000000000000002::0000000000000003]"),
+      "field 'incand' has an empty item");
   EXPECT_EQ(record_error_of(head + " split=0/2 cand=[-] incand=[-]"), "field 'cand' holds '-'");
   EXPECT_EQ(record_error_of(head + " dump="), "field 'dump' is empty");
-  EXPECT_EQ(record_error_of("step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
-                       "dtype=float32 shape=[2] dump=x.pt"),
-            "dump= belongs to op records");
-  EXPECT_EQ(record_error_of("step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
-                       "dtype=float32 shape=[2] split=0/2" + cand),
-            "split= belongs to op records");
+  EXPECT_EQ(
+      record_error_of(
+          "step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
+          "dtype=float32 shape=[2] dump=x.pt"),
+      "dump= belongs to op records");
+  EXPECT_EQ(
+      record_error_of(
+          "step=0 kind=tap name=t mb=0 hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
+          "dtype=float32 shape=[2] split=0/2" +
+          cand),
+      "split= belongs to op records");
 }
 
 // Version 8: a tensor record carries l1 and mhash after inf; both parsers read them, and a record
@@ -696,5 +759,6 @@ TEST(LogFormat, Version8OrderIndependentFiguresRoundTripAndAreAbsentInOlderRecor
   lf::parse_record_into(v7, reused);
   EXPECT_FALSE(reused.stats.l1.has_value());
   EXPECT_FALSE(reused.stats.mhash.has_value());
-  EXPECT_THROW(lf::parse_record(lf::format_record(r).replace(line.find("mhash=") + 6, 16, "xyz")), lf::ParseError);
+  EXPECT_THROW(lf::parse_record(lf::format_record(r).replace(line.find("mhash=") + 6, 16, "xyz")),
+               lf::ParseError);
 }

@@ -25,10 +25,6 @@ namespace {
 // The records these tests write: the loss of a step.
 probe::Record loss(std::int64_t step, double v) { return scalar(step, "loss", v); }
 
-
-
-
-
 std::string header_line(int format) {
   lf::Header h;
   h.format_version = format;
@@ -72,10 +68,8 @@ std::optional<std::string> in_child(const std::function<std::string()>& f,
     if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
     char buf[4096];
     const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n > 0)
-      out.append(buf, static_cast<std::size_t>(n));
-    else
-      finished = true;  // the child closed the pipe: it is exiting
+    if (n > 0) out.append(buf, static_cast<std::size_t>(n));
+    else finished = true;  // the child closed the pipe: it is exiting
   }
   ::close(fds[0]);
   if (!finished) ::kill(child, SIGKILL);
@@ -117,7 +111,8 @@ TEST(LogIo, AStepThatRanCompiledCodeSaysSoAtItsEnd) {
     writer.write_step(0, record, 1);
     writer.write_step(1, lf::format_record(loss(1, 1.0)) + "\n", 1, /*compiled=*/true);
   }
-  EXPECT_NE(read_all(path).find("\n#end step=1 records=1 compiled=1\n"), std::string::npos) << read_all(path);
+  EXPECT_NE(read_all(path).find("\n#end step=1 records=1 compiled=1\n"), std::string::npos)
+      << read_all(path);
   probe::LogReader reader(path);
   while (reader.next()) {
   }
@@ -187,8 +182,8 @@ TEST(LogIo, WriteErrorThrowsNamingTheFileInsteadOfHanging) {
     return std::string("no error");
   });
   ASSERT_TRUE(result) << "LogWriter hung on a write error";
-  EXPECT_EQ(*result, "numprobe: cannot write log file '" + path.string() + "': " +
-                         std::strerror(ENOSPC));
+  EXPECT_EQ(*result,
+            "numprobe: cannot write log file '" + path.string() + "': " + std::strerror(ENOSPC));
   std::filesystem::remove_all(dir);
 }
 
@@ -215,8 +210,9 @@ TEST(LogIo, StepPastTheFileSizeLimitThrowsThenEveryLaterStepThrows) {
     return out;
   });
   ASSERT_TRUE(result) << "LogWriter hung on a write error";
-  const std::string error = "numprobe: cannot write log file '" + path.string() +
-                            "': the step would exceed the file size limit (RLIMIT_FSIZE, 4096 bytes)";
+  const std::string error =
+      "numprobe: cannot write log file '" + path.string() +
+      "': the step would exceed the file size limit (RLIMIT_FSIZE, 4096 bytes)";
   EXPECT_EQ(*result, error + " [stop line]\n" + error + " [stop line]\n");
   // Step 0 is whole, and the stop line says why step 1 is missing.
   probe::LogReader reader(path);
@@ -227,7 +223,8 @@ TEST(LogIo, StepPastTheFileSizeLimitThrowsThenEveryLaterStepThrows) {
   EXPECT_FALSE(reader.unterminated());
   ASSERT_TRUE(reader.stopped());
   EXPECT_EQ(reader.stopped()->step, 1);
-  EXPECT_EQ(reader.stopped()->reason, "the step would exceed the file size limit (RLIMIT_FSIZE, 4096 bytes)");
+  EXPECT_EQ(reader.stopped()->reason,
+            "the step would exceed the file size limit (RLIMIT_FSIZE, 4096 bytes)");
   EXPECT_EQ(reader.stopped()->line, 4);
 }
 
@@ -248,7 +245,8 @@ TEST(LogIo, AFullDiskCutsTheFailedStepBackAndRecordsWhy) {
       probe::LogWriter writer(path, lf::Header{});
       for (std::int64_t step = 0; step < 20 && failed < 0; ++step) {
         try {
-          writer.write_step(step, std::vector<std::string>(13, lf::format_record(loss(step, 0.1 * step))));
+          writer.write_step(
+              step, std::vector<std::string>(13, lf::format_record(loss(step, 0.1 * step))));
         } catch (const probe::LogWriteError& e) {
           failed = step;
           message = e.what();
@@ -266,7 +264,8 @@ TEST(LogIo, AFullDiskCutsTheFailedStepBackAndRecordsWhy) {
     ASSERT_FALSE(text.empty());
     EXPECT_EQ(text.back(), '\n') << what << ": a half line is left";
     const std::string last = text.substr(text.rfind('\n', text.size() - 2) + 1);
-    EXPECT_EQ(last.rfind("#stopped step=" + std::to_string(failed) + " reason=", 0), 0u) << what << ": " << last;
+    EXPECT_EQ(last.rfind("#stopped step=" + std::to_string(failed) + " reason=", 0), 0u)
+        << what << ": " << last;
     probe::LogReader reader(path);
     std::int64_t records = 0, last_step = -1;
     while (auto r = reader.next()) {
@@ -380,18 +379,15 @@ TEST(LogIo, FormatOneLogWithoutEndMarkersReadsAsBefore) {
 
 TEST(LogIo, StepEndDisagreeingWithItsRecordsIsAnErrorNamingFileAndLine) {
   auto path = fresh_dir("badend") / "diff.log";
-  write_file(path, header_line(2) +
-                       lf::format_record(loss(3, 1.0)) + "\n" +
+  write_file(path, header_line(2) + lf::format_record(loss(3, 1.0)) + "\n" +
                        lf::format_record(loss(3, 2.0)) + "\n" +
-                       "#end step=3 records=5\n" +                    // line 4: count
+                       "#end step=3 records=5\n" +  // line 4: count
                        lf::format_record(loss(4, 1.0)) + "\n" +
-                       "#end step=5 records=1\n" +                    // line 6: step
-                       lf::format_record(loss(6, 1.0)) + "\n" +
-                       lf::format_record(loss(7, 1.0)) + "\n" +
-                       "#end step=6 records=2\n" +                    // line 9: two steps
-                       "#end step=8 records=x\n" +                    // line 10: garbled
-                       lf::format_record(loss(9, 1.0)) + "\n" +
-                       "#end step=9 records=1\n");
+                       "#end step=5 records=1\n" +  // line 6: step
+                       lf::format_record(loss(6, 1.0)) + "\n" + lf::format_record(loss(7, 1.0)) +
+                       "\n" + "#end step=6 records=2\n" +  // line 9: two steps
+                       "#end step=8 records=x\n" +         // line 10: garbled
+                       lf::format_record(loss(9, 1.0)) + "\n" + "#end step=9 records=1\n");
   probe::LogReader reader(path);
   auto error_after = [&](int records) {
     for (int i = 0; i < records; ++i) EXPECT_TRUE(reader.next());
@@ -449,7 +445,8 @@ TEST(LogIo, RecordGarbledIntoALineThatDoesNotParseLeavesTheStepEndShort) {
     reader.next();
     FAIL() << "expected the step end to disagree";
   } catch (const lf::ParseError& e) {
-    EXPECT_EQ(std::string(e.what()), path.string() + ":4: step end says 2 records of step 0, read 1");
+    EXPECT_EQ(std::string(e.what()),
+              path.string() + ":4: step end says 2 records of step 0, read 1");
   }
 }
 
@@ -515,7 +512,7 @@ TEST(LogIo, ReleasedReaderWhoseFileWentAwaySaysWhy) {
     reader.next();
     FAIL() << "read a file that is gone";
   } catch (const std::runtime_error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "numprobe: cannot reopen log file '" + path.string() + "': No such file or directory");
+    EXPECT_EQ(std::string(e.what()), "numprobe: cannot reopen log file '" + path.string() +
+                                         "': No such file or directory");
   }
 }

@@ -25,7 +25,8 @@ std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
 
 // Random 2-byte floats of every finite exponent (subnormals and both zeros included) and no
 // NaN or Inf: the pattern's exponent field is below all-ones.
-std::vector<std::uint16_t> random_finite_halves(std::size_t n, int exponent_bits, std::uint64_t seed) {
+std::vector<std::uint16_t> random_finite_halves(std::size_t n, int exponent_bits,
+                                                std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int mantissa_bits = 15 - exponent_bits;
   std::uniform_int_distribution<int> exponent(0, (1 << exponent_bits) - 2);
@@ -53,7 +54,8 @@ void expect_same_bits(const k::StatsPartial& a, const k::StatsPartial& b, const 
 }
 
 // The sum of XXH3_64bits_withSeed over `n` elements of `size` bytes: hash spec v1 by definition.
-std::uint64_t libxxhash_sum(const void* data, std::size_t size, std::int64_t n, std::uint64_t first) {
+std::uint64_t libxxhash_sum(const void* data, std::size_t size, std::int64_t n,
+                            std::uint64_t first) {
   std::uint64_t h = 0;
   for (std::int64_t i = 0; i < n; ++i)
     h += XXH3_64bits_withSeed(static_cast<const char*>(data) + i * size, size, first + i);
@@ -82,7 +84,8 @@ TEST(StatsKernel, EveryIsaBuildGivesTheSameBits) {
   std::vector<std::uint16_t> bf16(kCount), bf16_specials(kCount);
   for (std::size_t i = 0; i < kCount; ++i) {
     bf16[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(values[i]) >> 16);
-    bf16_specials[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(with_specials[i]) >> 16);
+    bf16_specials[i] =
+        static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(with_specials[i]) >> 16);
   }
   const std::vector<std::uint16_t> bf16_wide = random_finite_halves(kCount, 8, 2);
   const std::vector<std::uint16_t> f16 = random_finite_halves(kCount, 5, 3);
@@ -110,11 +113,12 @@ TEST(StatsKernel, EveryIsaBuildGivesTheSameBits) {
   };
   for (const Input& input : inputs) {
     for (std::int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 10007}) {
-      for (std::uint64_t first : {std::uint64_t{0}, std::uint64_t{3}, kSeedHighHalfChanges - 500, std::uint64_t{1} << 40}) {
+      for (std::uint64_t first : {std::uint64_t{0}, std::uint64_t{3}, kSeedHighHalfChanges - 500,
+                                  std::uint64_t{1} << 40}) {
         const auto expected = kernels[0].run(input.type, input.data, n, first);
         for (const auto& kernel : kernels) {
-          const std::string what = std::string(input.name) + " " + kernel.isa + " n=" +
-                                   std::to_string(n) + " first=" + std::to_string(first);
+          const std::string what = std::string(input.name) + " " + kernel.isa +
+                                   " n=" + std::to_string(n) + " first=" + std::to_string(first);
           expect_same_bits(kernel.run(input.type, input.data, n, first), expected, what);
         }
       }
@@ -128,23 +132,28 @@ TEST(StatsKernel, DispatchTakesTheBuildProbeStatsIsaNames) {
   const char* wanted = std::getenv("PROBE_STATS_ISA");
   if (!wanted) GTEST_SKIP() << "PROBE_STATS_ISA is not set (the ctest entries set it)";
   const auto kernels = k::runnable_isa_kernels();
-  const bool runnable = std::any_of(kernels.begin(), kernels.end(),
-                                    [&](const k::IsaKernel& kernel) { return std::strcmp(kernel.isa, wanted) == 0; });
+  const bool runnable =
+      std::any_of(kernels.begin(), kernels.end(),
+                  [&](const k::IsaKernel& kernel) { return std::strcmp(kernel.isa, wanted) == 0; });
   EXPECT_STREQ(k::stats_kernel_isa(), runnable ? wanted : kernels.back().isa);
   // Whichever build runs, the figures are the same bits as the best build's.
   const auto data = random_floats(60'001, 7);
-  const auto chosen = k::stats_run(k::ElementType::float32, data.data(), static_cast<std::int64_t>(data.size()), 0);
-  const auto best = kernels.back().run(k::ElementType::float32, data.data(), static_cast<std::int64_t>(data.size()), 0);
+  const auto chosen =
+      k::stats_run(k::ElementType::float32, data.data(), static_cast<std::int64_t>(data.size()), 0);
+  const auto best = kernels.back().run(k::ElementType::float32, data.data(),
+                                       static_cast<std::int64_t>(data.size()), 0);
   EXPECT_EQ(chosen.hash, best.hash);
   EXPECT_EQ(std::bit_cast<std::uint64_t>(chosen.sum), std::bit_cast<std::uint64_t>(best.sum));
-  EXPECT_EQ(std::bit_cast<std::uint64_t>(chosen.sum_squares), std::bit_cast<std::uint64_t>(best.sum_squares));
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(chosen.sum_squares),
+            std::bit_cast<std::uint64_t>(best.sum_squares));
 }
 
 TEST(StatsKernel, HashOfEveryIsaEqualsLibxxhashSum) {
   const std::vector<float> values = random_floats(1001, 2);
   const std::vector<std::uint16_t> halves = random_finite_halves(1001, 5, 4);
   for (const auto& kernel : k::runnable_isa_kernels()) {
-    for (std::uint64_t first : {std::uint64_t{100}, kSeedHighHalfChanges - 500, std::uint64_t{1} << 40}) {
+    for (std::uint64_t first :
+         {std::uint64_t{100}, kSeedHighHalfChanges - 500, std::uint64_t{1} << 40}) {
       EXPECT_EQ(kernel.run(k::ElementType::float32, values.data(), 1001, first).hash,
                 libxxhash_sum(values.data(), 4, 1001, first))
           << kernel.isa << " first=" << first;
@@ -171,7 +180,8 @@ TEST(StatsKernel, NanAndInfInOneChunkAreCountedExactly) {
   std::vector<float> values = random_floats(3 * k::kChunkElements, 3);
   values[k::kChunkElements + 5] = NAN;
   values[k::kChunkElements + 6] = INFINITY;
-  k::ContiguousLayout layout(k::ElementType::float32, values.data(), {static_cast<std::int64_t>(values.size())}, {});
+  k::ContiguousLayout layout(k::ElementType::float32, values.data(),
+                             {static_cast<std::int64_t>(values.size())}, {});
   std::vector<k::StatsPartial> chunks;
   for (std::int64_t c = 0; c < layout.chunk_count(); ++c) chunks.push_back(layout.chunk_stats(c));
   EXPECT_EQ(chunks[0].nan + chunks[0].inf + chunks[2].nan + chunks[2].inf, 0);

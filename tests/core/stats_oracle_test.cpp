@@ -44,14 +44,10 @@ double small_float(std::uint32_t bits, int e, int m, bool ieee_specials) {
   const std::uint32_t mantissa = bits & ((1u << m) - 1);
   const int bias = (1 << (e - 1)) - 1, max_exponent = (1 << e) - 1;
   double v;
-  if (ieee_specials && exponent == max_exponent)
-    v = mantissa == 0 ? INFINITY : NAN;
-  else if (!ieee_specials && exponent == max_exponent && mantissa == (1u << m) - 1)
-    v = NAN;
-  else if (exponent == 0)
-    v = std::ldexp(static_cast<double>(mantissa), 1 - bias - m);
-  else
-    v = std::ldexp(static_cast<double>((1u << m) | mantissa), exponent - bias - m);
+  if (ieee_specials && exponent == max_exponent) v = mantissa == 0 ? INFINITY : NAN;
+  else if (!ieee_specials && exponent == max_exponent && mantissa == (1u << m) - 1) v = NAN;
+  else if (exponent == 0) v = std::ldexp(static_cast<double>(mantissa), 1 - bias - m);
+  else v = std::ldexp(static_cast<double>((1u << m) | mantissa), exponent - bias - m);
   return negative ? -v : v;
 }
 
@@ -62,12 +58,16 @@ struct Type {
 };
 
 const Type kTypes[] = {
-    {k::ElementType::float32, "float32", 4},   {k::ElementType::float64, "float64", 8},
-    {k::ElementType::bfloat16, "bfloat16", 2}, {k::ElementType::float16, "float16", 2},
+    {k::ElementType::float32, "float32", 4},
+    {k::ElementType::float64, "float64", 8},
+    {k::ElementType::bfloat16, "bfloat16", 2},
+    {k::ElementType::float16, "float16", 2},
     {k::ElementType::float8_e5m2, "float8_e5m2", 1},
     {k::ElementType::float8_e4m3fn, "float8_e4m3fn", 1},
-    {k::ElementType::int8, "int8", 1},         {k::ElementType::uint8, "uint8", 1},
-    {k::ElementType::int16, "int16", 2},       {k::ElementType::int32, "int32", 4},
+    {k::ElementType::int8, "int8", 1},
+    {k::ElementType::uint8, "uint8", 1},
+    {k::ElementType::int16, "int16", 2},
+    {k::ElementType::int32, "int32", 4},
     {k::ElementType::int64, "int64", 8},
 };
 
@@ -140,7 +140,8 @@ Figures oracle_chunk(const Type& t, const unsigned char* data, std::int64_t coun
   for (std::int64_t i = 0; i < count; ++i) {
     const unsigned char* p = data + i * t.size;
     add(lanes[static_cast<std::size_t>(i % kLanes)], decode(t.type, p),
-        XXH3_64bits_withSeed(p, static_cast<std::size_t>(t.size), first + static_cast<std::uint64_t>(i)),
+        XXH3_64bits_withSeed(p, static_cast<std::size_t>(t.size),
+                             first + static_cast<std::uint64_t>(i)),
         order_free_term(p, t.size));
   }
   Figures chunk;
@@ -202,8 +203,9 @@ const std::uint64_t kFirsts[] = {0, (std::uint64_t{1} << 32) - 70000};
 TEST(StatsOracle, EveryRunnableIsaBuildMatchesTheNaiveLoopBitForBit) {
   const auto kernels = k::runnable_isa_kernels();
   for (const char* isa : {"generic", "avx2", "avx512"}) {
-    const bool runnable = std::any_of(kernels.begin(), kernels.end(),
-                                      [&](const k::IsaKernel& kk) { return std::string(kk.isa) == isa; });
+    const bool runnable = std::any_of(kernels.begin(), kernels.end(), [&](const k::IsaKernel& kk) {
+      return std::string(kk.isa) == isa;
+    });
     if (!runnable)
       std::printf("not compared: %s build (not built for, or not run by, this CPU)\n", isa);
   }

@@ -26,7 +26,8 @@ TEST(TraceSpec, EmptyTracesNothing) {
 }
 
 TEST(TraceSpec, FieldsSelectStepsScopesPhasesAndMicrobatches) {
-  const auto spec = TraceSpec::parse("steps=7;scopes=^layers\\.3\\.;phases=forward,backward;mb=0-3");
+  const auto spec =
+      TraceSpec::parse("steps=7;scopes=^layers\\.3\\.;phases=forward,backward;mb=0-3");
   EXPECT_TRUE(spec.traces_step(7));
   EXPECT_FALSE(spec.traces_step(6));
   EXPECT_TRUE(spec.traces_scope("layers.3.attention"));
@@ -56,10 +57,13 @@ TEST(TraceSpec, DefaultsTraceEveryStepScopeAndPhase) {
 }
 
 TEST(TraceSpec, BadSettingsSayWhichFieldIsWrong) {
-  EXPECT_NE(error_of("steps=x").find("steps: 'x' is not a non-negative integer"), std::string::npos);
+  EXPECT_NE(error_of("steps=x").find("steps: 'x' is not a non-negative integer"),
+            std::string::npos);
   EXPECT_NE(error_of("steps=5-3").find("range '5-3' ends before it starts"), std::string::npos);
-  EXPECT_NE(error_of("scopes=(").find("scopes: '(' is not a regular expression"), std::string::npos);
-  EXPECT_NE(error_of("phases=sideways").find("'sideways' is not forward or backward"), std::string::npos);
+  EXPECT_NE(error_of("scopes=(").find("scopes: '(' is not a regular expression"),
+            std::string::npos);
+  EXPECT_NE(error_of("phases=sideways").find("'sideways' is not forward or backward"),
+            std::string::npos);
   EXPECT_NE(error_of("layer=3").find("unknown field 'layer'"), std::string::npos);
   EXPECT_NE(error_of("steps").find("field 'steps' has no '='"), std::string::npos);
   EXPECT_NE(error_of("steps=1;steps=2").find("field 'steps' given twice"), std::string::npos);
@@ -79,6 +83,8 @@ TEST(TraceSpec, DumpSavesTracedOpsUpToACap) {
   EXPECT_EQ(TraceSpec::parse(capped.text()).text(), capped.text());
   EXPECT_FALSE(TraceSpec::parse("dump=0").dumps());
   EXPECT_NE(error_of("dump=yes").find("dump: 'yes' is not 0 or 1"), std::string::npos);
-  EXPECT_NE(error_of("dump=1;dump_cap=0").find("dump_cap: '0' MiB is not between 1 and 2^40"), std::string::npos);
-  EXPECT_NE(error_of("dump_cap=5").find("dump_cap is a cap on dumps: it needs dump=1"), std::string::npos);
+  EXPECT_NE(error_of("dump=1;dump_cap=0").find("dump_cap: '0' MiB is not between 1 and 2^40"),
+            std::string::npos);
+  EXPECT_NE(error_of("dump_cap=5").find("dump_cap is a cap on dumps: it needs dump=1"),
+            std::string::npos);
 }

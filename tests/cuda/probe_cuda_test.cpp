@@ -51,7 +51,9 @@ TEST(CudaProbe, RecordsEveryKindOfACudaStepWithTheCpuKernelsHashes) {
       EXPECT_EQ(r->stats.hash, grad_hash.at(r->name)) << r->name;
     }
     if (r->kind == probe::Kind::input) {
-      EXPECT_EQ(r->stats.hash, probe::tensor_stats(inputs.at(static_cast<std::size_t>(*r->microbatch)).cpu()).hash);
+      EXPECT_EQ(
+          r->stats.hash,
+          probe::tensor_stats(inputs.at(static_cast<std::size_t>(*r->microbatch)).cpu()).hash);
     }
     if (r->kind == probe::Kind::scalar) loss_values.push_back(r->value);
   }

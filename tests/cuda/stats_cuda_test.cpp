@@ -27,9 +27,23 @@ using test_util::random_of;
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
 
 const std::vector<at::ScalarType> kTypes = {
-    at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2,
-    at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz, at::kChar, at::kByte, at::kShort, at::kInt,
-    at::kLong, at::kBool, at::kUInt16, at::kUInt32, at::kUInt64,
+    at::kFloat,
+    at::kDouble,
+    at::kHalf,
+    at::kBFloat16,
+    at::kFloat8_e4m3fn,
+    at::kFloat8_e5m2,
+    at::kFloat8_e4m3fnuz,
+    at::kFloat8_e5m2fnuz,
+    at::kChar,
+    at::kByte,
+    at::kShort,
+    at::kInt,
+    at::kLong,
+    at::kBool,
+    at::kUInt16,
+    at::kUInt32,
+    at::kUInt64,
 #if NUMPROBE_TORCH_AT_LEAST(2, 7)
     at::kFloat8_e8m0fnu,
 #endif
@@ -53,13 +67,15 @@ void expect_gpu_equals_reference_and_cpu(const at::Tensor& t, const probe::Shard
   at::Tensor host = prepared->data.cpu().contiguous();  // the view read in logical order
   probe::kernels::ContiguousLayout layout(prepared->type, host.const_data_ptr(), host.sizes().vec(),
                                           prepared->shard);
-  const auto ref = tile::reference_partial(prepared->type, tile::run_layout_of(layout), host.const_data_ptr());
+  const auto ref =
+      tile::reference_partial(prepared->type, tile::run_layout_of(layout), host.const_data_ptr());
   EXPECT_EQ(static_cast<std::uint64_t>(p[probe::detail::kHash]), ref.hash) << what;
   EXPECT_EQ(p[probe::detail::kNanCount], ref.nan) << what;
   EXPECT_EQ(p[probe::detail::kInfCount], ref.inf) << what;
   const auto same_bits = [](std::int64_t gpu, double cpu) {
     const double g = std::bit_cast<double>(gpu);
-    return (std::isnan(g) && std::isnan(cpu)) || std::bit_cast<std::uint64_t>(g) == std::bit_cast<std::uint64_t>(cpu) ||
+    return (std::isnan(g) && std::isnan(cpu)) ||
+           std::bit_cast<std::uint64_t>(g) == std::bit_cast<std::uint64_t>(cpu) ||
            (g == 0 && cpu == 0);  // the sign of a zero min/max depends on which zero came first
   };
   EXPECT_TRUE(same_bits(p[probe::detail::kSumSquares], ref.sum_squares)) << what;
@@ -89,8 +105,9 @@ TEST(CudaStats, GpuFiguresEqualTheCpuReferenceBitwiseForEveryDtypeAndSize) {
   at::manual_seed(0);
   for (auto type : kTypes)
     for (std::int64_t n : {0, 1, 7, 16, 1000, 8192, 8193, 65536 * 3 + 5, 1 << 22})
-      expect_gpu_equals_reference_and_cpu(random_of(type, {n}, at::kCUDA), {},
-                                          std::string(at::toString(type)) + " n=" + std::to_string(n));
+      expect_gpu_equals_reference_and_cpu(
+          random_of(type, {n}, at::kCUDA), {},
+          std::string(at::toString(type)) + " n=" + std::to_string(n));
 }
 
 TEST(CudaStats, LargeTensorsUpTo512MiB) {
@@ -98,8 +115,9 @@ TEST(CudaStats, LargeTensorsUpTo512MiB) {
   for (auto type : {at::kFloat, at::kBFloat16, at::kByte, at::kBool})
     for (std::int64_t mib : {64, 512}) {
       const std::int64_t n = (mib << 20) / at::elementSize(type);
-      expect_gpu_equals_reference_and_cpu(random_of(type, {n}, at::kCUDA), {},
-                                          std::string(at::toString(type)) + " " + std::to_string(mib) + " MiB");
+      expect_gpu_equals_reference_and_cpu(
+          random_of(type, {n}, at::kCUDA), {},
+          std::string(at::toString(type)) + " " + std::to_string(mib) + " MiB");
     }
 }
 
@@ -112,10 +130,12 @@ TEST(CudaStats, ShardsUseGlobalIndexSeeds) {
     for (std::int64_t c = 0; c < 48; c += 12) {  // tensor parallel: column blocks, many runs
       at::Tensor local = whole.narrow(1, c, 12).contiguous();
       probe::Shard shard{{64, 48, 6}, {0, c, 0}};
-      expect_gpu_equals_reference_and_cpu(local, shard, std::string(at::toString(type)) + " column shard");
+      expect_gpu_equals_reference_and_cpu(local, shard,
+                                          std::string(at::toString(type)) + " column shard");
       // The same shard read in place, as a strided view of the whole tensor.
-      expect_gpu_equals_reference_and_cpu(whole.narrow(1, c, 12), shard,
-                                          std::string(at::toString(type)) + " column shard, strided view");
+      expect_gpu_equals_reference_and_cpu(
+          whole.narrow(1, c, 12), shard,
+          std::string(at::toString(type)) + " column shard, strided view");
       sum += probe::tensor_stats(local, shard).hash;
     }
     EXPECT_EQ(sum, expected);
@@ -130,9 +150,11 @@ TEST(CudaStats, StridedViewsAndMisalignedStorage) {
   expect_gpu_equals_reference_and_cpu(t.t(), {}, "transpose");
   expect_gpu_equals_reference_and_cpu(t.slice(1, 5, 400, 3), {}, "strided slice");
   expect_gpu_equals_reference_and_cpu(t.view(-1).narrow(0, 1, 100000), {}, "offset by 4 bytes");
-  expect_gpu_equals_reference_and_cpu(t.narrow(0, 0, 1).expand({1031, 517}), {}, "expanded (zero stride)");
-  expect_gpu_equals_reference_and_cpu(random_of(at::kHalf, {64, 1}, at::kCUDA).expand({64, 300}).t(), {},
-                                      "expanded, then transposed");
+  expect_gpu_equals_reference_and_cpu(t.narrow(0, 0, 1).expand({1031, 517}), {},
+                                      "expanded (zero stride)");
+  expect_gpu_equals_reference_and_cpu(
+      random_of(at::kHalf, {64, 1}, at::kCUDA).expand({64, 300}).t(), {},
+      "expanded, then transposed");
   at::Tensor h = random_of(at::kBFloat16, {1 << 20}, at::kCUDA);
   expect_gpu_equals_reference_and_cpu(h.narrow(0, 3, (1 << 20) - 3), {}, "offset by 6 bytes");
 }
@@ -295,7 +317,8 @@ TEST(CudaStats, StatsBatchInputFreedRightAfterAddIsNotReusedBeforeItIsRead) {
   at::Tensor reuse;
   {
     const at::cuda::CUDAStreamGuard guard(side);
-    reuse = at::zeros({1 << 22}, at::TensorOptions().device(at::kCUDA));  // same size: same block if free
+    // same size: same block if free
+    reuse = at::zeros({1 << 22}, at::TensorOptions().device(at::kCUDA));
   }
   batch.resolve();
   EXPECT_EQ(batch.stats(entry).hash, expected);
@@ -312,8 +335,9 @@ TEST(CudaStats, EmptyTensorsGiveTheDocumentedFigures) {
   for (auto type : kTypes) {
     at::Tensor base = random_of(type, {4, 3}, at::kCUDA);
     const auto cuda = base.options();
-    for (const at::Tensor& t : {at::empty({0}, cuda), at::empty({0, 5}, cuda), at::empty({3, 0, 2}, cuda),
-                                base.narrow(0, 2, 0), base.t().narrow(1, 4, 0)})
+    for (const at::Tensor& t :
+         {at::empty({0}, cuda), at::empty({0, 5}, cuda), at::empty({3, 0, 2}, cuda),
+          base.narrow(0, 2, 0), base.t().narrow(1, 4, 0)})
       for (bool torch_hash : {false, true}) {
         const std::string what = at::toString(type) + std::string(" ") + c10::str(t.sizes()) +
                                  (torch_hash ? " torch_hash" : "");
@@ -322,7 +346,8 @@ TEST(CudaStats, EmptyTensorsGiveTheDocumentedFigures) {
         probe::StatsBatch batch(options);
         const std::size_t entry = batch.add(t);
         batch.resolve();
-        for (const probe::TensorStats& s : {probe::tensor_stats(t, {}, options), batch.stats(entry)}) {
+        for (const probe::TensorStats& s :
+             {probe::tensor_stats(t, {}, options), batch.stats(entry)}) {
           EXPECT_TRUE(s.supported()) << what;
           EXPECT_EQ(s.hash, 0u) << what;
           EXPECT_EQ(s.norm, 0.0) << what;
@@ -337,7 +362,8 @@ TEST(CudaStats, EmptyTensorsGiveTheDocumentedFigures) {
         kernel(prepared, torch_hash, out);
         probe::TensorStats unpacked;
         unpacked.shape = t.sizes().vec();
-        probe::detail::unpack_figures(out.cpu().const_data_ptr<std::int64_t>(), torch_hash, unpacked);
+        probe::detail::unpack_figures(out.cpu().const_data_ptr<std::int64_t>(), torch_hash,
+                                      unpacked);
         EXPECT_EQ(unpacked.hash, 0u) << what;
         EXPECT_EQ(unpacked.norm, 0.0) << what;
         EXPECT_TRUE(std::isnan(unpacked.min) && std::isnan(unpacked.max)) << what;
@@ -360,7 +386,8 @@ TEST(CudaStats, SparseTensorFiguresAreTheDenseEquivalentsOnTheCpu) {
       at::Tensor dense = random_of(type, {3, 70001}, at::kCUDA);
       dense = at::where(at::rand(dense.sizes(), dense.options().dtype(at::kFloat)) < density, dense,
                         at::zeros({}, dense.options()));
-      const std::string what = at::toString(type) + std::string(" density ") + std::to_string(density);
+      const std::string what =
+          at::toString(type) + std::string(" density ") + std::to_string(density);
       const auto gpu = probe::tensor_stats(dense.to_sparse(), {}, options);
       const auto cpu = probe::tensor_stats(dense.cpu(), {}, options);
       EXPECT_TRUE(gpu.supported()) << what;

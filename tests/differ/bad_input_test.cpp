@@ -37,9 +37,9 @@ std::string format1_log(const std::vector<Record>& records, int rank = 0, int wo
 
 TEST(BadInput, TruncatedLastLineWarnsAndUsesEveryCompletedStep) {
   auto dir = fresh_dir("trunc");
-  write_file(dir / "a" / "rank0" / "diff.log",
-             header() + lf::format_record(scalar(0, "loss", 1)) + "\n" +
-                 lf::format_record(scalar(1, "loss", 1)) + "\nstep=2 kind=sca");
+  write_file(dir / "a" / "rank0" / "diff.log", header() + lf::format_record(scalar(0, "loss", 1)) +
+                                                   "\n" + lf::format_record(scalar(1, "loss", 1)) +
+                                                   "\nstep=2 kind=sca");
   write_run(dir / "b", {{scalar(0, "loss", 1), scalar(1, "loss", 1)}});
   auto res = diff(dir / "a", dir / "b");
   EXPECT_EQ(res.base_issues.count_by_type["truncated"], 1);
@@ -110,10 +110,12 @@ TEST(BadInput, DifferentHashSpecVersionsAreAClearError) {
 
 TEST(BadInput, OtherFormatVersionIsAClearError) {
   auto dir = fresh_dir("format");
-  write_file(dir / "a" / "rank0" / "diff.log", "#numprobe format=10 hash_spec=1 rank=0 world_size=1\n");
+  write_file(dir / "a" / "rank0" / "diff.log",
+             "#numprobe format=10 hash_spec=1 rank=0 world_size=1\n");
   write_run(dir / "b", {{scalar(0, "loss", 1)}});
-  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 10 is not supported"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 10 is not supported"),
+      std::string::npos);
 }
 
 TEST(BadInput, StepWithoutEndMarkerIsATruncationNotADivergence) {
@@ -174,7 +176,8 @@ TEST(BadInput, KilledShardedRankLeavesAnIncompleteStepNotAShardGap) {
   for (int s = 0; s < 3; ++s)
     for (std::size_t r = 0; r < 2; ++r) {
       ranks[r].push_back(scalar(s, "loss", 1));
-      ranks[r].push_back(sharded(tensor(s, Kind::grad, "w", 1 + r, 1.0), 2 * static_cast<std::int64_t>(r), 2));
+      ranks[r].push_back(
+          sharded(tensor(s, Kind::grad, "w", 1 + r, 1.0), 2 * static_cast<std::int64_t>(r), 2));
     }
   write_run(dir / "a", ranks);
   write_run(dir / "b", ranks);
@@ -193,9 +196,8 @@ TEST(BadInput, StepEndDisagreeingWithItsRecordsIsAnErrorOrSkippedWithLenient) {
   auto dir = fresh_dir("badend");
   const auto log = dir / "a" / "diff.log";
   write_file(log, header(0, 1, 1, 2) + lf::format_record(scalar(0, "loss", 1)) + "\n" +
-                      lf::format_step_end(0, 1) + "\n" +
-                      lf::format_record(scalar(1, "loss", 1)) + "\n" +
-                      lf::format_step_end(1, 2) + "\n");
+                      lf::format_step_end(0, 1) + "\n" + lf::format_record(scalar(1, "loss", 1)) +
+                      "\n" + lf::format_step_end(1, 2) + "\n");
   write_run(dir / "b", {{scalar(0, "loss", 1), scalar(1, "loss", 1)}});
   EXPECT_EQ(error_of([&] { diff(dir / "a", dir / "b"); }),
             log.string() + ":5: step end says 2 records of step 1, read 1");
@@ -228,7 +230,8 @@ TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
   std::vector<std::vector<Record>> ranks(2);
   for (int s = 0; s < 3; ++s)
     for (std::size_t r = 0; r < 2; ++r) {
-      ranks[r].push_back(sharded(tensor(s, Kind::grad, "w", 1 + r, 1.0), 2 * static_cast<std::int64_t>(r), 2));
+      ranks[r].push_back(
+          sharded(tensor(s, Kind::grad, "w", 1 + r, 1.0), 2 * static_cast<std::int64_t>(r), 2));
       ranks[r].push_back(scalar(s, "loss", 1));
     }
   for (int r = 0; r < 2; ++r) {
@@ -244,14 +247,15 @@ TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
           if (rec.step == s) text += lf::format_record(rec) + "\n";
         text += lf::format_step_end(s, 2) + "\n";
       }
-      write_file(dir / ("v" + std::to_string(version)) / ("rank" + std::to_string(r)) / "diff.log", text);
+      write_file(dir / ("v" + std::to_string(version)) / ("rank" + std::to_string(r)) / "diff.log",
+                 text);
     }
   }
   write_run(dir / "v9", ranks);
   ASSERT_EQ(read_all(dir / "v9" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=9 ");
-  for (auto [a, b] : {std::pair{"v1", "v9"}, std::pair{"v9", "v1"}, std::pair{"v2", "v9"}, std::pair{"v3", "v9"},
-                      std::pair{"v4", "v9"}, std::pair{"v5", "v9"}, std::pair{"v6", "v9"}, std::pair{"v7", "v9"},
-                      std::pair{"v8", "v9"}}) {
+  for (auto [a, b] : {std::pair{"v1", "v9"}, std::pair{"v9", "v1"}, std::pair{"v2", "v9"},
+                      std::pair{"v3", "v9"}, std::pair{"v4", "v9"}, std::pair{"v5", "v9"},
+                      std::pair{"v6", "v9"}, std::pair{"v7", "v9"}, std::pair{"v8", "v9"}}) {
     auto res = diff(dir / a, dir / b);
     EXPECT_EQ(res.exit_code(), 0) << a << " vs " << b;
     EXPECT_EQ(res.paired_steps, 3);
@@ -261,12 +265,17 @@ TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
 TEST(BadInput, EmptyDirectoryUnreadableAndEmptyFilesAreClearErrors) {
   auto dir = fresh_dir("empty");
   std::filesystem::create_directories(dir / "empty");
-  EXPECT_NE(error_of([&] { probe::differ::Run r(dir / "empty", {}); }).find("holds no logs"), std::string::npos);
-  EXPECT_NE(error_of([&] { probe::differ::Run r(dir / "absent", {}); }).find("does not exist"), std::string::npos);
+  EXPECT_NE(error_of([&] { probe::differ::Run r(dir / "empty", {}); }).find("holds no logs"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { probe::differ::Run r(dir / "absent", {}); }).find("does not exist"),
+            std::string::npos);
   write_file(dir / "zero.log", "");
-  EXPECT_NE(error_of([&] { probe::differ::Run r(dir / "zero.log", {}); }).find("empty file"), std::string::npos);
+  EXPECT_NE(error_of([&] { probe::differ::Run r(dir / "zero.log", {}); }).find("empty file"),
+            std::string::npos);
   write_file(dir / "junk.log", "hello\n");
-  EXPECT_NE(error_of([&] { probe::differ::Run r(dir / "junk.log", {}); }).find("not a numprobe log"), std::string::npos);
+  EXPECT_NE(
+      error_of([&] { probe::differ::Run r(dir / "junk.log", {}); }).find("not a numprobe log"),
+      std::string::npos);
 }
 
 TEST(BadInput, DuplicateRecordsAreAnErrorOrCountedWithLenient) {
@@ -274,8 +283,9 @@ TEST(BadInput, DuplicateRecordsAreAnErrorOrCountedWithLenient) {
   write_file(dir / "a" / "diff.log", header() + lf::format_record(scalar(0, "loss", 1)) + "\n" +
                                          lf::format_record(scalar(0, "loss", 1)) + "\n");
   write_run(dir / "b", {{scalar(0, "loss", 1)}});
-  EXPECT_NE(error_of([&] { diff(dir / "a", dir / "b"); }).find("duplicate record scalar loss at step 0"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { diff(dir / "a", dir / "b"); }).find("duplicate record scalar loss at step 0"),
+      std::string::npos);
   auto res = diff(dir / "a", dir / "b", {}, true);
   EXPECT_EQ(res.base_issues.count_by_type["duplicate_record"], 1);
 }
@@ -303,7 +313,8 @@ TEST(BadInput, LogThatFilledItsDiskIsTruncatedAtTheStepThatFailedWithTheReason) 
     auto dir = fresh_dir("full_disk");
     std::vector<Record> records;
     for (int s = 0; s < 30; ++s)
-      for (int i = 0; i < 8; ++i) records.push_back(tensor(s, Kind::grad, "w" + std::to_string(i), 100 + i, 1.0));
+      for (int i = 0; i < 8; ++i)
+        records.push_back(tensor(s, Kind::grad, "w" + std::to_string(i), 100 + i, 1.0));
     write_run(dir / "a", {records});
     test_support::SmallFileSystem fs("differ", kind, 8 * 1024);
     ASSERT_TRUE(fs.ready()) << what;
@@ -332,9 +343,11 @@ TEST(BadInput, LogThatFilledItsDiskIsTruncatedAtTheStepThatFailedWithTheReason) 
     ASSERT_EQ(res.test_issues.count_by_type["truncated"], 1) << what;
     const std::string& message = res.test_issues.detail[0].message;
     EXPECT_NE(message.find("the probe stopped recording at step " + std::to_string(failed) + ": "),
-              std::string::npos) << what << ": " << message;
+              std::string::npos)
+        << what << ": " << message;
     EXPECT_NE(message.find(fs.expected_reason()), std::string::npos) << what << ": " << message;
-    EXPECT_NE(message.find("steps before " + std::to_string(failed) + " are used"), std::string::npos)
+    EXPECT_NE(message.find("steps before " + std::to_string(failed) + " are used"),
+              std::string::npos)
         << what << ": " << message;
   }
 }
@@ -345,13 +358,16 @@ TEST(BadInput, ABadCoversFieldIsAnErrorNamingTheLine) {
   Record r = tensor(0, Kind::mb_grad, "experts.w1", 1, 1.0, 0);
   r.covers = {0, 2};
   const std::string good = lf::format_record(r);
-  for (auto [covers, message] : {std::pair{"[0,0]", "field 'covers' is not ascending without duplicates: '[0,0]'"},
-                                 std::pair{"[2,4]", "field 'covers' does not start at the record's mb=0: '[2,4]'"},
-                                 std::pair{"[0]", "field 'covers' needs at least 2 microbatches: '[0]'"}}) {
+  for (auto [covers, message] :
+       {std::pair{"[0,0]", "field 'covers' is not ascending without duplicates: '[0,0]'"},
+        std::pair{"[2,4]", "field 'covers' does not start at the record's mb=0: '[2,4]'"},
+        std::pair{"[0]", "field 'covers' needs at least 2 microbatches: '[0]'"}}) {
     std::string line = good;
     line.replace(line.find("covers=[0,2]") + 7, 5, covers);
     const auto path = dir / "a" / "rank0" / "diff.log";
-    write_file(path, header(0, 1, 1, lf::kVersion) + line + "\n" + lf::format_step_end(0, 1) + "\n");
-    EXPECT_EQ(error_of([&] { diff(dir / "a", dir / "b"); }), path.string() + ":2: " + message) << line;
+    write_file(path,
+               header(0, 1, 1, lf::kVersion) + line + "\n" + lf::format_step_end(0, 1) + "\n");
+    EXPECT_EQ(error_of([&] { diff(dir / "a", dir / "b"); }), path.string() + ":2: " + message)
+        << line;
   }
 }

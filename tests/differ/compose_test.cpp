@@ -28,13 +28,13 @@ probe::TensorStats shard(std::uint64_t hash, double norm, double mn, double mx, 
 }  // namespace
 
 TEST(ComposeShards, HashesAddNormsCombineAndExtremaAndCountsAreExact) {
-  auto a = shard(0xffffffffffffffffULL, 3, -1, 2, 1.0, 0, 1);  // 2 elements
+  auto a = shard(0xffffffffffffffffULL, 3, -1, 2, 1.0, 0, 1);      // 2 elements
   auto b = shard(2, 4, -5, 0.5, 4.0, 1, 3, /*nan=*/2, /*inf=*/1);  // 6 elements, 4 non-NaN
   a.torch_hash = 0b1100;
   b.torch_hash = 0b1010;
   auto c = compose_shards({&a, &b});
   ASSERT_TRUE(c.stats) << c.error;
-  EXPECT_EQ(c.stats->hash, 1u);  // 2^64 - 1 + 2 wraps
+  EXPECT_EQ(c.stats->hash, 1u);            // 2^64 - 1 + 2 wraps
   EXPECT_TRUE(std::isnan(c.stats->norm));  // a NaN in any shard makes the norm NaN
   EXPECT_EQ(c.stats->min, -5);
   EXPECT_EQ(c.stats->max, 2);
@@ -68,7 +68,8 @@ TEST(ComposeShards, OverlapIsReportedNotComposed) {
 TEST(Names, WrapperPrefixesAreStrippedAtAnyDepth) {
   EXPECT_EQ(strip_wrapper_prefixes("module._orig_mod.layers.0._fsdp_wrapped_module.attn.wq.weight"),
             "layers.0.attn.wq.weight");
-  EXPECT_EQ(strip_wrapper_prefixes("layers.1._checkpoint_wrapped_module.mlp.w1"), "layers.1.mlp.w1");
+  EXPECT_EQ(strip_wrapper_prefixes("layers.1._checkpoint_wrapped_module.mlp.w1"),
+            "layers.1.mlp.w1");
   EXPECT_EQ(strip_wrapper_prefixes("submodule.w"), "submodule.w");  // only whole components
 }
 

@@ -159,29 +159,37 @@ TEST(ConstantFactor, TheCauseNamesTheFactorAndTheDegree) {
   auto c = constant_factor_cause(0, pair_of(b, scaled(b, 0.5)));
   ASSERT_TRUE(c);
   EXPECT_EQ(c->rule, Rule::constant_factor);
-  EXPECT_EQ(c->message,
-            "grad w at step 0: the two gradients differ by one constant factor: test = 0.5 x base (norm ratio 0.5, "
-            "min/max/mean in the same ratio): a gradient scaled by the wrong degree (divided by 2 more)");
+  EXPECT_EQ(
+      c->message,
+      "grad w at step 0: the two gradients differ by one constant factor: test = 0.5 x base (norm "
+      "ratio 0.5, "
+      "min/max/mean in the same ratio): a gradient scaled by the wrong degree (divided by 2 more)");
   c = constant_factor_cause(0, pair_of(b, scaled(b, 4)));
   ASSERT_TRUE(c);
-  EXPECT_NE(c->message.find("test = 4 x base (norm ratio 4, min/max/mean in the same ratio): a gradient scaled by "
-                            "the wrong degree (divided by 4 less)"),
-            std::string::npos)
+  EXPECT_NE(
+      c->message.find(
+          "test = 4 x base (norm ratio 4, min/max/mean in the same ratio): a gradient scaled by "
+          "the wrong degree (divided by 4 less)"),
+      std::string::npos)
       << c->message;
   c = constant_factor_cause(0, pair_of(b, scaled(b, -0.5)));
   ASSERT_TRUE(c);
-  EXPECT_NE(c->message.find("test = -0.5 x base (norm ratio 0.5, min and max swapped, mean in the same ratio): a "
-                            "gradient scaled by the wrong degree (divided by 2 more and its sign flipped)"),
-            std::string::npos)
+  EXPECT_NE(
+      c->message.find(
+          "test = -0.5 x base (norm ratio 0.5, min and max swapped, mean in the same ratio): a "
+          "gradient scaled by the wrong degree (divided by 2 more and its sign flipped)"),
+      std::string::npos)
       << c->message;
   Record tap = b;
   tap.kind = Kind::tap;
   tap.microbatch = 3;
   c = constant_factor_cause(0, pair_of(tap, scaled(tap, 0.125)));
   ASSERT_TRUE(c);
-  EXPECT_NE(c->message.find("tap w mb 3 at step 0: the two tensors differ by one constant factor: test = 0.125 x "
-                            "base"),
-            std::string::npos)
+  EXPECT_NE(
+      c->message.find(
+          "tap w mb 3 at step 0: the two tensors differ by one constant factor: test = 0.125 x "
+          "base"),
+      std::string::npos)
       << c->message;
   EXPECT_FALSE(constant_factor_cause(0, pair_of(b, b)));
 }
@@ -209,13 +217,17 @@ TEST(ConstantFactor, AGradScaledByOneHalfIsTheHeadline) {
   EXPECT_EQ(r.unexplained_cause->rule, Rule::constant_factor);
   EXPECT_EQ(r.exit_code(), 1);
   ASSERT_FALSE(r.causes.empty());
-  EXPECT_EQ(r.causes[0].rule, Rule::constant_factor);  // the first divergence's likely causes lead with it
+  // the first divergence's likely causes lead with it
+  EXPECT_EQ(r.causes[0].rule, Rule::constant_factor);
 
   const std::string text = text_of(r);
-  EXPECT_TRUE(says(text, "FIRST UNEXPLAINED DIVERGENCE step 0 step end grad w [different]")) << text;
-  EXPECT_TRUE(says(text, "[constant_factor] grad w at step 0: the two gradients differ by one constant factor: "
-                         "test = 0.5 x base (norm ratio 0.5, min/max/mean in the same ratio): a gradient scaled "
-                         "by the wrong degree (divided by 2 more)"))
+  EXPECT_TRUE(says(text, "FIRST UNEXPLAINED DIVERGENCE step 0 step end grad w [different]"))
+      << text;
+  EXPECT_TRUE(
+      says(text,
+           "[constant_factor] grad w at step 0: the two gradients differ by one constant factor: "
+           "test = 0.5 x base (norm ratio 0.5, min/max/mean in the same ratio): a gradient scaled "
+           "by the wrong degree (divided by 2 more)"))
       << text;
   EXPECT_TRUE(says(text, "evidence: step=0 kind=grad name=w factor=0.5 norm_ratio=0.5")) << text;
 

@@ -35,8 +35,10 @@ double mb_norm(std::int64_t mb) { return 0.5 + 0.125 * static_cast<double>(mb); 
 // rank computes it: a tap per microbatch, an mb_grad per microbatch, the grad.
 std::vector<Record> single_rank(int mbs, double grad_norm) {
   std::vector<Record> r;
-  for (int mb = 0; mb < mbs; ++mb) r.push_back(tensor(0, Kind::tap, "layers.0", 5 + id(mb), 2.0, mb));
-  for (int mb = 0; mb < mbs; ++mb) r.push_back(tensor(0, Kind::mb_grad, kExperts, 100 + id(mb), mb_norm(mb), mb));
+  for (int mb = 0; mb < mbs; ++mb)
+    r.push_back(tensor(0, Kind::tap, "layers.0", 5 + id(mb), 2.0, mb));
+  for (int mb = 0; mb < mbs; ++mb)
+    r.push_back(tensor(0, Kind::mb_grad, kExperts, 100 + id(mb), mb_norm(mb), mb));
   r.push_back(tensor(0, Kind::grad, kExperts, 300, grad_norm));
   return r;
 }
@@ -45,7 +47,8 @@ std::vector<Record> single_rank(int mbs, double grad_norm) {
 // holding 4/ep experts' rows): rank r runs global microbatches r*k .. r*k+k-1 (k = mbs/ep); the
 // backward of its i-th covers microbatch i of every rank, {i, k+i, 2k+i, ...}, and is recorded as
 // the rank's shard under the smallest. `grad_hash` / `grad_norm` of the composed grad.
-std::vector<std::vector<Record>> expert_parallel(int ep, int mbs, std::uint64_t grad_hash, double grad_norm) {
+std::vector<std::vector<Record>> expert_parallel(int ep, int mbs, std::uint64_t grad_hash,
+                                                 double grad_norm) {
   const int k = mbs / ep, rows = 4 / ep;
   std::vector<std::vector<Record>> ranks(static_cast<std::size_t>(ep));
   for (int r = 0; r < ep; ++r) {
@@ -62,10 +65,12 @@ std::vector<std::vector<Record>> expert_parallel(int ep, int mbs, std::uint64_t 
         sum_sq += mb_norm(q * k + i) * mb_norm(q * k + i);
       }
       // Each rank's rows of the dispatch's gradient (norms: the whole spread over the shards).
-      Record g = tensor(0, Kind::mb_grad, kExperts, 200 + 10 * id(i) + id(r), std::sqrt(sum_sq / ep), i);
+      Record g =
+          tensor(0, Kind::mb_grad, kExperts, 200 + 10 * id(i) + id(r), std::sqrt(sum_sq / ep), i);
       rank.push_back(covering(sharded(g, r * rows, rows), covers));
     }
-    const Record grad = tensor(0, Kind::grad, kExperts, grad_hash + id(r), grad_norm / std::sqrt(ep));
+    const Record grad =
+        tensor(0, Kind::grad, kExperts, grad_hash + id(r), grad_norm / std::sqrt(ep));
     rank.push_back(sharded(grad, r * rows, rows));
   }
   return ranks;
@@ -112,13 +117,14 @@ TEST(CoversMerge, RanksCoveringOtherMicrobatchesUnderOneKeyAreAnIssueNamingThem)
   const FirstStep a = first_step(dir / "a");
   ASSERT_EQ(a.issues.count_by_type.count("covers_mismatch"), 1u);
   EXPECT_EQ(a.issues.errors, 1);
-  EXPECT_EQ(a.issues.detail.at(0).message,
-            "step 0 mb_grad " + kExperts +
-                " mb=0: ranks 0-1 cover microbatches 0,2, ranks 2 cover microbatches 0,4, ranks 3 cover microbatch 0 "
-                "alone; not merged");
+  EXPECT_EQ(a.issues.detail.at(0).message, "step 0 mb_grad " + kExperts +
+                                               " mb=0: ranks 0-1 cover microbatches 0,2, ranks 2 "
+                                               "cover microbatches 0,4, ranks 3 cover microbatch 0 "
+                                               "alone; not merged");
   const Merged& m = a.at(Kind::mb_grad, kExperts);
   ASSERT_TRUE(m.record.stats.unsupported);
-  EXPECT_NE(m.record.stats.unsupported->find("its ranks cover different microbatches"), std::string::npos);
+  EXPECT_NE(m.record.stats.unsupported->find("its ranks cover different microbatches"),
+            std::string::npos);
 
   // A comparison with that run has run errors.
   EXPECT_EQ(diff(dir / "a", dir / "a").verdict(), Result::Verdict::run_errors);
@@ -136,7 +142,8 @@ TEST(CoveredMicrobatches, ACleanExpertParallelComparisonIsNoise) {
   EXPECT_EQ(r.covered.pairs, 8);
   EXPECT_EQ(r.covered.by_kind.at(Kind::mb_grad), 8);
   EXPECT_EQ(r.partial.pairs, 0);
-  for (auto c : {PairClass::equal, PairClass::different, PairClass::only_base, PairClass::only_test})
+  for (auto c :
+       {PairClass::equal, PairClass::different, PairClass::only_base, PairClass::only_test})
     EXPECT_EQ(count(r, Kind::mb_grad, c), 0) << pair_class_name(c);
   EXPECT_EQ(count(r, Kind::tap, PairClass::equal), 8);
   EXPECT_TRUE(r.names_only_base.empty());
@@ -151,16 +158,21 @@ TEST(CoveredMicrobatches, ACleanExpertParallelComparisonIsNoise) {
   EXPECT_EQ(r.base_issues.errors + r.test_issues.errors, 0);
 
   const std::string text = text_of(r);
-  EXPECT_TRUE(says(text, "COVERED MICROBATCHES 8 mb_grad records cover other microbatches than the other run's (an "
-                         "expert's gradient from one expert-parallel dispatch over several microbatches): set aside, "
-                         "not compared"))
+  EXPECT_TRUE(says(
+      text,
+      "COVERED MICROBATCHES 8 mb_grad records cover other microbatches than the other run's (an "
+      "expert's gradient from one expert-parallel dispatch over several microbatches): set aside, "
+      "not compared"))
       << text;
-  EXPECT_TRUE(says(text, "step 0 mb_grad " + kExperts +
-                             " mb 0: test covers microbatches 0,2,4,6 (one expert-parallel dispatch), base "
-                             "microbatch 0 alone"))
+  EXPECT_TRUE(
+      says(text, "step 0 mb_grad " + kExperts +
+                     " mb 0: test covers microbatches 0,2,4,6 (one expert-parallel dispatch), base "
+                     "microbatch 0 alone"))
       << text;
-  EXPECT_TRUE(says(text, "step 0 mb_grad " + kExperts +
-                             " mb 2: test covers it within a record of several microbatches, base microbatch 2 alone"))
+  EXPECT_TRUE(says(
+      text,
+      "step 0 mb_grad " + kExperts +
+          " mb 2: test covers it within a record of several microbatches, base microbatch 2 alone"))
       << text;
   const auto j = nlohmann::json::parse(to_json(r, {}));
   EXPECT_EQ(j["covered_records"]["pairs"], 8);
@@ -200,8 +212,9 @@ TEST(CoveredMicrobatches, AnExpertGradDividedByTheExpertParallelDegreeIsAConstan
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->why.rule, Rule::constant_factor);
   ASSERT_TRUE(r.unexplained_cause);
-  EXPECT_NE(r.unexplained_cause->message.find("test = 0.25 x base (norm ratio 0.25, min/max/mean in the same "
-                                               "ratio): a gradient scaled by the wrong degree (divided by 4 more)"),
+  EXPECT_NE(r.unexplained_cause->message.find(
+                "test = 0.25 x base (norm ratio 0.25, min/max/mean in the same "
+                "ratio): a gradient scaled by the wrong degree (divided by 4 more)"),
             std::string::npos)
       << r.unexplained_cause->message;
 }
@@ -232,7 +245,8 @@ TEST(CoveredMicrobatches, ARecordCoveringWhatTheOtherRunDoesNotRecordIsARecordOf
   // run only, like any other.
   auto dir = fresh_dir("covers_one_run");
   auto base = single_rank(8, 3.0);
-  base.erase(std::remove_if(base.begin(), base.end(), [](const Record& r) { return r.kind == Kind::mb_grad; }),
+  base.erase(std::remove_if(base.begin(), base.end(),
+                            [](const Record& r) { return r.kind == Kind::mb_grad; }),
              base.end());
   base.push_back(tensor(0, Kind::mb_grad, "layers.0.attention.wq.weight", 9, 1.0, 0));
   write_run(dir / "a", {base});

@@ -28,7 +28,8 @@ TEST(Merge, ShardsOnFourRanksComposeToTheSingleProcessTensor) {
   write_run(dir / "a", {{tensor(0, Kind::grad, "w", 10, 2.0)}});
   std::vector<std::vector<Record>> zero3(4);
   for (int r = 0; r < 4; ++r)
-    zero3[static_cast<std::size_t>(r)] = {sharded(tensor(0, Kind::grad, "module.w", 1 + r, 1.0), r, 1)};
+    zero3[static_cast<std::size_t>(r)] = {
+        sharded(tensor(0, Kind::grad, "module.w", 1 + r, 1.0), r, 1)};
   write_run(dir / "b", zero3);
   auto res = diff(dir / "a", dir / "b");
   EXPECT_EQ(count(res, Kind::grad, PairClass::equal), 1);
@@ -38,7 +39,8 @@ TEST(Merge, ShardsOnFourRanksComposeToTheSingleProcessTensor) {
 
 TEST(Merge, ReplicaMismatchNamesTheRanks) {
   auto dir = fresh_dir("replica");
-  write_run(dir / "a", {{scalar(0, "loss", 1.0)}, {scalar(0, "loss", 1.0)}, {scalar(0, "loss", 1.5)}});
+  write_run(dir / "a",
+            {{scalar(0, "loss", 1.0)}, {scalar(0, "loss", 1.0)}, {scalar(0, "loss", 1.5)}});
   write_run(dir / "b", {{scalar(0, "loss", 1.0)}});
   auto res = diff(dir / "a", dir / "b");
   ASSERT_EQ(res.base_issues.count_by_type["replica_mismatch"], 1);
@@ -61,8 +63,10 @@ TEST(Merge, TilingGapIsReportedAndTheRecordIsNotComparedAsEqual) {
 
 TEST(Merge, PipelineStagesOnDifferentRanksSimplyMerge) {
   auto dir = fresh_dir("pp");
-  write_run(dir / "a", {{tensor(0, Kind::grad, "layers.0.w", 1, 1.0), tensor(0, Kind::grad, "layers.1.w", 2, 1.0)}});
-  write_run(dir / "b", {{tensor(0, Kind::grad, "layers.0.w", 1, 1.0)}, {tensor(0, Kind::grad, "layers.1.w", 2, 1.0)}});
+  write_run(dir / "a", {{tensor(0, Kind::grad, "layers.0.w", 1, 1.0),
+                         tensor(0, Kind::grad, "layers.1.w", 2, 1.0)}});
+  write_run(dir / "b", {{tensor(0, Kind::grad, "layers.0.w", 1, 1.0)},
+                        {tensor(0, Kind::grad, "layers.1.w", 2, 1.0)}});
   auto res = diff(dir / "a", dir / "b");
   EXPECT_EQ(count(res, Kind::grad, PairClass::equal), 2);
   EXPECT_EQ(res.exit_code(), 0);
@@ -90,7 +94,8 @@ TEST(Align, AllGradsNoneInOneRunIsFirstDivergence) {
   EXPECT_EQ(res.first_divergence->pair_class, PairClass::none_one_side);
   EXPECT_EQ(count(res, Kind::grad, PairClass::none_one_side), 9);
   ASSERT_TRUE(has_cause(res, "none_gradient"));
-  EXPECT_NE(res.causes.back().message.find("all 3 grads of step 0 are none there"), std::string::npos)
+  EXPECT_NE(res.causes.back().message.find("all 3 grads of step 0 are none there"),
+            std::string::npos)
       << res.causes.back().message;
   EXPECT_EQ(res.exit_code(), 1);
   // The grad series have no paired values, but their first divergent step is still named.
@@ -178,7 +183,8 @@ TEST(Causes, InputsThatDifferWhereTheRunDivergesAreDifferentData) {
   auto res = diff(dir / "a", dir / "b");
   ASSERT_TRUE(res.first_divergence);
   EXPECT_EQ(res.first_divergence->kind, Kind::rng);
-  EXPECT_NE(cause_text(res, "data").find("input x mb=0 differs at step 0: the runs were fed different data"),
+  EXPECT_NE(cause_text(res, "data")
+                .find("input x mb=0 differs at step 0: the runs were fed different data"),
             std::string::npos)
       << cause_text(res, "data");
   EXPECT_NE(cause_text(res, "data").find("a different seed would explain both"), std::string::npos);
@@ -214,7 +220,8 @@ TEST(Causes, GradThatReplicasDisagreeOnWithEqualMbGradsIsAnUnreducedGradient) {
   ASSERT_TRUE(has_cause(res, "unreduced_gradient"));
   for (const auto& c : res.causes) {
     if (c.rule == Rule::unreduced_gradient) {
-      EXPECT_NE(c.message.find("grad w differs between data-parallel replicas of the test run (ranks 0-1)"),
+      EXPECT_NE(c.message.find(
+                    "grad w differs between data-parallel replicas of the test run (ranks 0-1)"),
                 std::string::npos)
           << c.message;
     }
@@ -244,21 +251,25 @@ TEST(Causes, NanAppearingFirstIsNamed) {
   auto dir = fresh_dir("nan");
   Record bad = tensor(0, Kind::tap, "attn.scores", 2, NAN);
   bad.stats.nan = 3;
-  write_run(dir / "a", {{tensor(0, Kind::tap, "embed", 1, 1.0), tensor(0, Kind::tap, "attn.scores", 1, 1.0)}});
+  write_run(dir / "a",
+            {{tensor(0, Kind::tap, "embed", 1, 1.0), tensor(0, Kind::tap, "attn.scores", 1, 1.0)}});
   write_run(dir / "b", {{tensor(0, Kind::tap, "embed", 1, 1.0), bad}});
   auto res = diff(dir / "a", dir / "b");
   ASSERT_TRUE(has_cause(res, "nonfinite"));
   EXPECT_NE(res.causes[0].message.find("attn.scores"), std::string::npos);
-  EXPECT_NE(res.causes[0].message.find("test run: nan=3"), std::string::npos) << res.causes[0].message;
+  EXPECT_NE(res.causes[0].message.find("test run: nan=3"), std::string::npos)
+      << res.causes[0].message;
 }
 
 TEST(Align, FirstDivergenceFollowsExecutionOrderNotFileOrder) {
   auto dir = fresh_dir("order");
   // Rank 1 (last pipeline stage) runs its backward first: its mb_grad precedes rank 0's.
-  write_run(dir / "a", {{tensor(0, Kind::mb_grad, "l0", 1, 1, 0), tensor(0, Kind::grad, "l0", 1, 1)},
-                        {tensor(0, Kind::mb_grad, "l1", 1, 1, 0), tensor(0, Kind::grad, "l1", 1, 1)}});
-  write_run(dir / "b", {{tensor(0, Kind::mb_grad, "l0", 2, 1, 0), tensor(0, Kind::grad, "l0", 2, 1)},
-                        {tensor(0, Kind::mb_grad, "l1", 2, 1, 0), tensor(0, Kind::grad, "l1", 2, 1)}});
+  write_run(dir / "a",
+            {{tensor(0, Kind::mb_grad, "l0", 1, 1, 0), tensor(0, Kind::grad, "l0", 1, 1)},
+             {tensor(0, Kind::mb_grad, "l1", 1, 1, 0), tensor(0, Kind::grad, "l1", 1, 1)}});
+  write_run(dir / "b",
+            {{tensor(0, Kind::mb_grad, "l0", 2, 1, 0), tensor(0, Kind::grad, "l0", 2, 1)},
+             {tensor(0, Kind::mb_grad, "l1", 2, 1, 0), tensor(0, Kind::grad, "l1", 2, 1)}});
   auto res = diff(dir / "a", dir / "b");
   ASSERT_TRUE(res.first_divergence);
   EXPECT_EQ(res.first_divergence->kind, Kind::mb_grad);
@@ -280,7 +291,8 @@ TEST(Align, NamesOnOneSideAreListedAndMapRulesAlignThem) {
 TEST(Align, ToleranceTurnsSmallDifferencesIntoWithinToleranceAndExitZero) {
   auto dir = fresh_dir("tol");
   write_run(dir / "a", {{tensor(0, Kind::grad, "w", 1, 1.0), scalar(0, "loss", 2.0)}});
-  write_run(dir / "b", {{tensor(0, Kind::grad, "w", 2, 1.0 + 1e-9), scalar(0, "loss", 2.0 + 1e-9)}});
+  write_run(dir / "b",
+            {{tensor(0, Kind::grad, "w", 2, 1.0 + 1e-9), scalar(0, "loss", 2.0 + 1e-9)}});
   auto exact = diff(dir / "a", dir / "b");
   EXPECT_EQ(exact.exit_code(), 4);  // a grad and a loss at summation-order size: noise
   DiffOptions strict;
@@ -308,8 +320,10 @@ TEST(Align, StepsPresentInOneRunOnlyAreOnlyInOneRun) {
 
 TEST(Filters, KindsStepsAndNameRestrictTheComparison) {
   auto dir = fresh_dir("filters");
-  write_run(dir / "a", {{tensor(0, Kind::grad, "w", 1, 1), scalar(0, "loss", 1), scalar(1, "loss", 1)}});
-  write_run(dir / "b", {{tensor(0, Kind::grad, "w", 2, 1), scalar(0, "loss", 1), scalar(1, "loss", 5)}});
+  write_run(dir / "a",
+            {{tensor(0, Kind::grad, "w", 1, 1), scalar(0, "loss", 1), scalar(1, "loss", 1)}});
+  write_run(dir / "b",
+            {{tensor(0, Kind::grad, "w", 2, 1), scalar(0, "loss", 1), scalar(1, "loss", 5)}});
   DiffOptions only_scalars;
   only_scalars.kinds_mask = parse_kinds("scalar");
   only_scalars.step_max = 0;
@@ -318,7 +332,8 @@ TEST(Filters, KindsStepsAndNameRestrictTheComparison) {
   by_name.name_filter = std::regex("^lo");
   EXPECT_EQ(diff(dir / "a", dir / "b", by_name).first_divergence->step, 1);
   EXPECT_THROW(parse_kinds("grad,bogus"), InputError);
-  EXPECT_EQ(parse_step_range("3:"), std::make_pair(std::optional<std::int64_t>(3), std::optional<std::int64_t>()));
+  EXPECT_EQ(parse_step_range("3:"),
+            std::make_pair(std::optional<std::int64_t>(3), std::optional<std::int64_t>()));
   EXPECT_THROW(parse_step_range("5:2"), InputError);
 }
 
@@ -387,7 +402,8 @@ TEST(Align, DifferentHashNamesTheFiguresThatDifferToo) {
   EXPECT_EQ(res.first_divergence->note, "differs in: hash, max");
   auto hash_only = diff(dir / "a", dir / "c");  // e.g. two elements swapped
   ASSERT_TRUE(hash_only.first_divergence);
-  EXPECT_EQ(hash_only.first_divergence->note, "differs in the hash alone; norm, min, max and mean are bitwise equal");
+  EXPECT_EQ(hash_only.first_divergence->note,
+            "differs in the hash alone; norm, min, max and mean are bitwise equal");
 }
 
 TEST(Filters, NothingComparedIsNotEqual) {
@@ -400,8 +416,9 @@ TEST(Filters, NothingComparedIsNotEqual) {
   EXPECT_EQ(res.records_compared, 0);
   EXPECT_EQ(res.verdict(), Result::Verdict::nothing_compared);
   EXPECT_EQ(res.exit_code(), 2);
-  EXPECT_NE(text_of(res).find("RESULT: nothing compared: no record passes --kinds, --steps and --name"),
-            std::string::npos)
+  EXPECT_NE(
+      text_of(res).find("RESULT: nothing compared: no record passes --kinds, --steps and --name"),
+      std::string::npos)
       << text_of(res);
   DiffOptions past_the_end;
   past_the_end.step_min = 99;
@@ -412,9 +429,10 @@ TEST(Filters, NothingComparedIsNotEqual) {
 }
 
 TEST(Filters, KindsTakeTheProbesSyntaxWithMinusToDropAKind) {
-  EXPECT_EQ(parse_kinds("-mb_grad"), probe::kAllKinds & ~(1u << static_cast<unsigned>(Kind::mb_grad)));
-  EXPECT_EQ(parse_kinds("grad,scalar"),
-            (1u << static_cast<unsigned>(Kind::grad)) | (1u << static_cast<unsigned>(Kind::scalar)));
+  EXPECT_EQ(parse_kinds("-mb_grad"),
+            probe::kAllKinds & ~(1u << static_cast<unsigned>(Kind::mb_grad)));
+  EXPECT_EQ(parse_kinds("grad,scalar"), (1u << static_cast<unsigned>(Kind::grad)) |
+                                            (1u << static_cast<unsigned>(Kind::scalar)));
   EXPECT_THROW(parse_kinds("-grad,grads"), InputError);
 }
 
@@ -423,10 +441,12 @@ TEST(Causes, NanAfterTheFirstDivergenceIsStillNamed) {
   // Step 0 differs at summation-order size; a NaN appears in step 1 (test run only).
   Record nan_grad = tensor(1, Kind::grad, "w", 3, NAN);
   nan_grad.stats.nan = 2;
-  write_run(dir / "a", {{tensor(0, Kind::mb_grad, "w", 1, 1.0, 0), tensor(0, Kind::grad, "w", 1, 1.0),
-                         tensor(1, Kind::mb_grad, "w", 1, 1.0, 0), tensor(1, Kind::grad, "w", 1, 1.0)}});
-  write_run(dir / "b", {{tensor(0, Kind::mb_grad, "w", 1, 1.0, 0), tensor(0, Kind::grad, "w", 2, 1.0 + 1e-7),
-                         tensor(1, Kind::mb_grad, "w", 1, 1.0, 0), nan_grad}});
+  write_run(dir / "a",
+            {{tensor(0, Kind::mb_grad, "w", 1, 1.0, 0), tensor(0, Kind::grad, "w", 1, 1.0),
+              tensor(1, Kind::mb_grad, "w", 1, 1.0, 0), tensor(1, Kind::grad, "w", 1, 1.0)}});
+  write_run(dir / "b",
+            {{tensor(0, Kind::mb_grad, "w", 1, 1.0, 0), tensor(0, Kind::grad, "w", 2, 1.0 + 1e-7),
+              tensor(1, Kind::mb_grad, "w", 1, 1.0, 0), nan_grad}});
   auto res = diff(dir / "a", dir / "b");
   ASSERT_TRUE(res.first_divergence);
   EXPECT_EQ(res.first_divergence->step, 0);
@@ -439,13 +459,16 @@ TEST(Causes, NanAfterTheFirstDivergenceIsStillNamed) {
 
 TEST(Causes, RngRuleSaysSoWhenNoInputWasCompared) {
   auto dir = fresh_dir("rngonly");
-  write_run(dir / "a", {{tensor(0, Kind::rng, "cpu", 1, 1.0, 0), tensor(0, Kind::input, "x", 1, 1.0, 0)}});
-  write_run(dir / "b", {{tensor(0, Kind::rng, "cpu", 2, 1.0, 0), tensor(0, Kind::input, "x", 2, 1.0, 0)}});
+  write_run(dir / "a",
+            {{tensor(0, Kind::rng, "cpu", 1, 1.0, 0), tensor(0, Kind::input, "x", 1, 1.0, 0)}});
+  write_run(dir / "b",
+            {{tensor(0, Kind::rng, "cpu", 2, 1.0, 0), tensor(0, Kind::input, "x", 2, 1.0, 0)}});
   DiffOptions rng_only;
   rng_only.kinds_mask = parse_kinds("rng");
   auto res = diff(dir / "a", dir / "b", rng_only);
   ASSERT_EQ(res.causes.size(), 1u);
-  EXPECT_NE(res.causes[0].message.find("no input was compared"), std::string::npos) << res.causes[0].message;
+  EXPECT_NE(res.causes[0].message.find("no input was compared"), std::string::npos)
+      << res.causes[0].message;
 }
 
 TEST(Report, MismatchingSeriesAreListedEarliestDivergenceFirst) {
@@ -470,7 +493,9 @@ TEST(Report, MismatchingSeriesAreListedEarliestDivergenceFirst) {
   one.max_series = 1;
   std::ostringstream out;
   print_text(res, out, one);
-  EXPECT_TRUE(says(out.str(), "\ngrad culprit\nsteps base 2 test 2 paired 2 exact 0 first-divergent 0")) << out.str();
+  EXPECT_TRUE(
+      says(out.str(), "\ngrad culprit\nsteps base 2 test 2 paired 2 exact 0 first-divergent 0"))
+      << out.str();
   EXPECT_FALSE(says(out.str(), "\ntap tap0\n")) << out.str();
 }
 
@@ -509,7 +534,8 @@ TEST(Merge, RankWithNoRecordsIsNamed) {
   write_run(dir / "b", {{scalar(0, "loss", 1.0), tensor(0, Kind::grad, "w", 1, 1.0)}, {}});
   auto res = diff(dir / "a", dir / "b");
   EXPECT_EQ(res.test_issues.count_by_type["empty_rank"], 1);
-  EXPECT_NE(res.test_issues.detail[0].message.find("rank 1's log has no records"), std::string::npos)
+  EXPECT_NE(res.test_issues.detail[0].message.find("rank 1's log has no records"),
+            std::string::npos)
       << res.test_issues.detail[0].message;
 }
 
@@ -539,7 +565,8 @@ TEST(Causes, GradFarBeyondSummationOrderWithEqualMbGradsIsAWrongReduction) {
   EXPECT_EQ(res.first_divergence->kind, Kind::grad);
   EXPECT_NE(cause_text(res, "wrong_reduction")
                 .find("every mb_grad of w is bitwise equal but its grad differs by relative norm "
-                      "0.33333333333333337, far beyond summation-order size (at most 3.371747880871522e-07): the "
+                      "0.33333333333333337, far beyond summation-order size (at most "
+                      "3.371747880871522e-07): the "
                       "reduction or accumulation of this gradient is wrong"),
             std::string::npos)
       << cause_text(res, "wrong_reduction");
@@ -581,8 +608,10 @@ TEST(Causes, RngFingerprintInOneRunOnlyIsNoRngCauseButNamesThatDiffer) {
   // A pipeline stage numbering its layers from 0: its dropout fingerprints are named
   // differently, so they are absent from one run, not different.
   auto dir = fresh_dir("rngnames");
-  write_run(dir / "a", {{tensor(0, Kind::input, "x", 1, 1.0, 0), tensor(0, Kind::rng, "layers.2.dropout", 5, 1.0, 0)}});
-  write_run(dir / "b", {{tensor(0, Kind::input, "x", 1, 1.0, 0), tensor(0, Kind::rng, "layers.0.dropout", 5, 1.0, 0)}});
+  write_run(dir / "a", {{tensor(0, Kind::input, "x", 1, 1.0, 0),
+                         tensor(0, Kind::rng, "layers.2.dropout", 5, 1.0, 0)}});
+  write_run(dir / "b", {{tensor(0, Kind::input, "x", 1, 1.0, 0),
+                         tensor(0, Kind::rng, "layers.0.dropout", 5, 1.0, 0)}});
   auto res = diff(dir / "a", dir / "b");
   ASSERT_TRUE(res.first_divergence);
   EXPECT_EQ(res.first_divergence->pair_class, PairClass::only_base);
@@ -650,7 +679,9 @@ TEST(Causes, KindOneRunNeverRecordedIsNoNameToMap) {
   EXPECT_TRUE(res.names_only_base.empty());  // not names for --map
   const std::string text = text_of(res);
   EXPECT_EQ(text.find("NAMES IN ONE RUN ONLY"), std::string::npos) << text;
-  EXPECT_TRUE(says(text, "KINDS IN ONE RUN ONLY the test run recorded no mb_grad (PROBE_KINDS?): left out")) << text;
+  EXPECT_TRUE(
+      says(text, "KINDS IN ONE RUN ONLY the test run recorded no mb_grad (PROBE_KINDS?): left out"))
+      << text;
   const auto j = nlohmann::json::parse(to_json(res, {}));
   EXPECT_EQ(j["kinds_only_base"], nlohmann::json({"mb_grad"}));
   EXPECT_EQ(j["kinds_only_test"], nlohmann::json::array());
@@ -660,16 +691,20 @@ TEST(Causes, KindOneRunNeverRecordedIsNoNameToMap) {
   auto compared = diff(dir / "a", dir / "b", all);
   ASSERT_TRUE(compared.first_divergence);
   EXPECT_EQ(compared.first_divergence->kind, Kind::mb_grad);
-  EXPECT_EQ(cause_text(compared, "kind_not_recorded"),
-            "the test run recorded no mb_grad at all (PROBE_KINDS?); --kinds -mb_grad compares the rest");
-  EXPECT_TRUE(says(text_of(compared), "KINDS IN ONE RUN ONLY the test run recorded no mb_grad (PROBE_KINDS?); --kinds can leave them out"));
+  EXPECT_EQ(
+      cause_text(compared, "kind_not_recorded"),
+      "the test run recorded no mb_grad at all (PROBE_KINDS?); --kinds -mb_grad compares the rest");
+  EXPECT_TRUE(says(text_of(compared),
+                   "KINDS IN ONE RUN ONLY the test run recorded no mb_grad (PROBE_KINDS?); --kinds "
+                   "can leave them out"));
   DiffOptions rest;
   rest.kinds_mask = parse_kinds("-mb_grad");
   EXPECT_EQ(diff(dir / "a", dir / "b", rest).exit_code(), 0);
   // Under --kinds, the advice keeps to the kinds asked for.
   DiffOptions two;
   two.kinds_mask = parse_kinds("mb_grad,grad");
-  EXPECT_NE(cause_text(diff(dir / "a", dir / "b", two), "kind_not_recorded").find("--kinds grad compares"),
+  EXPECT_NE(cause_text(diff(dir / "a", dir / "b", two), "kind_not_recorded")
+                .find("--kinds grad compares"),
             std::string::npos);
 }
 
@@ -683,7 +718,8 @@ TEST(Merge, MissingRankIsOneErrorNotATilingErrorPerRecordItShards) {
   EXPECT_EQ(res.test_issues.count_by_type["missing_rank"], 1);
   EXPECT_EQ(res.test_issues.count_by_type.count("shard_tiling"), 0u);
   EXPECT_EQ(count(res, Kind::grad, PairClass::unsupported), 1);
-  EXPECT_NE(cause_text(res, "missing_record").find("the test run holds the logs of 1 of its 2 ranks"),
-            std::string::npos)
+  EXPECT_NE(
+      cause_text(res, "missing_record").find("the test run holds the logs of 1 of its 2 ranks"),
+      std::string::npos)
       << cause_text(res, "missing_record");
 }

@@ -24,9 +24,11 @@ namespace differ_test {
 
 using namespace test_util;  // fresh_dir, read_all, write_file, record builders
 
-// Writes rank<R>/diff.log for each rank through LogWriter (the current format), one write_step per step.
-inline void write_run(const std::filesystem::path& dir, const std::vector<std::vector<Record>>& ranks,
-                      int world_size = -1, int hash_spec = 1) {
+// Writes rank<R>/diff.log for each rank through LogWriter (the current format), one write_step per
+// step.
+inline void write_run(const std::filesystem::path& dir,
+                      const std::vector<std::vector<Record>>& ranks, int world_size = -1,
+                      int hash_spec = 1) {
   const int world = world_size < 0 ? static_cast<int>(ranks.size()) : world_size;
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     if (ranks[r].empty() && world_size >= 0) continue;  // a missing rank
@@ -37,7 +39,8 @@ inline void write_run(const std::filesystem::path& dir, const std::vector<std::v
     h.setup = "test";
     probe::LogWriter w(dir / ("rank" + std::to_string(r)) / "diff.log", h);
     std::map<std::int64_t, std::vector<std::string>> steps;
-    for (const auto& rec : ranks[r]) steps[rec.step].push_back(probe::log_format::format_record(rec));
+    for (const auto& rec : ranks[r])
+      steps[rec.step].push_back(probe::log_format::format_record(rec));
     for (const auto& [s, lines] : steps) w.write_step(s, lines);
   }
 }
@@ -48,7 +51,8 @@ inline void mark_compiled(const std::filesystem::path& dir) {
     if (entry.path().filename() != "diff.log") continue;
     std::ifstream in(entry.path());
     std::string text, line;
-    while (std::getline(in, line)) text += line + (line.rfind("#end ", 0) == 0 ? " compiled=1\n" : "\n");
+    while (std::getline(in, line))
+      text += line + (line.rfind("#end ", 0) == 0 ? " compiled=1\n" : "\n");
     in.close();
     std::ofstream(entry.path()) << text;
   }
@@ -92,7 +96,8 @@ inline probe::differ::Result diff(const std::filesystem::path& a, const std::fil
 }
 
 // The terminal report of `r`, with diff_logs' default options (no colour) unless told.
-inline std::string text_of(const probe::differ::Result& r, const probe::differ::TextOptions& opt = {}) {
+inline std::string text_of(const probe::differ::Result& r,
+                           const probe::differ::TextOptions& opt = {}) {
   std::ostringstream out;
   probe::differ::print_text(r, out, opt);
   return out.str();

@@ -18,11 +18,13 @@ namespace {
 
 // A float32 grad "w" of norm `grad_norm` over `mbs` equal mb_grads of norm 1 each, with a
 // forward output per microbatch: a data-parallel step whose reduction order may differ.
-std::vector<Record> reduction_step(std::int64_t step, int mbs, double grad_norm, std::uint64_t grad_hash,
-                                   std::uint64_t out_hash = 70, double out_norm = 3.0) {
+std::vector<Record> reduction_step(std::int64_t step, int mbs, double grad_norm,
+                                   std::uint64_t grad_hash, std::uint64_t out_hash = 70,
+                                   double out_norm = 3.0) {
   std::vector<Record> r;
   for (int mb = 0; mb < mbs; ++mb) {
-    r.push_back(tensor(step, Kind::output, "model", out_hash + static_cast<std::uint64_t>(mb), out_norm, mb));
+    r.push_back(tensor(step, Kind::output, "model", out_hash + static_cast<std::uint64_t>(mb),
+                       out_norm, mb));
     r.push_back(tensor(step, Kind::mb_grad, "w", 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
   }
   r.push_back(tensor(step, Kind::grad, "w", grad_hash, grad_norm));
@@ -38,8 +40,8 @@ std::vector<Record> forward_step(std::uint64_t out_hash, double out_norm) {
   return r;
 }
 
-Result compare(const std::filesystem::path& dir, const std::vector<Record>& a, const std::vector<Record>& b,
-               DiffOptions opt = {}) {
+Result compare(const std::filesystem::path& dir, const std::vector<Record>& a,
+               const std::vector<Record>& b, DiffOptions opt = {}) {
   write_run(dir / "a", {a});
   write_run(dir / "b", {b});
   return diff(dir / "a", dir / "b", opt);
@@ -52,7 +54,8 @@ constexpr double kBound8 = 2.0 * 8 * 0x1p-24;
 
 TEST(NoiseOrBug, GradWithinTheSummationOrderBoundIsNoiseAndExitsFour) {
   auto dir = fresh_dir("noise_within");
-  auto r = compare(dir, reduction_step(0, 8, 8.0, 1), reduction_step(0, 8, 8.0 * (1 + 0.9 * kBound8), 2));
+  auto r = compare(dir, reduction_step(0, 8, 8.0, 1),
+                   reduction_step(0, 8, 8.0 * (1 + 0.9 * kBound8), 2));
   ASSERT_TRUE(r.first_divergence);
   EXPECT_FALSE(r.first_divergence->why.bug);
   EXPECT_EQ(r.first_divergence->why.rule, Rule::summation_order);
@@ -63,14 +66,17 @@ TEST(NoiseOrBug, GradWithinTheSummationOrderBoundIsNoiseAndExitsFour) {
   EXPECT_EQ(r.noise.all.pairs, 1);
   EXPECT_EQ(r.noise.by_rule.at(Rule::summation_order), 1);
   const std::string text = text_of(r);
-  EXPECT_TRUE(says(text, "FIRST UNEXPLAINED DIVERGENCE none: every difference is explained as noise")) << text;
+  EXPECT_TRUE(
+      says(text, "FIRST UNEXPLAINED DIVERGENCE none: every difference is explained as noise"))
+      << text;
   EXPECT_TRUE(says(text, "noise: summation_order (within")) << text;
   EXPECT_TRUE(says(text, "NOISE 1 divergent pair(s) explained as noise")) << text;
 }
 
 TEST(NoiseOrBug, GradJustBeyondTheSummationOrderBoundIsAWrongReduction) {
   auto dir = fresh_dir("noise_beyond");
-  auto r = compare(dir, reduction_step(0, 8, 8.0, 1), reduction_step(0, 8, 8.0 * (1 + 1.1 * kBound8), 2));
+  auto r = compare(dir, reduction_step(0, 8, 8.0, 1),
+                   reduction_step(0, 8, 8.0 * (1 + 1.1 * kBound8), 2));
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->why.rule, Rule::wrong_reduction);
   ASSERT_TRUE(r.unexplained_cause);
@@ -82,7 +88,8 @@ TEST(NoiseOrBug, CancellingContributionsWidenTheBound) {
   // 8 contributions of norm 1 that cancel to a grad of norm 0.5: the rounding of each
   // summand counts against a smaller sum, 16x the bound.
   auto dir = fresh_dir("noise_cancel");
-  auto r = compare(dir, reduction_step(0, 8, 0.5, 1), reduction_step(0, 8, 0.5 * (1 + 10 * kBound8), 2));
+  auto r =
+      compare(dir, reduction_step(0, 8, 0.5, 1), reduction_step(0, 8, 0.5 * (1 + 10 * kBound8), 2));
   ASSERT_TRUE(r.first_divergence);
   EXPECT_EQ(r.first_divergence->why.rule, Rule::summation_order);
   EXPECT_DOUBLE_EQ(r.first_divergence->why.bound, 16 * kBound8);
@@ -99,7 +106,8 @@ TEST(NoiseOrBug, ElementsThatMovedAreNeverNoise) {
   EXPECT_EQ(r.exit_code(), 1);
   EXPECT_EQ(r.summation_order_grads, 0);
   for (const auto& c : r.causes) EXPECT_NE(c.rule, Rule::summation_order) << c.message;
-  EXPECT_TRUE(says(text_of(r), "[elements_moved] grad w holds other elements at step 0")) << text_of(r);
+  EXPECT_TRUE(says(text_of(r), "[elements_moved] grad w holds other elements at step 0"))
+      << text_of(r);
 }
 
 TEST(NoiseOrBug, ElementsThatMovedWhereTheirInputsCarryNoiseCannotBeTold) {
@@ -112,7 +120,8 @@ TEST(NoiseOrBug, ElementsThatMovedWhereTheirInputsCarryNoiseCannotBeTold) {
     r.push_back(tensor(1, Kind::param, "w", moved_hash, 2.5));
     return r;
   };
-  auto noisy = compare(fresh_dir("moved_noisy"), run(1, 8.0, 6), run(2, 8.0 * (1 + 0.5 * kBound8), 7));
+  auto noisy =
+      compare(fresh_dir("moved_noisy"), run(1, 8.0, 6), run(2, 8.0 * (1 + 0.5 * kBound8), 7));
   EXPECT_FALSE(noisy.first_unexplained) << text_of(noisy);
   EXPECT_EQ(noisy.exit_code(), 4);
   EXPECT_EQ(noisy.noise.by_rule.at(Rule::cannot_tell), 1);
@@ -148,13 +157,15 @@ TEST(NoiseOrBug, InheritedNoiseStaysNoiseWithinTheAmplificationBound) {
   EXPECT_EQ(t.first_unexplained->kind, Kind::output);
   EXPECT_EQ(t.first_unexplained->why.rule, Rule::unexplained);
   ASSERT_TRUE(t.unexplained_cause);
-  EXPECT_NE(t.unexplained_cause->message.find("beyond what the noise it depends on explains"), std::string::npos)
+  EXPECT_NE(t.unexplained_cause->message.find("beyond what the noise it depends on explains"),
+            std::string::npos)
       << t.unexplained_cause->message;
   EXPECT_EQ(t.exit_code(), 1);
 }
 
 TEST(NoiseOrBug, AForwardOutputThatDiffersWithEqualWeightsAndInputsIsUnexplained) {
-  auto r = compare(fresh_dir("noise_forward"), forward_step(70, 3.0), forward_step(170, 3.0 * (1 + 1e-3)));
+  auto r = compare(fresh_dir("noise_forward"), forward_step(70, 3.0),
+                   forward_step(170, 3.0 * (1 + 1e-3)));
   ASSERT_TRUE(r.first_unexplained);
   EXPECT_EQ(r.first_unexplained->kind, Kind::output);
   EXPECT_EQ(r.first_unexplained->why.rule, Rule::unexplained);
@@ -176,7 +187,8 @@ TEST(NoiseOrBug, AForwardOutputWithinTwoRoundingsOfEqualInputsCannotBeTold) {
   EXPECT_EQ(r.first_divergence->kind, Kind::output);
   EXPECT_EQ(r.first_divergence->why.rule, Rule::cannot_tell);
   EXPECT_EQ(r.exit_code(), 4);
-  EXPECT_NE(text_of(r).find("cannot tell: what it depends on is equal"), std::string::npos) << text_of(r);
+  EXPECT_NE(text_of(r).find("cannot tell: what it depends on is equal"), std::string::npos)
+      << text_of(r);
 
   // The same layout on both sides: the same kernels on the same pieces round alike, so the
   // output's own difference, however small, is the computation's.
@@ -201,7 +213,8 @@ TEST(NoiseOrBug, AnOutputWithinTwoRoundingsOfEqualInputsInACompiledRunCannotBeTo
   ASSERT_TRUE(close.first_divergence);
   EXPECT_EQ(close.first_divergence->why.rule, Rule::cannot_tell);
   EXPECT_EQ(close.exit_code(), 4);
-  EXPECT_NE(text_of(close).find("one run ran the step compiled and the other did not"), std::string::npos)
+  EXPECT_NE(text_of(close).find("one run ran the step compiled and the other did not"),
+            std::string::npos)
       << text_of(close);
   auto far = diff(dir / "eager", dir / "far");
   ASSERT_TRUE(far.first_unexplained);
@@ -236,7 +249,8 @@ TEST(NoiseOrBug, StrictRestoresTheFirstDivergenceHeadlineAndExitOne) {
   auto dir = fresh_dir("noise_strict");
   DiffOptions strict;
   strict.strict = true;
-  auto r = compare(dir, reduction_step(0, 8, 8.0, 1), reduction_step(0, 8, 8.0 * (1 + 1e-7), 2), strict);
+  auto r =
+      compare(dir, reduction_step(0, 8, 8.0, 1), reduction_step(0, 8, 8.0 * (1 + 1e-7), 2), strict);
   EXPECT_EQ(r.exit_code(), 1);
   EXPECT_EQ(r.verdict(), Result::Verdict::different);
   const std::string text = text_of(r);
@@ -327,7 +341,8 @@ TEST(NoiseOrBug, WithoutTheOrderIndependentHashAHashOnlyDifferenceCannotBeTold) 
   EXPECT_EQ(r.first_divergence->why.rule, Rule::cannot_tell);
   EXPECT_FALSE(r.first_unexplained);
   EXPECT_EQ(r.exit_code(), 4);
-  EXPECT_TRUE(says(text_of(r), "cannot tell: the hash differs while every figure is bitwise equal")) << text_of(r);
+  EXPECT_TRUE(says(text_of(r), "cannot tell: the hash differs while every figure is bitwise equal"))
+      << text_of(r);
   // Where the initialization differs it is a bug whichever it is.
   auto pa = a, pb = b;
   pa.push_back(tensor(0, Kind::param, "w", 5, 1.0));
@@ -373,7 +388,8 @@ namespace {
 std::vector<Record> clipped_step(double fw, double fv) {
   std::vector<Record> r;
   for (const auto& [name, f] : {std::pair{"w", fw}, std::pair{"v", fv}}) {
-    for (int mb = 0; mb < 2; ++mb) r.push_back(tensor(0, Kind::mb_grad, name, 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
+    for (int mb = 0; mb < 2; ++mb)
+      r.push_back(tensor(0, Kind::mb_grad, name, 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
     Record g = tensor(0, Kind::grad, name, f == 1 ? 1 : 2, 2.0 * f);
     g.stats.min = -f;
     g.stats.max = f;
@@ -396,7 +412,8 @@ TEST(NoiseOrBug, EveryGradientScaledByOneFactorWithinATotalNormsRoundingCannotBe
   ASSERT_TRUE(scaled.first_divergence);
   EXPECT_EQ(scaled.first_divergence->why.rule, Rule::cannot_tell);
   EXPECT_EQ(scaled.exit_code(), 4);
-  EXPECT_NE(text_of(scaled).find("every gradient of the step is the base run's times one factor"), std::string::npos)
+  EXPECT_NE(text_of(scaled).find("every gradient of the step is the base run's times one factor"),
+            std::string::npos)
       << text_of(scaled);
   EXPECT_EQ(text_of(scaled).find("[wrong_reduction]"), std::string::npos) << text_of(scaled);
   auto one = compare(dir / "one", clipped_step(1, 1), clipped_step(f, 1));

@@ -67,16 +67,20 @@ TEST(FirstScreen, KindsOneRunNeverRecordedAreLeftOutAndTheOptimizerHeadlines) {
   ASSERT_TRUE(r.unexplained_cause);
   EXPECT_EQ(r.unexplained_cause->rule, Rule::optimizer) << text_of(r);
   EXPECT_TRUE(r.kinds_left_out);
-  const std::vector<Kind> left_out = {Kind::rng, Kind::input, Kind::mb_grad, Kind::scalar, Kind::optim};
+  const std::vector<Kind> left_out = {Kind::rng, Kind::input, Kind::mb_grad, Kind::scalar,
+                                      Kind::optim};
   EXPECT_EQ(r.kinds_only_test, left_out);
   for (Kind k : left_out) {
     SCOPED_TRACE(std::string(kind_name(k)));
-    for (int c = 0; c < kPairClassCount; ++c) EXPECT_EQ(r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)], 0);
+    for (int c = 0; c < kPairClassCount; ++c)
+      EXPECT_EQ(r.counts[static_cast<std::size_t>(k)][static_cast<std::size_t>(c)], 0);
   }
   EXPECT_FALSE(has_rule(r.causes, "missing_record"));
   const std::string text = text_of(r);
-  EXPECT_TRUE(says(text, "KINDS IN ONE RUN ONLY the base run recorded no rng, input, mb_grad, scalar, optim "
-                         "(PROBE_KINDS?): left out of the comparison; --kinds all compares them"))
+  EXPECT_TRUE(
+      says(text,
+           "KINDS IN ONE RUN ONLY the base run recorded no rng, input, mb_grad, scalar, optim "
+           "(PROBE_KINDS?): left out of the comparison; --kinds all compares them"))
       << text;
   EXPECT_EQ(nlohmann::json::parse(to_json(r, {}))["kinds_left_out"], true);
 
@@ -92,7 +96,8 @@ TEST(FirstScreen, KindsOneRunNeverRecordedAreLeftOutAndTheOptimizerHeadlines) {
 TEST(FirstScreen, AKindMissingOnlyWhereTheOtherRunRecordsItIsStillAMissingRecord) {
   auto dir = fresh_dir("first_screen_missing");
   // Both runs log the loss; the test run's step 1 lacks it.
-  write_run(dir / "a", {{scalar(0, "loss", 1.0), scalar(1, "loss", 0.5), tensor(1, Kind::tap, "t", 1, 1.0, 0)}});
+  write_run(dir / "a", {{scalar(0, "loss", 1.0), scalar(1, "loss", 0.5),
+                         tensor(1, Kind::tap, "t", 1, 1.0, 0)}});
   write_run(dir / "b", {{scalar(0, "loss", 1.0), tensor(1, Kind::tap, "t", 1, 1.0, 0)}});
   const auto r = diff(dir / "a", dir / "b");
   EXPECT_FALSE(r.kinds_left_out);
@@ -108,7 +113,8 @@ TEST(FirstScreen, NoTraceHintForAnOptimizerDivergenceAfterNoise) {
   auto step0 = [](std::uint64_t grad_hash, double grad_norm) {
     std::vector<Record> r;
     for (int mb = 0; mb < 2; ++mb)
-      r.push_back(tensor(0, Kind::mb_grad, "tok_embeddings.weight", 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
+      r.push_back(tensor(0, Kind::mb_grad, "tok_embeddings.weight",
+                         10 + static_cast<std::uint64_t>(mb), 1.0, mb));
     r.push_back(tensor(0, Kind::grad, "tok_embeddings.weight", grad_hash, grad_norm));
     r.push_back(tensor(0, Kind::param, "tok_embeddings.weight", 5, 1.0));
     return r;
@@ -137,10 +143,12 @@ TEST(FirstScreen, TheTraceHintFollowsTheFirstUnexplainedDivergenceNotTheNoiseBef
   // Step 0: a grad differs by summation order. Step 1: layers.3's tap differs far beyond what
   // that noise could grow into: unexplained, inside a module, where ops can name the op.
   auto dir = fresh_dir("first_screen_hint_tap");
-  auto run = [](std::uint64_t grad_hash, double grad_norm, std::uint64_t tap_hash, double tap_norm) {
+  auto run = [](std::uint64_t grad_hash, double grad_norm, std::uint64_t tap_hash,
+                double tap_norm) {
     std::vector<Record> r;
     for (int mb = 0; mb < 2; ++mb)
-      r.push_back(tensor(0, Kind::mb_grad, "tok_embeddings.weight", 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
+      r.push_back(tensor(0, Kind::mb_grad, "tok_embeddings.weight",
+                         10 + static_cast<std::uint64_t>(mb), 1.0, mb));
     r.push_back(tensor(0, Kind::grad, "tok_embeddings.weight", grad_hash, grad_norm));
     r.push_back(tensor(1, Kind::tap, "layers.3", tap_hash, tap_norm, 0));
     return r;
@@ -182,12 +190,15 @@ TEST(FirstScreen, TheFirst40LinesHoldTheResultTheHeadlineItsCauseAndTheNoise) {
   const std::string text = text_of(r);
   const std::string top = first_lines(text, 40);
   EXPECT_TRUE(says(top, "RESULT: differences found (exit 1)")) << top;
-  EXPECT_TRUE(says(top, "FIRST UNEXPLAINED DIVERGENCE step 0 step end grad w [none_one_side]")) << top;
+  EXPECT_TRUE(says(top, "FIRST UNEXPLAINED DIVERGENCE step 0 step end grad w [none_one_side]"))
+      << top;
   EXPECT_TRUE(says(top, "[none_gradient]")) << top;
   EXPECT_TRUE(says(top, "NOISE 1 divergent pair(s) explained as noise (summation_order 1)")) << top;
   // The statistics: the loss and the headline's series; the 40 taps are counted, not listed.
-  EXPECT_TRUE(says(text, "PAIRED STATISTICS (d = test - base; the scalar series and the headline's; 41 more "
-                         "mismatching tensor norm series of 44 left out: --all-series lists them"))
+  EXPECT_TRUE(
+      says(text,
+           "PAIRED STATISTICS (d = test - base; the scalar series and the headline's; 41 more "
+           "mismatching tensor norm series of 44 left out: --all-series lists them"))
       << text;
   EXPECT_TRUE(says(text, "\nscalar loss\n")) << text;
   EXPECT_TRUE(says(text, "\ngrad w\n")) << text;
@@ -207,7 +218,8 @@ TEST(FirstScreen, NumericsLoggerHashesPrintInHexBesideTheProbesHashes) {
   write_run(dir / "probe", {{with_torch_hash(tensor(0, Kind::grad, "w", 0xabc, 1.25), 5)}});
   const std::string text = text_of(diff(dir / "py", dir / "probe"));
   EXPECT_TRUE(says(text, "base: hash=80b007d700000000 norm=1.5")) << text;
-  EXPECT_TRUE(says(text, "test: hash=0000000000000abc norm=1.25 torch_hash=0000000000000005")) << text;
+  EXPECT_TRUE(says(text, "test: hash=0000000000000abc norm=1.25 torch_hash=0000000000000005"))
+      << text;
 }
 
 TEST(FirstScreen, RunsThatShareNoKindSaySoInsteadOfHoldingNoRecords) {
@@ -217,8 +229,9 @@ TEST(FirstScreen, RunsThatShareNoKindSaySoInsteadOfHoldingNoRecords) {
   const auto r = diff(dir / "a", dir / "b");
   EXPECT_TRUE(r.kinds_left_out);
   EXPECT_EQ(r.exit_code(), 2);
-  EXPECT_TRUE(says(text_of(r), "RESULT: nothing compared: the runs share no kind (KINDS IN ONE RUN ONLY); "
-                               "--kinds all compares them"))
+  EXPECT_TRUE(says(text_of(r),
+                   "RESULT: nothing compared: the runs share no kind (KINDS IN ONE RUN ONLY); "
+                   "--kinds all compares them"))
       << text_of(r);
 }
 

@@ -14,7 +14,6 @@ using namespace probe::differ;
 
 namespace {
 
-
 // What became of the inputs: compared (a result, perhaps with warnings) or rejected with an
 // InputError. A rejection must say where: a file and a line ("path:LINE: ...").
 struct Outcomes {

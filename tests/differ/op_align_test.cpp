@@ -3,18 +3,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-
 #include "differ/report_html.h"
 #include "differ_test_util.h"
 #include "differ/detail/judge/op_align.h"
 #include "probe/trace_spec.h"
 
 using namespace differ_test;
-using probe::differ::Rule;
-using probe::differ::rule_name;
 using probe::Kind;
 using probe::Phase;
 using probe::Record;
+using probe::differ::Rule;
+using probe::differ::rule_name;
 
 namespace {
 
@@ -26,17 +25,18 @@ Record op(const std::string& name, std::uint64_t out, std::vector<std::optional<
   return r;
 }
 
-Record tap(const std::string& name, std::uint64_t hash) { return tensor(0, Kind::tap, name, hash, 1.0 + hash % 7, 0); }
+Record tap(const std::string& name, std::uint64_t hash) {
+  return tensor(0, Kind::tap, name, hash, 1.0 + hash % 7, 0);
+}
 
 }  // namespace
 
 TEST(OpAlign, RootCauseIsTheFirstOpWhoseInputsAgreeAndOutputDiffers) {
   auto dir = fresh_dir("op_root");
-  const std::vector<Record> base = {
-      op("layers.0.attention/aten::matmul#0", 10, {1, 2}),
-      op("layers.0.attention/aten::softmax#0", 11, {10}),
-      op("layers.0.attention/aten::matmul#1", 12, {11, 3}),
-      tap("layers.0", 13)};
+  const std::vector<Record> base = {op("layers.0.attention/aten::matmul#0", 10, {1, 2}),
+                                    op("layers.0.attention/aten::softmax#0", 11, {10}),
+                                    op("layers.0.attention/aten::matmul#1", 12, {11, 3}),
+                                    tap("layers.0", 13)};
   std::vector<Record> test = base;
   test[1].stats.hash = 21;  // softmax: same input, another output
   test[2].inputs = {21, 3};
@@ -52,8 +52,10 @@ TEST(OpAlign, RootCauseIsTheFirstOpWhoseInputsAgreeAndOutputDiffers) {
   EXPECT_EQ(r.ops.root_cause->phase, Phase::forward);
   ASSERT_TRUE(r.ops.inherited);
   EXPECT_EQ(r.ops.inherited->name, "layers.0.attention/aten::matmul#1");
-  EXPECT_NE(r.ops.inherited->message.find("input 0 already differs"), std::string::npos) << r.ops.inherited->message;
-  EXPECT_NE(r.ops.inherited->message.find("made by layers.0.attention/aten::softmax#0"), std::string::npos)
+  EXPECT_NE(r.ops.inherited->message.find("input 0 already differs"), std::string::npos)
+      << r.ops.inherited->message;
+  EXPECT_NE(r.ops.inherited->message.find("made by layers.0.attention/aten::softmax#0"),
+            std::string::npos)
       << r.ops.inherited->message;
   ASSERT_GE(r.causes.size(), 2u);
   EXPECT_EQ(r.causes[0].rule, Rule::op_root_cause);
@@ -66,7 +68,8 @@ TEST(OpAlign, RootCauseIsTheFirstOpWhoseInputsAgreeAndOutputDiffers) {
 TEST(OpAlign, OpsInOneRunOnlyAreSetAsideAndListed) {
   auto dir = fresh_dir("op_aside");
   const std::vector<Record> base = {op("s/aten::add#0", 5, {1}), tap("s", 6)};
-  std::vector<Record> test = {op("s/aten::add#0", 5, {1}), op("s/c10d::allreduce_#0", 5, {5}), tap("s", 6)};
+  std::vector<Record> test = {op("s/aten::add#0", 5, {1}), op("s/c10d::allreduce_#0", 5, {5}),
+                              tap("s", 6)};
   write_run(dir / "a", {base});
   write_run(dir / "b", {test});
   const auto r = diff(dir / "a", dir / "b");
@@ -83,18 +86,22 @@ namespace {
 // One forward: fc1, a GELU, in the test run (compiled) an op of its own after the GELU, a tap
 // of what comes out. The GELU's outputs differ by a rounding (1e-8 relative, equal inputs: the
 // fused kernel's); the test's extra op outputs `extra_norm`.
-void write_gelu_runs(const std::filesystem::path& dir, const std::string& extra, double extra_norm) {
-  auto rec = [](const std::string& name, std::uint64_t out, double norm, std::vector<std::optional<std::uint64_t>> in) {
+void write_gelu_runs(const std::filesystem::path& dir, const std::string& extra,
+                     double extra_norm) {
+  auto rec = [](const std::string& name, std::uint64_t out, double norm,
+                std::vector<std::optional<std::uint64_t>> in) {
     Record r = tensor(0, Kind::op, name, out, norm, 0);
     r.phase = Phase::forward;
     r.inputs = std::move(in);
     return r;
   };
   const std::vector<Record> base = {rec("fc1/aten::linear#0", 10, 7.0, {1, 2, 3}),
-                                    rec("model/aten::gelu#0", 11, 4.0, {10}), tensor(0, Kind::tap, "fc1.gelu", 11, 4.0, 0)};
+                                    rec("model/aten::gelu#0", 11, 4.0, {10}),
+                                    tensor(0, Kind::tap, "fc1.gelu", 11, 4.0, 0)};
   std::vector<Record> test = {rec("fc1/aten::linear#0", 10, 7.0, {1, 2, 3}),
                               rec("model/aten::gelu#0", 21, 4.0 * (1 + 1e-8), {10}),
-                              rec(extra, 22, extra_norm, {21}), tensor(0, Kind::tap, "fc1.gelu", 22, extra_norm, 0)};
+                              rec(extra, 22, extra_norm, {21}),
+                              tensor(0, Kind::tap, "fc1.gelu", 22, extra_norm, 0)};
   write_run(dir / "eager", {base});
   write_run(dir / "compiled", {test});
   mark_compiled(dir / "compiled");
@@ -145,11 +152,14 @@ TEST(OpAlign, DifferentOpSequencesNameTheOneRunOpsThatFeedTheFirstInheritedOp) {
   EXPECT_EQ(r.ops.inherited->name, "l.attention/aten::masked_fill#0/aten::masked_fill#0");
   ASSERT_TRUE(r.ops.root_cause);
   EXPECT_EQ(r.ops.root_cause->phase, Phase::backward);
-  EXPECT_EQ(r.ops.root_cause->name.rfind("l.attention/aten::softmax#0/", 0), 0u) << r.ops.root_cause->name;
-  EXPECT_NE(r.ops.root_cause->message.find("base runs [l.attention/aten::softmax#0/aten::_softmax_backward_data#0]"),
+  EXPECT_EQ(r.ops.root_cause->name.rfind("l.attention/aten::softmax#0/", 0), 0u)
+      << r.ops.root_cause->name;
+  EXPECT_NE(r.ops.root_cause->message.find(
+                "base runs [l.attention/aten::softmax#0/aten::_softmax_backward_data#0]"),
             std::string::npos)
       << r.ops.root_cause->message;
-  EXPECT_NE(r.ops.root_cause->message.find("aten::sub#0"), std::string::npos) << r.ops.root_cause->message;
+  EXPECT_NE(r.ops.root_cause->message.find("aten::sub#0"), std::string::npos)
+      << r.ops.root_cause->message;
   EXPECT_EQ(r.ops.only_base_count, 1);
   EXPECT_EQ(r.ops.only_test_count, 2);
 }
@@ -161,8 +171,10 @@ TEST(OpAlign, ADivergenceWithoutOpRecordsGetsTheExactReRunSetting) {
     r.step = step;
     return r;
   };
-  write_run(dir / "a", {{tap_at(0, "layers.2", 1), tap_at(7, "layers.2", 1), tap_at(7, "layers.3", 2)}});
-  write_run(dir / "b", {{tap_at(0, "layers.2", 1), tap_at(7, "layers.2", 1), tap_at(7, "layers.3", 3)}});
+  write_run(dir / "a",
+            {{tap_at(0, "layers.2", 1), tap_at(7, "layers.2", 1), tap_at(7, "layers.3", 2)}});
+  write_run(dir / "b",
+            {{tap_at(0, "layers.2", 1), tap_at(7, "layers.2", 1), tap_at(7, "layers.3", 3)}});
   const auto r = diff(dir / "a", dir / "b");
   ASSERT_TRUE(r.ops.trace_hint);
   EXPECT_EQ(*r.ops.trace_hint, "steps=7;scopes=^layers\\.3(\\.|$);mb=0");
@@ -170,8 +182,11 @@ TEST(OpAlign, ADivergenceWithoutOpRecordsGetsTheExactReRunSetting) {
   EXPECT_TRUE(spec.traces_scope("layers.3.attention"));
   EXPECT_TRUE(spec.traces_scope("layers.3"));
   EXPECT_FALSE(spec.traces_scope("layers.30"));
-  EXPECT_NE(text_of(r).find("PROBE_TRACE='steps=7;scopes=^layers\\.3(\\.|$);mb=0'"), std::string::npos) << text_of(r);
-  EXPECT_NE(probe::differ::to_json(r, {}).find("\"trace_hint\": \"steps=7;scopes=^layers\\\\.3(\\\\.|$);mb=0\""),
+  EXPECT_NE(text_of(r).find("PROBE_TRACE='steps=7;scopes=^layers\\.3(\\.|$);mb=0'"),
+            std::string::npos)
+      << text_of(r);
+  EXPECT_NE(probe::differ::to_json(r, {}).find(
+                "\"trace_hint\": \"steps=7;scopes=^layers\\\\.3(\\\\.|$);mb=0\""),
             std::string::npos);
 }
 
@@ -188,9 +203,11 @@ TEST(OpAlign, ParameterGradientsPointAtTheirModule) {
   const auto module = probe::differ::scope_regex_for(Kind::mb_grad, "layers.1.attention.wq.weight");
   EXPECT_EQ(module, "^layers(\\.1(\\.attention(\\.wq(\\..*)?)?)?)?$");
   const auto spec = probe::TraceSpec::parse("scopes=" + *module);
-  for (const char* traced : {"layers", "layers.1", "layers.1.attention", "layers.1.attention.wq", "layers.1.attention.wq.x"})
+  for (const char* traced : {"layers", "layers.1", "layers.1.attention", "layers.1.attention.wq",
+                             "layers.1.attention.wq.x"})
     EXPECT_TRUE(spec.traces_scope(traced)) << traced;
-  for (const char* untraced : {"layers.1.moe", "layers.10", "layers.1.attention_norm", "layers.2.attention"})
+  for (const char* untraced :
+       {"layers.1.moe", "layers.10", "layers.1.attention_norm", "layers.2.attention"})
     EXPECT_FALSE(spec.traces_scope(untraced)) << untraced;
   EXPECT_EQ(probe::differ::scope_regex_for(Kind::tap, "layers.1#2"), "^layers\\.1(\\.|$)");
   EXPECT_EQ(probe::differ::scope_regex_for(Kind::output, "model"), "");
@@ -213,7 +230,8 @@ TEST(OpAlign, JsonAndHtmlDataCarryTheOpsPhaseInputsAndFindingsWithOpRowsLast) {
   EXPECT_EQ(fd["kind"], "op");
   EXPECT_EQ(fd["phase"], "backward");  // its own phase, not the kind's
   EXPECT_EQ(fd["base"]["inputs"], nlohmann::json({"0000000000000007", nullptr}));
-  EXPECT_EQ(j["op_trace"]["root_cause"]["name"], "l.attention/aten::softmax#0/aten::_softmax_backward_data#0");
+  EXPECT_EQ(j["op_trace"]["root_cause"]["name"],
+            "l.attention/aten::softmax#0/aten::_softmax_backward_data#0");
   EXPECT_EQ(j["op_trace"]["root_cause"]["phase"], "backward");
   EXPECT_TRUE(j["op_trace"]["trace_hint"].is_null());
   EXPECT_EQ(j["summary"]["op"]["equal"], 1);
@@ -223,10 +241,13 @@ TEST(OpAlign, JsonAndHtmlDataCarryTheOpsPhaseInputsAndFindingsWithOpRowsLast) {
   // The heat map: op records after every other kind, in execution order.
   std::vector<std::string> rows;
   for (std::size_t i : probe::differ::heat_map_rows(r)) rows.push_back(r.series[i].first.name);
-  EXPECT_EQ(rows, (std::vector<std::string>{"l", "l.attention/aten::softmax#0",
-                                            "l.attention/aten::softmax#0/aten::_softmax_backward_data#0"}));
+  EXPECT_EQ(rows, (std::vector<std::string>{
+                      "l", "l.attention/aten::softmax#0",
+                      "l.attention/aten::softmax#0/aten::_softmax_backward_data#0"}));
   // The text report says where the backward op ran.
-  EXPECT_NE(text_of(r).find("step 0  backward  mb 0  op l.attention/aten::softmax#0/aten::_softmax_backward_data#0"),
-            std::string::npos)
+  EXPECT_NE(
+      text_of(r).find(
+          "step 0  backward  mb 0  op l.attention/aten::softmax#0/aten::_softmax_backward_data#0"),
+      std::string::npos)
       << text_of(r);
 }

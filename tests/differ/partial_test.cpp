@@ -28,24 +28,28 @@ Record summand(Record r, std::int64_t index, std::int64_t count) {
 // holds it all): the query projection (replicated), the output projection's partial product
 // of each rank before the row-parallel all-reduce (tp > 1 only), the block's output after it,
 // and the next layer's output.
-std::vector<Record> attention(std::int64_t step, std::int64_t mb, int rank, int tp, double out_rel = 0,
-                              double next_rel = 0) {
+std::vector<Record> attention(std::int64_t step, std::int64_t mb, int rank, int tp,
+                              double out_rel = 0, double next_rel = 0) {
   std::vector<Record> r;
   r.push_back(tensor(step, Kind::tap, "layers.0.attention.wq", 1, 2.0, mb));
   if (tp > 1)
-    r.push_back(summand(tensor(step, Kind::tap, "layers.0.attention.wo", 100 + static_cast<std::uint64_t>(rank),
-                               1.5, mb),
+    r.push_back(summand(tensor(step, Kind::tap, "layers.0.attention.wo",
+                               100 + static_cast<std::uint64_t>(rank), 1.5, mb),
                         rank, tp));
-  r.push_back(tensor(step, Kind::tap, "layers.0.attention", out_rel == 0 ? 10 : 11, 3.0 * (1 + out_rel), mb));
-  r.push_back(tensor(step, Kind::tap, "layers.1.attention", next_rel == 0 ? 20 : 21, 4.0 * (1 + next_rel), mb));
+  r.push_back(tensor(step, Kind::tap, "layers.0.attention", out_rel == 0 ? 10 : 11,
+                     3.0 * (1 + out_rel), mb));
+  r.push_back(tensor(step, Kind::tap, "layers.1.attention", next_rel == 0 ? 20 : 21,
+                     4.0 * (1 + next_rel), mb));
   return r;
 }
 
 // Base: one rank. Test: two tensor-parallel ranks with the partial products of wo.
-Result single_vs_tp(const std::string& name, double out_rel, double next_rel, DiffOptions opt = {}) {
+Result single_vs_tp(const std::string& name, double out_rel, double next_rel,
+                    DiffOptions opt = {}) {
   auto dir = fresh_dir(name);
   write_run(dir / "a", {attention(0, 0, 0, 1)});
-  write_run(dir / "b", {attention(0, 0, 0, 2, out_rel, next_rel), attention(0, 0, 1, 2, out_rel, next_rel)});
+  write_run(dir / "b",
+            {attention(0, 0, 0, 2, out_rel, next_rel), attention(0, 0, 1, 2, out_rel, next_rel)});
   return diff(dir / "a", dir / "b", opt);
 }
 
@@ -58,10 +62,11 @@ const double kRoot2 = 2.0 * 2 * 0x1p-24 * (3.0 / std::sqrt(4.5));
 std::vector<Record> norm_step(int rank, int tp, std::uint64_t grad_hash, double grad_norm) {
   std::vector<Record> r;
   for (std::int64_t mb = 0; mb < 2; ++mb) {
-    r.push_back(tensor(0, Kind::tap, "layers.0.attention_norm", 5 + static_cast<std::uint64_t>(mb), 2.0, mb));
+    r.push_back(tensor(0, Kind::tap, "layers.0.attention_norm", 5 + static_cast<std::uint64_t>(mb),
+                       2.0, mb));
     if (tp == 1)
-      r.push_back(
-          tensor(0, Kind::mb_grad, "layers.0.attention_norm.weight", 30 + static_cast<std::uint64_t>(mb), 1.0, mb));
+      r.push_back(tensor(0, Kind::mb_grad, "layers.0.attention_norm.weight",
+                         30 + static_cast<std::uint64_t>(mb), 1.0, mb));
     else
       r.push_back(summand(tensor(0, Kind::mb_grad, "layers.0.attention_norm.weight",
                                  50 + static_cast<std::uint64_t>(2 * mb + rank), 0.7, mb),
@@ -126,7 +131,8 @@ TEST(PartialMerge, AKeyMixingSummandsAndWholeRecordsIsARunError) {
   EXPECT_EQ(a.issues.errors, 1);
   const std::string& msg = a.issues.detail.at(0).message;
   EXPECT_NE(msg.find("step 0 tap wo mb=0"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("summands of a partial sum (ranks 0) next to records that are not (ranks 1)"), std::string::npos)
+  EXPECT_NE(msg.find("summands of a partial sum (ranks 0) next to records that are not (ranks 1)"),
+            std::string::npos)
       << msg;
   EXPECT_TRUE(a.at(Kind::tap, "wo").record.stats.unsupported);
 
@@ -142,24 +148,29 @@ TEST(PartialMerge, SummandsOfOtherCountsOrMissingAreRunErrorsUnlessARankLogIsMis
                         {summand(tensor(0, Kind::tap, "wo", 200, 4.0, 0), 1, 3)}});
   const FirstStep a = first_step(dir / "a");
   ASSERT_EQ(a.issues.count_by_type.count("partial_sum"), 1u);
-  EXPECT_NE(a.issues.detail.at(0).message.find("summands disagree on their count"), std::string::npos)
+  EXPECT_NE(a.issues.detail.at(0).message.find("summands disagree on their count"),
+            std::string::npos)
       << a.issues.detail.at(0).message;
 
   // Summand 1 of 2 never logged while both ranks' logs are there: a gap.
-  write_run(dir / "b", {{summand(tensor(0, Kind::tap, "wo", 100, 3.0, 0), 0, 2)}, {scalar(0, "loss", 1)}});
+  write_run(dir / "b",
+            {{summand(tensor(0, Kind::tap, "wo", 100, 3.0, 0), 0, 2)}, {scalar(0, "loss", 1)}});
   const FirstStep b = first_step(dir / "b");
   ASSERT_EQ(b.issues.count_by_type.count("partial_sum"), 1u);
-  EXPECT_NE(b.issues.detail.at(0).message.find("summands 0 of 2 present (ranks 0): summands missing"),
-            std::string::npos)
+  EXPECT_NE(
+      b.issues.detail.at(0).message.find("summands 0 of 2 present (ranks 0): summands missing"),
+      std::string::npos)
       << b.issues.detail.at(0).message;
   EXPECT_EQ(b.at(Kind::tap, "wo").partial.count, 2);  // still a partial sum: set aside
 
   // Rank 1's log is missing: that missing_rank error, not one per record.
-  write_run(dir / "c", {{summand(tensor(0, Kind::tap, "wo", 100, 3.0, 0), 0, 2)}, {}}, /*world_size=*/2);
+  write_run(dir / "c", {{summand(tensor(0, Kind::tap, "wo", 100, 3.0, 0), 0, 2)}, {}},
+            /*world_size=*/2);
   const FirstStep c = first_step(dir / "c");
   EXPECT_EQ(c.issues.count_by_type.count("partial_sum"), 0u);
   EXPECT_EQ(c.issues.count_by_type.count("missing_rank"), 1u);
-  EXPECT_NE(c.at(Kind::tap, "wo").record.stats.unsupported->find("missing_rank"), std::string::npos);
+  EXPECT_NE(c.at(Kind::tap, "wo").record.stats.unsupported->find("missing_rank"),
+            std::string::npos);
 }
 
 TEST(PartialMerge, SummandsThatAreShardsAreComposedBeforeTheyAreSummed) {
@@ -171,16 +182,19 @@ TEST(PartialMerge, SummandsThatAreShardsAreComposedBeforeTheyAreSummed) {
     r.stats.mean = 0.25 * static_cast<double>(index + 1);
     return summand(r, index, 2);
   };
-  write_run(dir / "a",
-            {{piece(10, 3.0, 0, 0)}, {piece(20, 4.0, 2, 0)}, {piece(30, 1.0, 0, 1)}, {piece(40, 2.0, 2, 1)}});
+  write_run(dir / "a", {{piece(10, 3.0, 0, 0)},
+                        {piece(20, 4.0, 2, 0)},
+                        {piece(30, 1.0, 0, 1)},
+                        {piece(40, 2.0, 2, 1)}});
   const FirstStep a = first_step(dir / "a");
   EXPECT_EQ(a.issues.errors, 0);
   const Merged& m = a.at(Kind::mb_grad, "experts.w1");
   ASSERT_FALSE(m.record.stats.unsupported) << *m.record.stats.unsupported;
   EXPECT_EQ(m.partial.count, 2);
   EXPECT_EQ(m.record.stats.shape, (std::vector<std::int64_t>{4, 2}));
-  EXPECT_DOUBLE_EQ(m.partial.summand_norms, 5.0 + std::sqrt(5.0));  // sqrt(3^2 + 4^2), sqrt(1^2 + 2^2)
-  EXPECT_DOUBLE_EQ(m.record.stats.norm, std::sqrt(30.0));              // sqrt(25 + 5)
+  // sqrt(3^2 + 4^2), sqrt(1^2 + 2^2)
+  EXPECT_DOUBLE_EQ(m.partial.summand_norms, 5.0 + std::sqrt(5.0));
+  EXPECT_DOUBLE_EQ(m.record.stats.norm, std::sqrt(30.0));  // sqrt(25 + 5)
   EXPECT_DOUBLE_EQ(m.record.stats.mean, 0.75);
 
   auto whole = [](std::uint64_t hash, double norm, std::int64_t index) {
@@ -189,15 +203,19 @@ TEST(PartialMerge, SummandsThatAreShardsAreComposedBeforeTheyAreSummed) {
     return summand(r, index, 2);
   };
   write_run(dir / "b", {{whole(30, 5.0, 0)}, {whole(70, std::sqrt(5.0), 1)}});
-  EXPECT_EQ(first_step(dir / "b").at(Kind::mb_grad, "experts.w1").record.stats.hash, m.record.stats.hash);
+  EXPECT_EQ(first_step(dir / "b").at(Kind::mb_grad, "experts.w1").record.stats.hash,
+            m.record.stats.hash);
   EXPECT_EQ(diff(dir / "a", dir / "b").exit_code(), 0);
 
   // A summand's rows 2-3 never logged: a gap in that summand, not summed.
-  write_run(dir / "c",
-            {{piece(10, 3.0, 0, 0)}, {piece(20, 4.0, 2, 0)}, {piece(30, 1.0, 0, 1)}, {scalar(0, "loss", 1)}});
+  write_run(dir / "c", {{piece(10, 3.0, 0, 0)},
+                        {piece(20, 4.0, 2, 0)},
+                        {piece(30, 1.0, 0, 1)},
+                        {scalar(0, "loss", 1)}});
   const FirstStep c = first_step(dir / "c");
   ASSERT_EQ(c.issues.count_by_type.count("partial_sum"), 1u);
-  EXPECT_NE(c.issues.detail.at(0).message.find("summand 1: shards cover 4 of 8 elements (gap); not summed"),
+  EXPECT_NE(c.issues.detail.at(0).message.find(
+                "summand 1: shards cover 4 of 8 elements (gap); not summed"),
             std::string::npos)
       << c.issues.detail.at(0).message;
   EXPECT_TRUE(c.at(Kind::mb_grad, "experts.w1").record.stats.unsupported);
@@ -227,11 +245,15 @@ TEST(PartialSum, PartialProductsOfOneRunAreSetAsideAndExplainTheNextTapAsNoise) 
   EXPECT_EQ(r.base_issues.errors + r.test_issues.errors, 0);
 
   const std::string text = text_of(r);
-  EXPECT_TRUE(says(text, "noise: partial_sum (the sum of 2 partial products of tap layers.0.attention.wo mb 0 in "
-                         "the test run, added in another order than one rank's product; within"))
+  EXPECT_TRUE(
+      says(text,
+           "noise: partial_sum (the sum of 2 partial products of tap layers.0.attention.wo mb 0 in "
+           "the test run, added in another order than one rank's product; within"))
       << text;
-  EXPECT_TRUE(says(text, "PARTIAL RECORDS 1 tap record is a partial sum without a like counterpart in the other run (a tensor-parallel rank's "
-                         "summand): set aside, not compared"))
+  EXPECT_TRUE(says(text,
+                   "PARTIAL RECORDS 1 tap record is a partial sum without a like counterpart in "
+                   "the other run (a tensor-parallel rank's "
+                   "summand): set aside, not compared"))
       << text;
   EXPECT_TRUE(says(text, "step 0 mb 0 tap layers.0.attention.wo (test: 2 summands)")) << text;
   EXPECT_TRUE(says(text, "explained as noise (inherited 1, partial_sum 1)")) << text;
@@ -240,8 +262,9 @@ TEST(PartialSum, PartialProductsOfOneRunAreSetAsideAndExplainTheNextTapAsNoise) 
   EXPECT_EQ(j["partial_records"]["pairs"], 1);
   EXPECT_EQ(j["partial_records"]["by_kind"]["tap"], 1);
   EXPECT_EQ(j["first_divergence"]["explanation"]["rule"], "partial_sum");
-  EXPECT_NE(j["first_divergence"]["explanation"]["detail"].get<std::string>().find("2 partial products"),
-            std::string::npos);
+  EXPECT_NE(
+      j["first_divergence"]["explanation"]["detail"].get<std::string>().find("2 partial products"),
+      std::string::npos);
 }
 
 TEST(PartialSum, ATapBeyondThePartialSumBoundIsUnexplained) {
@@ -251,7 +274,8 @@ TEST(PartialSum, ATapBeyondThePartialSumBoundIsUnexplained) {
   EXPECT_EQ(r.first_unexplained->why.rule, Rule::unexplained);
   EXPECT_DOUBLE_EQ(r.first_unexplained->why.roots, kRoot2);
   ASSERT_TRUE(r.unexplained_cause);
-  EXPECT_NE(r.unexplained_cause->message.find("beyond what the noise it depends on explains"), std::string::npos)
+  EXPECT_NE(r.unexplained_cause->message.find("beyond what the noise it depends on explains"),
+            std::string::npos)
       << r.unexplained_cause->message;
   EXPECT_EQ(r.verdict(), Result::Verdict::different);
   EXPECT_EQ(r.exit_code(), 1);
@@ -267,7 +291,8 @@ TEST(PartialSum, TheFirstTapAfterTheReductionIsHeldToTheReductionBoundNotTheNetw
   EXPECT_EQ(r.first_unexplained->why.rule, Rule::unexplained);
   EXPECT_DOUBLE_EQ(r.first_unexplained->why.bound, 10 * kRoot2);
   ASSERT_TRUE(r.unexplained_cause);
-  EXPECT_NE(r.unexplained_cause->message.find("at most 10 x "), std::string::npos) << r.unexplained_cause->message;
+  EXPECT_NE(r.unexplained_cause->message.find("at most 10 x "), std::string::npos)
+      << r.unexplained_cause->message;
 }
 
 TEST(PartialSum, PartialRecordsAreNeverADivergenceOfAnOtherwiseEqualComparison) {
@@ -326,7 +351,8 @@ TEST(PartialSum, GradsWithPartialMbGradsAreJudgedByTheSummationBoundOfEverySumma
   auto dir = fresh_dir("partial_sp");
   write_run(dir / "a", {norm_step(0, 1, 40, 2.0)});
   const double rel = 1e-7;
-  write_run(dir / "b", {norm_step(0, 2, 41, 2.0 * (1 + rel)), norm_step(1, 2, 41, 2.0 * (1 + rel))});
+  write_run(dir / "b",
+            {norm_step(0, 2, 41, 2.0 * (1 + rel)), norm_step(1, 2, 41, 2.0 * (1 + rel))});
   auto r = diff(dir / "a", dir / "b");
   EXPECT_EQ(r.partial.pairs, 2);
   EXPECT_EQ(r.partial.by_kind.at(Kind::mb_grad), 2);
@@ -341,7 +367,8 @@ TEST(PartialSum, GradsWithPartialMbGradsAreJudgedByTheSummationBoundOfEverySumma
   EXPECT_EQ(r.summation_order_grads, 0);  // its mb_grads were not compared
 
   // Far beyond the bound with nothing it is computed from diverging: the reduction is wrong.
-  write_run(dir / "c", {norm_step(0, 2, 41, 2.0 * (1 + 1e-3)), norm_step(1, 2, 41, 2.0 * (1 + 1e-3))});
+  write_run(dir / "c",
+            {norm_step(0, 2, 41, 2.0 * (1 + 1e-3)), norm_step(1, 2, 41, 2.0 * (1 + 1e-3))});
   auto beyond = diff(dir / "a", dir / "c");
   ASSERT_TRUE(beyond.first_unexplained);
   EXPECT_EQ(beyond.first_unexplained->why.rule, Rule::wrong_reduction);
@@ -398,18 +425,21 @@ TEST(PartialSum, APartialSumIsTheRootOfItsOwnModuleWhereStagesInterleaveTheTestR
     const std::string l = "layers." + std::to_string(layer);
     return std::vector<Record>{
         rng(l + ".dropout"),
-        summand(tensor(0, Kind::tap, l + ".attention.wo", 100 + static_cast<std::uint64_t>(rank), summand_norm, 0),
+        summand(tensor(0, Kind::tap, l + ".attention.wo", 100 + static_cast<std::uint64_t>(rank),
+                       summand_norm, 0),
                 rank % 2, 2),
         out(l, hash, norm)};
   };
   // Layer 0's summands of unequal norms (a smaller root than layer 2's equal ones).
-  write_run(dir / "b", {stage(0, 0, 1.5, 11, 3.0 * (1 + 1e-7)), stage(0, 1, 0.1, 11, 3.0 * (1 + 1e-7)),
-                        stage(2, 2, 1.5, 21, 4.0 * (1 + 1e-7)), stage(2, 3, 1.5, 21, 4.0 * (1 + 1e-7))});
+  write_run(dir / "b",
+            {stage(0, 0, 1.5, 11, 3.0 * (1 + 1e-7)), stage(0, 1, 0.1, 11, 3.0 * (1 + 1e-7)),
+             stage(2, 2, 1.5, 21, 4.0 * (1 + 1e-7)), stage(2, 3, 1.5, 21, 4.0 * (1 + 1e-7))});
   auto r = diff(dir / "a", dir / "b");
   ASSERT_TRUE(r.first_divergence);
   EXPECT_EQ(r.first_divergence->name, "layers.0");
   EXPECT_EQ(r.first_divergence->why.rule, Rule::partial_sum);
-  EXPECT_NE(r.first_divergence->why.detail.find("layers.0.attention.wo"), std::string::npos) << r.first_divergence->why.detail;
+  EXPECT_NE(r.first_divergence->why.detail.find("layers.0.attention.wo"), std::string::npos)
+      << r.first_divergence->why.detail;
   EXPECT_FALSE(r.first_unexplained);
 }
 
@@ -442,13 +472,15 @@ TEST(PartialSum, OptimizerStateUpdatedFromAPartialGradIsItsNoiseNotTheOptimizers
   // set aside; the AdamW state updated from it differs by that reduction's rounding.
   auto dir = fresh_dir("partial_grad_optim");
   const std::string w = "layers.0.attention_norm.weight";
-  auto base = std::vector<Record>{tensor(0, Kind::param, w, 1, 1.0), tensor(0, Kind::grad, w, 2, 1.0),
-                                  tensor(0, Kind::optim, w + ".exp_avg", 3, 0.1)};
+  auto base =
+      std::vector<Record>{tensor(0, Kind::param, w, 1, 1.0), tensor(0, Kind::grad, w, 2, 1.0),
+                          tensor(0, Kind::optim, w + ".exp_avg", 3, 0.1)};
   std::vector<std::vector<Record>> test(2);
   for (int rank = 0; rank < 2; ++rank)
-    test[rank] = {tensor(0, Kind::param, w, 1, 1.0),
-                  summand(tensor(0, Kind::grad, w, 10 + static_cast<std::uint64_t>(rank), 0.7), rank, 2),
-                  tensor(0, Kind::optim, w + ".exp_avg", 4, 0.1 * (1 + 1e-8))};
+    test[rank] = {
+        tensor(0, Kind::param, w, 1, 1.0),
+        summand(tensor(0, Kind::grad, w, 10 + static_cast<std::uint64_t>(rank), 0.7), rank, 2),
+        tensor(0, Kind::optim, w + ".exp_avg", 4, 0.1 * (1 + 1e-8))};
   write_run(dir / "a", {base});
   write_run(dir / "b", test);
   auto r = diff(dir / "a", dir / "b");

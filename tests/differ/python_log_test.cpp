@@ -13,16 +13,22 @@ using namespace probe::differ;
 
 namespace {
 const char* kPython =
-    "[full batch input] hash=tensor(123, device='cuda:0', dtype=torch.uint64), norm=tensor(42.5000, device='cuda:0')\n"
-    "[grad tok_embeddings.weight] hash=tensor(456, device='cuda:0', dtype=torch.uint64), norm=tensor(1.2346e+05, device='cuda:0')\n"
+    "[full batch input] hash=tensor(123, device='cuda:0', dtype=torch.uint64), "
+    "norm=tensor(42.5000, device='cuda:0')\n"
+    "[grad tok_embeddings.weight] hash=tensor(456, device='cuda:0', dtype=torch.uint64), "
+    "norm=tensor(1.2346e+05, device='cuda:0')\n"
     "[grad output.weight] None\n"
-    "[full batch input] hash=tensor(124, device='cuda:0', dtype=torch.uint64), norm=tensor(42.5000, device='cuda:0')\n"
-    "[grad tok_embeddings.weight] hash=tensor(457, device='cuda:0', dtype=torch.uint64), norm=tensor(1.2300e+05, device='cuda:0')\n"
+    "[full batch input] hash=tensor(124, device='cuda:0', dtype=torch.uint64), "
+    "norm=tensor(42.5000, device='cuda:0')\n"
+    "[grad tok_embeddings.weight] hash=tensor(457, device='cuda:0', dtype=torch.uint64), "
+    "norm=tensor(1.2300e+05, device='cuda:0')\n"
     "[grad output.weight] None\n";
 }  // namespace
 
 TEST(PythonLog, ParsesTensorReprsDTensorsPlainIntegersAndNone) {
-  auto l = parse_python_line("[grad w] hash=DTensor(tensor(18446744073709551615, device='cuda:0', dtype=torch.uint64)), norm=tensor(nan, device='cuda:0', grad_fn=<NormBackward>)");
+  auto l = parse_python_line(
+      "[grad w] hash=DTensor(tensor(18446744073709551615, device='cuda:0', dtype=torch.uint64)), "
+      "norm=tensor(nan, device='cuda:0', grad_fn=<NormBackward>)");
   ASSERT_TRUE(l);
   EXPECT_EQ(l->prefix, "grad w");
   EXPECT_EQ(l->hash, 18446744073709551615ULL);
@@ -111,7 +117,9 @@ TEST(PythonLog, HashesPrintInHexLikeEveryOtherHash) {
   write_file(dir / "1" / "diff.log", other);
   std::ostringstream out;
   print_text(diff(dir / "0", dir / "1"), out, {});
-  EXPECT_TRUE(says(out.str(), "\nbase: hash=00000000000001c9 norm=123000 (rank 0)\ntest: hash=00000000000003e7 norm=123000 (rank 0)\n"))
+  EXPECT_TRUE(says(out.str(),
+                   "\nbase: hash=00000000000001c9 norm=123000 (rank 0)\ntest: "
+                   "hash=00000000000003e7 norm=123000 (rank 0)\n"))
       << out.str();
 }
 
@@ -138,7 +146,8 @@ TEST(PythonLog, MicrobatchForwardOutputsPairWithTheProbesModelOutputs) {
     const std::uint64_t tap[2] = {9, 12}, grad[2] = {11, 13};
     for (int s = 0; s < 2; ++s) {
       const auto i = static_cast<std::size_t>(s);
-      recs.push_back(with_torch_hash(tensor(s, Kind::output, model, 1, 1.8559048175811768, 0), out[i][0]));
+      recs.push_back(
+          with_torch_hash(tensor(s, Kind::output, model, 1, 1.8559048175811768, 0), out[i][0]));
       recs.push_back(with_torch_hash(tensor(s, Kind::tap, "attn scores", 2, 0.5, 1), tap[i]));
       recs.push_back(with_torch_hash(tensor(s, Kind::output, model, 3, 2.5, 1), out[i][1]));
       recs.push_back(with_torch_hash(tensor(s, Kind::grad, "fc1.weight", 4, 3.0), grad[i]));
@@ -172,11 +181,11 @@ TEST(PythonLog, MicrobatchForwardOutputsPairWithTheProbesModelOutputs) {
 TEST(PythonLog, OnlyAnMbNumberAndAWordMakeAMicrobatchPrefix) {
   auto dir = fresh_dir("pymbprefix");
   write_file(dir / "py.log",
-             "[mb fwd out] hash=1, norm=1\n"     // no number: a tap
-             "[mb2] hash=2, norm=1\n"            // nothing after it: a tap
-             "[mb-1 fwd out] hash=3, norm=1\n"   // negative: a tap
-             "[mbx3 fwd out] hash=4, norm=1\n"   // not a number: a tap
-             "[mb12 fwd out] hash=5, norm=1\n"); // output of microbatch 12
+             "[mb fwd out] hash=1, norm=1\n"      // no number: a tap
+             "[mb2] hash=2, norm=1\n"             // nothing after it: a tap
+             "[mb-1 fwd out] hash=3, norm=1\n"    // negative: a tap
+             "[mbx3 fwd out] hash=4, norm=1\n"    // not a number: a tap
+             "[mb12 fwd out] hash=5, norm=1\n");  // output of microbatch 12
   probe::differ::Run run(dir / "py.log", {});
   std::int64_t step = -1;
   std::vector<Merged> records;

@@ -39,10 +39,12 @@ TEST(PythonWeights, ParsesNamesHashesDTensorsAndComplexHashes) {
 
 TEST(PythonWeights, BlocksBesideANumericsLoggerDiffLogAreParamRecordsPerStep) {
   auto dir = fresh_dir("py_weights");
-  write_file(dir / "py" / "diff.log", "[grad w] hash=tensor(7), norm=tensor(1.5000)\n"
-                                      "[grad w] hash=tensor(8), norm=tensor(1.2500)\n");
-  write_file(dir / "py" / "weights.log", "name='w' hash=11\nname='b' hash=12\n"
-                                         "name='w' hash=21\nname='b' hash=22\n");
+  write_file(dir / "py" / "diff.log",
+             "[grad w] hash=tensor(7), norm=tensor(1.5000)\n"
+             "[grad w] hash=tensor(8), norm=tensor(1.2500)\n");
+  write_file(dir / "py" / "weights.log",
+             "name='w' hash=11\nname='b' hash=12\n"
+             "name='w' hash=21\nname='b' hash=22\n");
   // The probe run: the same weights at step 0, w differs at step 1.
   auto grad = [](std::int64_t step, std::uint64_t h, double norm) {
     Record r = tensor(step, Kind::grad, "w", 1, norm);

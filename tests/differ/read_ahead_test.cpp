@@ -29,8 +29,8 @@ std::string outcome(const std::filesystem::path& a, const std::filesystem::path&
   }
 }
 
-void expect_same_outcome(const std::filesystem::path& a, const std::filesystem::path& b, bool lenient,
-                         const std::string& expected) {
+void expect_same_outcome(const std::filesystem::path& a, const std::filesystem::path& b,
+                         bool lenient, const std::string& expected) {
   const std::string on_workers = outcome(a, b, true, lenient);
   EXPECT_EQ(on_workers, outcome(a, b, false, lenient));
   EXPECT_NE(on_workers.find(expected), std::string::npos) << on_workers.substr(0, 2000);
@@ -46,7 +46,8 @@ std::vector<std::vector<Record>> sharded_run(int world, int steps, int params, b
         const std::string name = "layers." + std::to_string(p) + ".weight";
         const std::uint64_t hash = 1000003u * static_cast<std::uint64_t>(s * params + p) + r;
         const bool changed = perturb && s >= steps / 2 && p == 3;
-        Record mb = sharded(tensor(s, Kind::mb_grad, name, hash + (changed ? 7 : 0), 1.0 + p, r), 4 * r, 4);
+        Record mb =
+            sharded(tensor(s, Kind::mb_grad, name, hash + (changed ? 7 : 0), 1.0 + p, r), 4 * r, 4);
         mb.stats.shape = {4, 2};
         mb.stats.shard = probe::Shard{{4 * world, 2}, {4 * r, 0}};
         Record grad = mb;
@@ -60,12 +61,14 @@ std::vector<std::vector<Record>> sharded_run(int world, int steps, int params, b
 
 // world ranks holding the same whole grads, params_at(s) of them at step s; with `perturb`,
 // the first one (each step's first record) changes from step 6 on.
-std::vector<std::vector<Record>> replicated_run(int world, int steps, const std::function<int(int)>& params_at,
+std::vector<std::vector<Record>> replicated_run(int world, int steps,
+                                                const std::function<int(int)>& params_at,
                                                 bool perturb) {
   std::vector<std::vector<Record>> ranks(static_cast<std::size_t>(world));
   for (int s = 0; s < steps; ++s)
     for (int p = 0; p < params_at(s); ++p) {
-      const std::uint64_t hash = 1000003u * static_cast<std::uint64_t>(s) + 7919u * static_cast<std::uint64_t>(p) +
+      const std::uint64_t hash = 1000003u * static_cast<std::uint64_t>(s) +
+                                 7919u * static_cast<std::uint64_t>(p) +
                                  (perturb && s >= 6 && p == 0 ? 1 : 0);
       Record grad = tensor(s, Kind::grad, "layers." + std::to_string(p) + ".weight", hash, 1.0 + p);
       for (auto& rank : ranks) rank.push_back(grad);
@@ -133,6 +136,7 @@ TEST(ReadAhead, DuplicatesAndStepsOutOfOrderNameTheirLineAsWhenReadingInline) {
 
   auto c = dir / "c" / "rank0" / "diff.log";
   write_run(dir / "c", {{scalar(1, "loss", 1)}});
-  append_line(c, lf::format_record(scalar(0, "loss", 1)) + "\n");  // no step end: format 2 keeps it open
+  // no step end: format 2 keeps it open
+  append_line(c, lf::format_record(scalar(0, "loss", 1)) + "\n");
   expect_same_outcome(dir / "a", c, false, "out of step order");
 }

@@ -15,7 +15,8 @@ namespace differ = probe::differ;
 
 namespace {
 
-Record op(const std::string& name, std::uint64_t out, std::vector<std::optional<std::uint64_t>> in, int dump) {
+Record op(const std::string& name, std::uint64_t out, std::vector<std::optional<std::uint64_t>> in,
+          int dump) {
   Record r = tensor(0, Kind::op, name, out, static_cast<double>(out % 97) + 1, 0);
   r.phase = Phase::forward;
   r.inputs = std::move(in);
@@ -38,10 +39,13 @@ Record with_norm(Record r, double norm) {
 // norm) and a cast follows it.
 void write_softmax_runs(const std::filesystem::path& dir, bool dumped) {
   const int k = dumped ? 0 : -1000;
-  write_run(dir / "a", {{op("s/aten::matmul#0", 10, {1, 2}, k + 0), with_norm(op("s/aten::softmax#0", 11, {10}, k + 1), 5),
+  write_run(dir / "a", {{op("s/aten::matmul#0", 10, {1, 2}, k + 0),
+                         with_norm(op("s/aten::softmax#0", 11, {10}, k + 1), 5),
                          op("s/aten::matmul#1", 12, {11, 3}, k + 2)}});
-  write_run(dir / "b", {{op("s/aten::matmul#0", 10, {1, 2}, k + 0), with_norm(op("s/aten::softmax#0", 21, {10}, k + 1), 5),
-                         with_norm(op("s/aten::to#0", 22, {21}, k + 2), 5), op("s/aten::matmul#1", 23, {22, 3}, k + 3)}});
+  write_run(dir / "b", {{op("s/aten::matmul#0", 10, {1, 2}, k + 0),
+                         with_norm(op("s/aten::softmax#0", 21, {10}, k + 1), 5),
+                         with_norm(op("s/aten::to#0", 22, {21}, k + 2), 5),
+                         op("s/aten::matmul#1", 23, {22, 3}, k + 3)}});
 }
 
 }  // namespace
@@ -65,15 +69,20 @@ TEST(ReplayRegion, AnAlignedRootCauseRunsToTheInputOfTheNextOpBothExecute) {
   ASSERT_TRUE(g.dumped());
   differ::attach_replay_verdict(r);
   ASSERT_TRUE(r.replay_command);
-  EXPECT_EQ(*r.replay_command, "numprobe_replay " + (dir / "a").string() + " " + (dir / "b").string());
-  EXPECT_NE(text_of(r).find("REPLAY  the ops where the runs part were dumped"), std::string::npos) << text_of(r);
-  EXPECT_NE(differ::to_json(r, {}).find("\"replay_command\": \"numprobe_replay "), std::string::npos);
+  EXPECT_EQ(*r.replay_command,
+            "numprobe_replay " + (dir / "a").string() + " " + (dir / "b").string());
+  EXPECT_NE(text_of(r).find("REPLAY  the ops where the runs part were dumped"), std::string::npos)
+      << text_of(r);
+  EXPECT_NE(differ::to_json(r, {}).find("\"replay_command\": \"numprobe_replay "),
+            std::string::npos);
 }
 
 TEST(ReplayRegion, OpsOfOneRunOnlyAreTheirRunsRegionAndTheOtherHandsOnItsValue) {
   auto dir = fresh_dir("region_inserted");
-  write_run(dir / "a", {{op("s/aten::softmax#0", 11, {10}, 0), op("s/aten::matmul#4", 12, {11, 3}, 1)}});
-  write_run(dir / "b", {{op("s/aten::softmax#0", 11, {10}, 0), with_norm(op("s/aten::mul#8", 21, {11}, 1), 12.0012),
+  write_run(dir / "a",
+            {{op("s/aten::softmax#0", 11, {10}, 0), op("s/aten::matmul#4", 12, {11, 3}, 1)}});
+  write_run(dir / "b", {{op("s/aten::softmax#0", 11, {10}, 0),
+                         with_norm(op("s/aten::mul#8", 21, {11}, 1), 12.0012),
                          op("s/aten::matmul#4", 22, {21, 3}, 2)}});
   const auto r = diff(dir / "a", dir / "b");
   ASSERT_TRUE(r.ops.root_cause);
@@ -95,7 +104,8 @@ TEST(ReplayRegion, AnOpAskedForByNameStartsItsRegionAndItsInputsDiffer) {
   ASSERT_TRUE(r.ops.region);
   EXPECT_EQ(r.ops.region->root_cause, "s/aten::matmul#1");
   EXPECT_EQ(names(r.ops.region->base), std::vector<std::string>({"s/aten::matmul#1"}));
-  EXPECT_NE(r.ops.region->base_inputs, r.ops.region->test_inputs);  // numprobe_replay: inputs differ
+  // numprobe_replay: inputs differ
+  EXPECT_NE(r.ops.region->base_inputs, r.ops.region->test_inputs);
 }
 
 TEST(ReplayRegion, WithoutDumpsNoCommandIsOffered) {
@@ -117,8 +127,10 @@ TEST(ReplayVerdictFile, DiffLogsShowsAVerdictAboutItsRegionAndSetsAsideOthers) {
   differ::ReplayVerdict v;
   differ::describe_region(*r.ops.region, v);
   v.verdict = "precision: test";
-  v.evidence = {"test: off its float64 reference by 6.5e+04 rounding units of float32 (tolerance 77.2)"};
-  v.test = differ::ReplayRunFigures{"float32", 65000, 77.2, {1, 2}, 0.0315, 0.0314, true, "", {"cast", "softmax"}};
+  v.evidence = {
+      "test: off its float64 reference by 6.5e+04 rounding units of float32 (tolerance 77.2)"};
+  v.test = differ::ReplayRunFigures{
+      "float32", 65000, 77.2, {1, 2}, 0.0315, 0.0314, true, "", {"cast", "softmax"}};
   const auto file = differ::default_replay_file(dir / "b");
   EXPECT_EQ(file, dir / "b" / "replay.json");
   write_file(file, differ::replay_verdict_json(v));
@@ -133,7 +145,9 @@ TEST(ReplayVerdictFile, DiffLogsShowsAVerdictAboutItsRegionAndSetsAsideOthers) {
   ASSERT_TRUE(r.replay);
   EXPECT_FALSE(r.replay_command);
   const std::string text = text_of(r);
-  EXPECT_NE(text.find("REPLAY VERDICT  precision: test  (" + file.string() + ")"), std::string::npos) << text;
+  EXPECT_NE(text.find("REPLAY VERDICT  precision: test  (" + file.string() + ")"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("6.5e+04 rounding units"), std::string::npos);
   EXPECT_NE(differ::to_json(r, {}).find("\"verdict\": \"precision: test\""), std::string::npos);
   // Runs made again since: the file's values are not these runs'.
@@ -142,12 +156,14 @@ TEST(ReplayVerdictFile, DiffLogsShowsAVerdictAboutItsRegionAndSetsAsideOthers) {
   auto again = diff(dir / "a", dir / "b");
   differ::attach_replay_verdict(again);
   EXPECT_FALSE(again.replay);
-  EXPECT_NE(again.replay_note.find("left out: its runs' values differ"), std::string::npos) << again.replay_note;
+  EXPECT_NE(again.replay_note.find("left out: its runs' values differ"), std::string::npos)
+      << again.replay_note;
   EXPECT_TRUE(again.replay_command);
   // Not a verdict file: said, and left out.
   write_file(file, "{\"schema\": \"something else\"}");
   auto bad = diff(dir / "a", dir / "b");
   differ::attach_replay_verdict(bad);
   EXPECT_FALSE(bad.replay);
-  EXPECT_NE(bad.replay_note.find("not a numprobe.replay/1 document"), std::string::npos) << bad.replay_note;
+  EXPECT_NE(bad.replay_note.find("not a numprobe.replay/1 document"), std::string::npos)
+      << bad.replay_note;
 }

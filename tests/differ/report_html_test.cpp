@@ -34,7 +34,8 @@ Gathered diff_with_grid(const std::filesystem::path& a, const std::filesystem::p
 std::size_t series_index(const Result& r, Kind kind, const std::string& name,
                          std::optional<std::int64_t> mb = std::nullopt) {
   for (std::size_t i = 0; i < r.series.size(); ++i)
-    if (r.series[i].first.kind == kind && r.series[i].first.name == name && r.series[i].first.mb == mb)
+    if (r.series[i].first.kind == kind && r.series[i].first.name == name &&
+        r.series[i].first.mb == mb)
       return i;
   ADD_FAILURE() << "no series " << name;
   return 0;
@@ -61,7 +62,8 @@ TEST(PairGrid, OneCellPerSeriesAndStepWithClassFiguresAndAbsence) {
   ASSERT_EQ(g.grid.columns().size(), 3u);
   EXPECT_EQ(g.grid.steps_per_column(), 1);
   const auto w = series_index(r, Kind::grad, "w"), v = series_index(r, Kind::grad, "v");
-  const auto aux = series_index(r, Kind::scalar, "aux"), loss = series_index(r, Kind::scalar, "loss");
+  const auto aux = series_index(r, Kind::scalar, "aux"),
+             loss = series_index(r, Kind::scalar, "loss");
   EXPECT_EQ(g.grid.cell(w, 0).code, static_cast<std::uint8_t>(PairClass::equal));
   const GridCell& diff1 = g.grid.cell(w, 1);
   EXPECT_EQ(diff1.code, static_cast<std::uint8_t>(PairClass::different));
@@ -77,7 +79,8 @@ TEST(PairGrid, OneCellPerSeriesAndStepWithClassFiguresAndAbsence) {
   // Every compared pair is one cell.
   std::int64_t cells = 0;
   for (std::size_t x = 0; x < g.grid.columns().size(); ++x)
-    for (std::size_t s = 0; s < g.grid.series(); ++s) cells += g.grid.cell(s, x).code != GridCell::kAbsent;
+    for (std::size_t s = 0; s < g.grid.series(); ++s)
+      cells += g.grid.cell(s, x).code != GridCell::kAbsent;
   EXPECT_EQ(cells, r.records_compared);
 }
 
@@ -88,7 +91,8 @@ TEST(PairGrid, PastItsColumnBudgetMergesStepsKeepingTheMostSeverePair) {
     a.push_back(tensor(s, Kind::grad, "w", 7, 2.0));
     // Step 5 differs a little, step 6 a lot, step 9 is none in the test run.
     const double norm = s == 5 ? 2.0001 : s == 6 ? 3.0 : 2.0;
-    b.push_back(s == 9 ? none(s, Kind::grad, "w") : tensor(s, Kind::grad, "w", s == 5 || s == 6 ? 8 : 7, norm));
+    b.push_back(s == 9 ? none(s, Kind::grad, "w")
+                       : tensor(s, Kind::grad, "w", s == 5 || s == 6 ? 8 : 7, norm));
   }
   write_run(dir / "a", {a});
   write_run(dir / "b", {b});
@@ -125,7 +129,8 @@ namespace {
 // say whether the runs' reductions differ by summation order (noise) or otherwise.
 std::vector<Record> reduction_step(std::int64_t step, double grad_norm, std::uint64_t grad_hash) {
   std::vector<Record> r;
-  for (int mb = 0; mb < 8; ++mb) r.push_back(tensor(step, Kind::mb_grad, "w", 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
+  for (int mb = 0; mb < 8; ++mb)
+    r.push_back(tensor(step, Kind::mb_grad, "w", 10 + static_cast<std::uint64_t>(mb), 1.0, mb));
   r.push_back(tensor(step, Kind::grad, "w", grad_hash, grad_norm));
   return r;
 }
@@ -134,7 +139,8 @@ std::vector<Record> reduction_step(std::int64_t step, double grad_norm, std::uin
 constexpr double kNoiseNorm = 8.0 * (1 + 0.9 * 2.0 * 8 * 0x1p-24);
 
 std::string decode_base64(const std::string& text) {
-  static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static const std::string kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   std::uint32_t bits = 0;
   int have = 0;
@@ -157,7 +163,8 @@ TEST(PairGrid, EachCellCarriesItsPairsVerdictAndRule) {
     a.insert(a.end(), ra.begin(), ra.end());
     b.insert(b.end(), rb.begin(), rb.end());
     a.push_back(tensor(s, Kind::grad, "v", 5, 1.0));
-    b.push_back(s == 1 ? none(s, Kind::grad, "v") : tensor(s, Kind::grad, "v", 5, 1.0));  // step 1: a bug
+    // step 1: a bug
+    b.push_back(s == 1 ? none(s, Kind::grad, "v") : tensor(s, Kind::grad, "v", 5, 1.0));
   }
   write_run(dir / "a", {a});
   write_run(dir / "b", {b});
@@ -181,7 +188,8 @@ TEST(PairGrid, EachCellCarriesItsPairsVerdictAndRule) {
   EXPECT_EQ(rule_of(bug).rule, Rule::none_gradient);
   EXPECT_TRUE(rule_of(bug).bug);
 
-  for (const auto& [series, step] : {std::pair{w, 1}, {w, 2}, {v, 0}, {v, 2}}) {  // equal: no verdict
+  // equal: no verdict
+  for (const auto& [series, step] : {std::pair{w, 1}, {w, 2}, {v, 0}, {v, 2}}) {
     EXPECT_EQ(g.grid.cell(series, step).verdict, GridCell::Verdict::none) << series << " " << step;
     EXPECT_EQ(g.grid.cell(series, step).why, 0);
   }
@@ -194,17 +202,21 @@ TEST(PairGrid, EachCellCarriesItsPairsVerdictAndRule) {
   const auto rows = grid["rows"].get<std::vector<std::size_t>>();
   const std::size_t ncols = grid["columns"].get<std::size_t>();
   auto page_code = [&](std::size_t series, std::size_t col) {
-    const auto row = static_cast<std::size_t>(std::find(rows.begin(), rows.end(), series) - rows.begin());
+    const auto row =
+        static_cast<std::size_t>(std::find(rows.begin(), rows.end(), series) - rows.begin());
     return static_cast<std::uint8_t>(code.at(row * ncols + col));
   };
   auto page_rule = [&](std::uint8_t c) { return grid["rules"].at((c >> 3) - 1); };
   EXPECT_EQ(page_code(w, 0) & 7, static_cast<int>(PairClass::different));
-  EXPECT_EQ(page_rule(page_code(w, 0)), (nlohmann::json{{"rule", "summation_order"}, {"category", "noise"}}));
+  EXPECT_EQ(page_rule(page_code(w, 0)),
+            (nlohmann::json{{"rule", "summation_order"}, {"category", "noise"}}));
   EXPECT_EQ(page_code(v, 1) & 7, static_cast<int>(PairClass::none_one_side));
-  EXPECT_EQ(page_rule(page_code(v, 1)), (nlohmann::json{{"rule", "none_gradient"}, {"category", "bug"}}));
+  EXPECT_EQ(page_rule(page_code(v, 1)),
+            (nlohmann::json{{"rule", "none_gradient"}, {"category", "bug"}}));
   EXPECT_EQ(page_code(w, 1), static_cast<std::uint8_t>(PairClass::equal));  // no explanation bits
-  EXPECT_EQ(grid["first_unexplained"], (nlohmann::json{{"row", std::find(rows.begin(), rows.end(), v) - rows.begin()},
-                                                        {"column", 1}}));
+  EXPECT_EQ(grid["first_unexplained"],
+            (nlohmann::json{{"row", std::find(rows.begin(), rows.end(), v) - rows.begin()},
+                            {"column", 1}}));
 }
 
 TEST(PairGrid, AMergedColumnShowsABugBeforeLargerNoise) {
@@ -236,7 +248,8 @@ TEST(HtmlData, HeatMapRowsPutParametersInModelOrderThenForwardRecordsByNameAndMi
     a.push_back(tensor(0, Kind::rng, "cuda_rng", 1, 1.0, mb));
     a.push_back(tensor(0, Kind::input, "tokens", 1, 1.0, mb));
     a.push_back(tensor(0, Kind::output, "logits", 1, 1.0, mb));
-    for (const char* p : {"b", "a"}) a.push_back(tensor(0, Kind::mb_grad, p, 1, 1.0, mb));  // backward order
+    // backward order
+    for (const char* p : {"b", "a"}) a.push_back(tensor(0, Kind::mb_grad, p, 1, 1.0, mb));
   }
   for (const char* p : {"a", "b"}) a.push_back(tensor(0, Kind::grad, p, 1, 1.0));  // model order
   a.push_back(scalar(0, "loss", 1.0));
@@ -250,8 +263,8 @@ TEST(HtmlData, HeatMapRowsPutParametersInModelOrderThenForwardRecordsByNameAndMi
                      (k.mb ? " " + std::to_string(*k.mb) : ""));
   }
   const std::vector<std::string> expected = {
-      "grad a", "mb_grad a 0", "mb_grad a 1", "grad b", "mb_grad b 0", "mb_grad b 1",
-      "rng cuda_rng 0", "rng cuda_rng 1", "input tokens 0", "input tokens 1",
+      "grad a",          "mb_grad a 0",     "mb_grad a 1",    "grad b",         "mb_grad b 0",
+      "mb_grad b 1",     "rng cuda_rng 0",  "rng cuda_rng 1", "input tokens 0", "input tokens 1",
       "output logits 0", "output logits 1", "scalar loss"};
   EXPECT_EQ(titles, expected);
 }

@@ -48,11 +48,13 @@ std::vector<DocRow> rule_rows(const std::string& docs) {
     }
     in_table = true;
     std::smatch m;
-    if (!std::regex_search(line, m, row) || m[1] == "rule" || m[1].str().starts_with("---")) continue;
+    if (!std::regex_search(line, m, row) || m[1] == "rule" || m[1].str().starts_with("---"))
+      continue;
     DocRow r;
     r.verdict = m[2];
     const std::string cell = m[1];
-    for (auto it = std::sregex_iterator(cell.begin(), cell.end(), name); it != std::sregex_iterator(); ++it)
+    for (auto it = std::sregex_iterator(cell.begin(), cell.end(), name);
+         it != std::sregex_iterator(); ++it)
       r.names.push_back((*it)[1]);
     rows.push_back(r);
   }
@@ -97,7 +99,8 @@ TEST(RuleTable, EveryOtherRuleIsDocumented) {
   for (const auto& r : all_rules()) {
     if (r.explains_pairs) continue;
     const std::string name(r.name);
-    EXPECT_TRUE(docs.find("`" + name + "`") != std::string::npos || docs.find("[" + name + "]") != std::string::npos)
+    EXPECT_TRUE(docs.find("`" + name + "`") != std::string::npos ||
+                docs.find("[" + name + "]") != std::string::npos)
         << name << " is named in no docs/diff-logs.md text";
   }
 }

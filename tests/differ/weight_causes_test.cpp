@@ -21,8 +21,9 @@ const Cause* find_cause(const Result& r, std::string_view rule) {
 std::string evidence(const Cause& c, const std::string& key) {
   for (const auto& e : c.evidence)
     if (e.key == key)
-      return std::holds_alternative<std::string>(e.value) ? std::get<std::string>(e.value)
-                                                          : std::to_string(std::get<std::int64_t>(e.value));
+      return std::holds_alternative<std::string>(e.value)
+                 ? std::get<std::string>(e.value)
+                 : std::to_string(std::get<std::int64_t>(e.value));
   return "(no " + key + ")";
 }
 
@@ -78,8 +79,10 @@ TEST(WeightCauses, ParamsThatDifferAtTheFirstStepAreInitialization) {
 TEST(WeightCauses, ParamRecordsComeFirstInAStepWhateverTheLogOrder) {
   auto dir = fresh_dir("param_first");
   // The forward output is logged before the parameters: the parameter still comes first.
-  write_run(dir / "a", {{tensor(0, Kind::output, "model", 5, 1.0, 0), tensor(0, Kind::param, "w", 1, 1.0)}});
-  write_run(dir / "b", {{tensor(0, Kind::output, "model", 6, 1.0, 0), tensor(0, Kind::param, "w", 2, 1.0)}});
+  write_run(dir / "a",
+            {{tensor(0, Kind::output, "model", 5, 1.0, 0), tensor(0, Kind::param, "w", 1, 1.0)}});
+  write_run(dir / "b",
+            {{tensor(0, Kind::output, "model", 6, 1.0, 0), tensor(0, Kind::param, "w", 2, 1.0)}});
   auto res = diff(dir / "a", dir / "b");
   ASSERT_TRUE(res.first_divergence);
   EXPECT_EQ(res.first_divergence->kind, Kind::param);
@@ -115,7 +118,8 @@ TEST(WeightCauses, ParamsThatDifferAfterAnUpdateWithEqualGradsAreTheOptimizer) {
   EXPECT_EQ(res.first_divergence->kind, Kind::param);
   const Cause* c = find_cause(res, "optimizer");
   ASSERT_NE(c, nullptr);
-  EXPECT_NE(c->message.find("grads of step 0 agree bitwise but param w differs at step 1"), std::string::npos)
+  EXPECT_NE(c->message.find("grads of step 0 agree bitwise but param w differs at step 1"),
+            std::string::npos)
       << c->message;
   EXPECT_NE(c->message.find("optimizer state after that update is bitwise equal (4 optim records)"),
             std::string::npos)
@@ -151,7 +155,8 @@ TEST(WeightCauses, OptimizerStateThatDiffersWithEqualGradsNamesTheStateTensor) {
   EXPECT_EQ(res.first_divergence->kind, Kind::optim);
   const Cause* c = find_cause(res, "optimizer");
   ASSERT_NE(c, nullptr);
-  EXPECT_NE(c->message.find("optimizer state w.exp_avg differs after the update of step 0"), std::string::npos)
+  EXPECT_NE(c->message.find("optimizer state w.exp_avg differs after the update of step 0"),
+            std::string::npos)
       << c->message;
   EXPECT_EQ(evidence(*c, "first_state"), "w.exp_avg");
   EXPECT_EQ(evidence(*c, "first_param"), "w");

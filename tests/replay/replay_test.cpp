@@ -33,7 +33,8 @@ class Recorder {
     if (added) kept_.push_back(t);
     return it->second;
   }
-  at::Tensor call(RunRegion& run, const char* name, const char* overload, std::vector<c10::IValue> args) {
+  at::Tensor call(RunRegion& run, const char* name, const char* overload,
+                  std::vector<c10::IValue> args) {
     const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
     RegionOp r;
     r.name = std::string("m/") + name + "#" + std::to_string(run.ops.size());
@@ -96,7 +97,8 @@ at::Tensor data(std::vector<std::int64_t> shape, double scale = 1, std::uint64_t
 
 // Each family's three cases: `reassociated` computes base's function another way; `changed`
 // with another constant.
-void expect_three_verdicts(const RunRegion& base, const RunRegion& reassociated, const RunRegion& changed) {
+void expect_three_verdicts(const RunRegion& base, const RunRegion& reassociated,
+                           const RunRegion& changed) {
   auto v = judge(base, reassociated);
   EXPECT_EQ(v.verdict, "noise") << evidence(v);
   v = judge(base, with_error(base, 10));
@@ -119,8 +121,8 @@ bool same_bits(const RunRegion& a, const RunRegion& b) {
 // assumed, over cuts that no blocking shares with every other.
 template <class Build>
 std::int64_t cut_that_rounds_otherwise(const RunRegion& whole, std::int64_t extent, Build parts) {
-  for (const std::int64_t cut :
-       std::initializer_list<std::int64_t>{extent / 2, extent / 3, 37 * extent / 100, extent / 2 + 1, extent - 7, 5}) {
+  for (const std::int64_t cut : std::initializer_list<std::int64_t>{
+           extent / 2, extent / 3, 37 * extent / 100, extent / 2 + 1, extent - 7, 5}) {
     if (cut <= 0 || cut >= extent) continue;
     if (!same_bits(whole, parts(cut))) return cut;
   }
@@ -154,21 +156,25 @@ TEST(ReplayVerdict, SumAsTwoPartialSumsIsNoise) {
   Recorder rec;
   const at::Tensor x = data({4, 4096}, 1, 3);
   RunRegion base, wrong_count;
-  const auto s = rec.call(base, "aten::sum", "dim_IntList", {x, c10::List<std::int64_t>({1}), false, c10::IValue()});
+  const auto s = rec.call(base, "aten::sum", "dim_IntList",
+                          {x, c10::List<std::int64_t>({1}), false, c10::IValue()});
   rec.call(base, "aten::div", "Scalar", {s, 4096});
   auto parts = [&](std::int64_t cut) {
     RunRegion run;
     const auto x1 = rec.call(run, "aten::slice", "Tensor", {x, 1, 0, cut, 1});
     const auto x2 = rec.call(run, "aten::slice", "Tensor", {x, 1, cut, 4096, 1});
-    const auto s1 = rec.call(run, "aten::sum", "dim_IntList", {x1, c10::List<std::int64_t>({1}), false, c10::IValue()});
-    const auto s2 = rec.call(run, "aten::sum", "dim_IntList", {x2, c10::List<std::int64_t>({1}), false, c10::IValue()});
+    const auto s1 = rec.call(run, "aten::sum", "dim_IntList",
+                             {x1, c10::List<std::int64_t>({1}), false, c10::IValue()});
+    const auto s2 = rec.call(run, "aten::sum", "dim_IntList",
+                             {x2, c10::List<std::int64_t>({1}), false, c10::IValue()});
     const auto total = rec.call(run, "aten::add", "Tensor", {s1, s2, 1});
     rec.call(run, "aten::div", "Scalar", {total, 4096});
     return run;
   };
   const std::int64_t cut = cut_that_rounds_otherwise(base, 4096, parts);
   ASSERT_GT(cut, 0) << "no cut of the summed dimension rounds otherwise than the whole sum";
-  const auto w = rec.call(wrong_count, "aten::sum", "dim_IntList", {x, c10::List<std::int64_t>({1}), false, c10::IValue()});
+  const auto w = rec.call(wrong_count, "aten::sum", "dim_IntList",
+                          {x, c10::List<std::int64_t>({1}), false, c10::IValue()});
   rec.call(wrong_count, "aten::div", "Scalar", {w, 4095});  // a mean over one element too few
   expect_three_verdicts(base, parts(cut), wrong_count);
 }
@@ -181,7 +187,8 @@ TEST(ReplayVerdict, SoftmaxByItsFormulaIsNoise) {
   const auto m = rec.call(formula, "aten::amax", "", {x, c10::List<std::int64_t>({-1}), true});
   const auto z = rec.call(formula, "aten::sub", "Tensor", {x, m, 1});
   const auto e = rec.call(formula, "aten::exp", "", {z});
-  const auto s = rec.call(formula, "aten::sum", "dim_IntList", {e, c10::List<std::int64_t>({-1}), true, c10::IValue()});
+  const auto s = rec.call(formula, "aten::sum", "dim_IntList",
+                          {e, c10::List<std::int64_t>({-1}), true, c10::IValue()});
   rec.call(formula, "aten::div", "Tensor", {e, s});
   const auto t = rec.call(tempered, "aten::mul", "Scalar", {x, 1.001});  // another temperature
   rec.call(tempered, "aten::softmax", "int", {t, -1, c10::IValue()});
@@ -195,7 +202,8 @@ TEST(ReplayVerdict, RmsNormByReciprocalSquareRootIsNoise) {
   RunRegion base, other, other_eps;
   const auto norm = [&](RunRegion& run, double eps) {
     const auto sq = rec.call(run, "aten::pow", "Tensor_Scalar", {x, 2});
-    const auto ms = rec.call(run, "aten::mean", "dim", {sq, c10::List<std::int64_t>({-1}), true, c10::IValue()});
+    const auto ms = rec.call(run, "aten::mean", "dim",
+                             {sq, c10::List<std::int64_t>({-1}), true, c10::IValue()});
     const auto shifted = rec.call(run, "aten::add", "Scalar", {ms, eps, 1});
     const auto r = rec.call(run, "aten::rsqrt", "", {shifted});
     rec.call(run, "aten::mul", "Tensor", {x, r});
@@ -203,7 +211,8 @@ TEST(ReplayVerdict, RmsNormByReciprocalSquareRootIsNoise) {
   norm(base, 1e-6);
   norm(other_eps, 1e-3);
   const auto sq = rec.call(other, "aten::mul", "Tensor", {x, x});
-  const auto s = rec.call(other, "aten::sum", "dim_IntList", {sq, c10::List<std::int64_t>({-1}), true, c10::IValue()});
+  const auto s = rec.call(other, "aten::sum", "dim_IntList",
+                          {sq, c10::List<std::int64_t>({-1}), true, c10::IValue()});
   const auto ms = rec.call(other, "aten::div", "Scalar", {s, 256});
   const auto shifted = rec.call(other, "aten::add", "Scalar", {ms, 1e-6, 1});
   const auto root = rec.call(other, "aten::sqrt", "", {shifted});
@@ -220,7 +229,8 @@ TEST(ReplayVerdict, GatherAsTakeAlongDimIsNoise) {
   RunRegion base, take, other_dim;
   rec.call(base, "aten::gather", "", {x, 1, index, false});
   rec.call(take, "aten::take_along_dim", "", {x, index, 1});
-  rec.call(other_dim, "aten::gather", "", {x, 0, index, false});  // the index read along another dim
+  // the index read along another dim
+  rec.call(other_dim, "aten::gather", "", {x, 0, index, false});
   expect_three_verdicts(base, take, other_dim);
 }
 
@@ -229,7 +239,8 @@ TEST(ReplayVerdict, CastThroughBfloat16IsLostPrecision) {
   const at::Tensor x = data({4, 128}, 3, 8);
   RunRegion base, lowp;
   rec.call(base, "aten::softmax", "int", {x, -1, c10::IValue()});
-  const auto b = rec.call(lowp, "aten::to", "dtype", {x, at::kBFloat16, false, false, c10::IValue()});
+  const auto b =
+      rec.call(lowp, "aten::to", "dtype", {x, at::kBFloat16, false, false, c10::IValue()});
   const auto y = rec.call(lowp, "aten::softmax", "int", {b, -1, c10::IValue()});
   rec.call(lowp, "aten::to", "dtype", {y, at::kFloat, false, false, c10::IValue()});
   const auto v = judge(base, lowp);
@@ -257,17 +268,21 @@ TEST(ReplayVerdict, RandomOpsAndOpsWithoutSchemaAreNotReplayable) {
 }
 
 TEST(ReplayVerdict, DumpedDevicesAndUndefinedTensorsKeepTheirPlaces) {
-  // A dump names a device ("cpu") and an undefined tensor ("<undefined>"), as the probe writes them.
+  // A dump names a device ("cpu") and an undefined tensor ("<undefined>"), as the probe writes
+  // them.
   std::vector<at::Tensor> tensors;
   const at::Tensor x = data({2, 3});
   probe::replay::flatten_tensors(
-      c10::ivalue::Tuple::create({c10::IValue(x), c10::IValue(std::string("<undefined>")), c10::IValue(x)}), tensors);
+      c10::ivalue::Tuple::create(
+          {c10::IValue(x), c10::IValue(std::string("<undefined>")), c10::IValue(x)}),
+      tensors);
   ASSERT_EQ(tensors.size(), 3u);
   EXPECT_FALSE(tensors[1].defined());
   Recorder rec;
   RunRegion run;
-  rec.call(run, "aten::_to_copy", "", {x, at::kDouble, c10::IValue(), c10::Device(c10::kCPU), c10::IValue(), false,
-                                      c10::IValue()});
+  rec.call(
+      run, "aten::_to_copy", "",
+      {x, at::kDouble, c10::IValue(), c10::Device(c10::kCPU), c10::IValue(), false, c10::IValue()});
   for (auto& a : run.ops[0].dump.args)
     if (a.isDevice()) a = c10::IValue(std::string("cpu"));
   const auto r = probe::replay::replay_run(run);

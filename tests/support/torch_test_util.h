@@ -14,7 +14,8 @@ namespace test_util {
 
 // Random values of `type` on `device`, small enough for every integer type: bool 0 or 1,
 // unsigned types 0 .. 199, signed ones -100 .. 99, floating types normal with deviation 3.
-inline at::Tensor random_of(at::ScalarType type, at::IntArrayRef shape, at::Device device = at::kCPU) {
+inline at::Tensor random_of(at::ScalarType type, at::IntArrayRef shape,
+                            at::Device device = at::kCPU) {
   const auto on = at::TensorOptions().device(device);
   if (type == at::kBool) return at::randint(0, 2, shape, on.dtype(at::kLong)).to(at::kBool);
   // Before the integral test, which also counts the unsigned types: -100 .. -1 would wrap to
@@ -25,7 +26,8 @@ inline at::Tensor random_of(at::ScalarType type, at::IntArrayRef shape, at::Devi
     return at::randint(-100, 100, shape, on.dtype(at::kLong)).to(type);
 #if NUMPROBE_TORCH_AT_LEAST(2, 7)
   // Every bit pattern (NaN 0xff included), without relying on a conversion kernel for the type.
-  if (type == at::kFloat8_e8m0fnu) return at::randint(0, 256, shape, on.dtype(at::kByte)).view(type);
+  if (type == at::kFloat8_e8m0fnu)
+    return at::randint(0, 256, shape, on.dtype(at::kByte)).view(type);
 #endif
   // Drawn in double on the CPU, so a double tensor has every mantissa bit random; in float on a
   // GPU, where the tests draw tensors of up to 512 MiB and most GPUs are slow in double.

@@ -67,7 +67,7 @@ int main(int argc, char** argv) try {
 
   probe::ProbeOptions options;
   options.run_dir = argv[2];
-  options.torch_hash = true;  // at::hash_tensor, NumericsLogger's hash
+  options.torch_hash = true;                             // at::hash_tensor, NumericsLogger's hash
   options.kinds = probe::KindSet::parse("output,grad");  // what NumericsLogger logs
   options.setup = perturb ? "numerics_logger_twin --perturb" : "numerics_logger_twin";
   probe::Probe probe(options);

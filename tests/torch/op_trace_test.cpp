@@ -18,7 +18,8 @@
 
 namespace {
 
-using test_util::fresh_dir;  // directories named optrace_*, apart from probe_test.cpp's in the same binary
+// directories named optrace_*, apart from probe_test.cpp's in the same binary
+using test_util::fresh_dir;
 
 probe::ProbeOptions traced(const std::filesystem::path& dir, const std::string& trace) {
   probe::ProbeOptions o = test_util::options_in(dir);
@@ -140,8 +141,9 @@ TEST(OpTrace, ForwardOpsAreNamedByScopeAndOccurrenceWithInputHashes) {
   const auto ops = ops_of(dir);
   // The outermost op only: aten::addmm, not the aten::mm/aten::add it may call. (The C++
   // frontend's Linear runs aten::t and aten::addmm itself: no aten::linear op.)
-  EXPECT_EQ(names_of(ops), (std::vector<std::string>{"layers.0.mlp/aten::t#0", "layers.0.mlp/aten::addmm#0",
-                                                     "layers.0.mlp/aten::gelu#0", "layers.0/aten::add#0"}));
+  EXPECT_EQ(names_of(ops),
+            (std::vector<std::string>{"layers.0.mlp/aten::t#0", "layers.0.mlp/aten::addmm#0",
+                                      "layers.0.mlp/aten::gelu#0", "layers.0/aten::add#0"}));
   const auto* addmm = find(ops, "layers.0.mlp/aten::addmm#0");
   ASSERT_TRUE(addmm);
   EXPECT_EQ(addmm->phase, probe::Phase::forward);
@@ -224,7 +226,7 @@ TEST(OpTrace, OpsWithoutATensorOutputAreNotRecorded) {
       probe::Scope scope("s");
       auto t = torch::ones({3});
       EXPECT_EQ(t.sum().item<float>(), 3.0f);  // aten::item returns a Scalar
-      EXPECT_TRUE(torch::equal(t, t));          // aten::equal returns a bool
+      EXPECT_TRUE(torch::equal(t, t));         // aten::equal returns a bool
     }
     p.end_step();
   }
@@ -266,7 +268,8 @@ TEST(OpTrace, PhasesStepsAndMicrobatchesSelectWhatIsRecorded) {
     {
       probe::Probe p(traced(dir, trace));
       for (int step = 0; step < 2; ++step) {
-        for (int mb = 0; mb < 2; ++mb) p.backward(mb, p.forward(mb, block, torch::randn({2, 4})).sum());
+        for (int mb = 0; mb < 2; ++mb)
+          p.backward(mb, p.forward(mb, block, torch::randn({2, 4})).sum());
         p.end_step();
       }
     }
@@ -322,7 +325,8 @@ TEST(OpTrace, BadSettingIsAClearError) {
     probe::Probe p(traced(fresh_dir("optrace_bad"), "steps=7;layer=3"));
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("numprobe: ProbeOptions::trace: trace setting 'steps=7;layer=3': unknown field 'layer'"),
+    EXPECT_NE(std::string(e.what()).find("numprobe: ProbeOptions::trace: trace setting "
+                                         "'steps=7;layer=3': unknown field 'layer'"),
               std::string::npos)
         << e.what();
   }
@@ -331,7 +335,8 @@ TEST(OpTrace, BadSettingIsAClearError) {
     probe::ProbeOptions::from_env();
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("numprobe: PROBE_TRACE: trace setting 'phases=up'"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("numprobe: PROBE_TRACE: trace setting 'phases=up'"),
+              std::string::npos)
         << e.what();
   }
   ::unsetenv("PROBE_TRACE");
@@ -357,7 +362,8 @@ TEST(OpTrace, KindsWithoutOpTurnTheTraceOff) {
 // A traced run whose log fills its disk stops recording (docs/log-format.md): it stops tracing
 // too, registering no op callback in a scope the setting selects and hashing no more ops.
 TEST(OpTrace, AProbeThatStoppedRecordingTracesNoMoreOps) {
-  test_support::SmallFileSystem fs("optrace_full", test_support::SmallFileSystem::kinds().front(), 16 * 1024);
+  test_support::SmallFileSystem fs("optrace_full", test_support::SmallFileSystem::kinds().front(),
+                                   16 * 1024);
   ASSERT_TRUE(fs.ready());
   testing::internal::CaptureStderr();
   {
@@ -415,7 +421,8 @@ TEST(OpTrace, OpsOfASplitScopeCarryTheirHashesAsPiecesAlongEachDim) {
   EXPECT_NE(r0->split.output[1] + r1->split.output[1], hash_of(whole_y));  // not along dim 1
   ASSERT_EQ(r1->split.inputs.size(), 1u);
   EXPECT_EQ(r0->split.inputs[0][0] + r1->split.inputs[0][0], hash_of(whole_x));
-  EXPECT_EQ(r1->stats.hash, hash_of(whole_y.narrow(0, 2, 2).contiguous()));  // its own hash as before
+  // its own hash as before
+  EXPECT_EQ(r1->stats.hash, hash_of(whole_y.narrow(0, 2, 2).contiguous()));
   bool backward_split = false;
   for (const auto& r : rank_records[1])
     backward_split = backward_split || (r.phase == probe::Phase::backward && r.split.size == 2);
@@ -464,7 +471,8 @@ TEST(OpTrace, DumpsHoldEachOpsSchemaArgumentsAndOutputs) {
   EXPECT_TRUE(torch::equal(d[3].toTupleRef().elements()[0].toTensor(), base * 2));
   const auto* view = find(ops, "s/aten::view#0");
   ASSERT_TRUE(view && !view->dump.empty());
-  const auto view_args = load_dump(dir / "rank0" / view->dump).toTupleRef().elements()[2].toTupleRef().elements();
+  const auto view_args =
+      load_dump(dir / "rank0" / view->dump).toTupleRef().elements()[2].toTupleRef().elements();
   ASSERT_TRUE(view_args[1].isTuple());  // the size list, as a tuple
   EXPECT_EQ(view_args[1].toTupleRef().elements()[1].toInt(), 3);
   const auto* softmax = find(ops, "s/aten::softmax#0");
@@ -486,8 +494,8 @@ TEST(OpTrace, DumpsStopAtTheCapWithOneMessage) {
       p.begin_forward("model", 0, {});
       {
         probe::Scope scope("s");
-        auto small = torch::ones({4}) * 2;                    // fits
-        auto large = torch::ones({200000}) + small.sum();     // 0.8 MB in, 0.8 MB out: passes 1 MiB
+        auto small = torch::ones({4}) * 2;                 // fits
+        auto large = torch::ones({200000}) + small.sum();  // 0.8 MB in, 0.8 MB out: passes 1 MiB
         (void)(large * 3);
       }
       p.end_step();

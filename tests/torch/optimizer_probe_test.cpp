@@ -14,7 +14,8 @@
 
 namespace {
 
-using test_util::fresh_dir;  // directories named optim_*, apart from probe_test.cpp's in the same binary
+// directories named optim_*, apart from probe_test.cpp's in the same binary
+using test_util::fresh_dir;
 using test_util::options_in;
 
 // (step, kind name, record name) -> record
@@ -22,11 +23,13 @@ using Log = std::map<std::tuple<std::int64_t, std::string, std::string>, probe::
 Log read_log(const std::filesystem::path& dir) {
   probe::LogReader reader(dir / "rank0" / "diff.log");
   Log log;
-  while (auto r = reader.next()) log[std::make_tuple(r->step, std::string(probe::kind_name(r->kind)), r->name)] = *r;
+  while (auto r = reader.next())
+    log[std::make_tuple(r->step, std::string(probe::kind_name(r->kind)), r->name)] = *r;
   return log;
 }
 
-const probe::Record& rec(const Log& log, std::int64_t step, const std::string& kind, const std::string& name) {
+const probe::Record& rec(const Log& log, std::int64_t step, const std::string& kind,
+                         const std::string& name) {
   static const probe::Record missing;
   const auto it = log.find({step, kind, name});
   EXPECT_TRUE(it != log.end()) << kind << " " << name << " at step " << step;
@@ -127,8 +130,8 @@ TEST(OptimRecords, SgdRmspropAndAdagradRecordTheirState) {
   auto sgd = one_step<torch::optim::SGD>("sgd", torch::optim::SGDOptions(0.1).momentum(0.9));
   EXPECT_EQ(sgd.count({0, "optim", "weight.momentum_buffer"}), 1u);
   EXPECT_EQ(sgd.count({0, "optim", "weight.step"}), 0u);  // SGD keeps no step count
-  auto rms = one_step<torch::optim::RMSprop>("rmsprop",
-                                             torch::optim::RMSpropOptions(0.01).momentum(0.5).centered(true));
+  auto rms = one_step<torch::optim::RMSprop>(
+      "rmsprop", torch::optim::RMSpropOptions(0.01).momentum(0.5).centered(true));
   for (const auto* state : {"square_avg", "momentum_buffer", "grad_avg"})
     EXPECT_EQ(rms.count({0, "optim", std::string("bias.") + state}), 1u) << state;
   EXPECT_EQ(rec(rms, 1, "optim", "bias.step").value, 2);
@@ -153,8 +156,8 @@ TEST(OptimRecords, HashesAreThoseOfTheStateAfterTheUpdate) {
     p.end_step();
   }
   auto log = read_log(dir);
-  const auto& state =
-      static_cast<const torch::optim::AdamWParamState&>(*opt.state().find(lin->weight.unsafeGetTensorImpl())->second);
+  const auto& state = static_cast<const torch::optim::AdamWParamState&>(
+      *opt.state().find(lin->weight.unsafeGetTensorImpl())->second);
   EXPECT_EQ(rec(log, 0, "optim", "weight.exp_avg").stats.hash, hash_of(state.exp_avg()));
   EXPECT_EQ(rec(log, 0, "optim", "weight.exp_avg_sq").stats.hash, hash_of(state.exp_avg_sq()));
 }

@@ -81,7 +81,7 @@ TEST(Probe, RecordsEveryKindOfAMicrobatchedStep) {
   auto records = read_records(dir / "rank0" / "diff.log");
   std::map<std::string, int> count;
   for (const auto& r : records) count[std::string(probe::kind_name(r.kind))]++;
-  EXPECT_EQ(count["rng"], 2);          // one per microbatch (CPU generator)
+  EXPECT_EQ(count["rng"], 2);  // one per microbatch (CPU generator)
   EXPECT_EQ(count["input"], 2);
   EXPECT_EQ(count["output"], 2);
   EXPECT_EQ(count["tap"], 2);
@@ -89,8 +89,8 @@ TEST(Probe, RecordsEveryKindOfAMicrobatchedStep) {
   EXPECT_EQ(count["mb_grad"], 2 * 4);  // 4 parameters x 2 microbatches
   EXPECT_EQ(count["grad"], 4);
   EXPECT_EQ(count["scalar"], 2);
-  EXPECT_EQ(count["param"], 4);        // each parameter's value at begin_step
-  EXPECT_EQ(count["optim"], 2 * 4);    // SGD's momentum_buffer and lr per parameter (no step count)
+  EXPECT_EQ(count["param"], 4);      // each parameter's value at begin_step
+  EXPECT_EQ(count["optim"], 2 * 4);  // SGD's momentum_buffer and lr per parameter (no step count)
   for (const auto& r : records) {
     EXPECT_EQ(r.step, 0);
     if (r.kind == probe::Kind::mb_grad || r.kind == probe::Kind::input) {
@@ -102,7 +102,7 @@ TEST(Probe, RecordsEveryKindOfAMicrobatchedStep) {
   }
   EXPECT_EQ(records.front().kind, probe::Kind::param);  // begin_step, before the forward
   EXPECT_EQ(records.front().name, "fc1.weight");
-  EXPECT_EQ(records.back().kind, probe::Kind::optim);   // end_step, after the update
+  EXPECT_EQ(records.back().kind, probe::Kind::optim);  // end_step, after the update
   EXPECT_EQ(records.back().name, "fc2.bias.lr");
   EXPECT_EQ(records.back().state, probe::Record::State::scalar);
   EXPECT_EQ(records.rbegin()[1].name, "fc2.bias.momentum_buffer");
@@ -137,7 +137,8 @@ TEST(Probe, MicrobatchGradientsAddUpToTheAccumulatedGradient) {
     if (r.kind == probe::Kind::grad) grad_hash = r.stats.hash;
   }
   ASSERT_EQ(mb_hashes.size(), 3u);
-  for (int mb = 0; mb < 3; ++mb) EXPECT_EQ(mb_hashes[mb], probe::tensor_stats(contributions[mb]).hash);
+  for (int mb = 0; mb < 3; ++mb)
+    EXPECT_EQ(mb_hashes[mb], probe::tensor_stats(contributions[mb]).hash);
   EXPECT_EQ(grad_hash, probe::tensor_stats(lin->weight.grad()).hash);
 }
 
@@ -204,7 +205,8 @@ TEST(Probe, ScalarTensorIsTheValueAtTheCall) {
   auto dir = fresh_dir("scalar");
   {
     probe::Probe p(options_in(dir));
-    at::Tensor loss = at::scalar_tensor(0.25, at::kDouble);  // float64: no conversion copy to hide behind
+    // float64: no conversion copy to hide behind
+    at::Tensor loss = at::scalar_tensor(0.25, at::kDouble);
     p.scalar("loss", loss);
     loss.add_(1);
     p.scalar("grad_norm", at::full({1, 1}, 3.0, at::kDouble));
@@ -214,7 +216,8 @@ TEST(Probe, ScalarTensorIsTheValueAtTheCall) {
   }
   std::map<std::string, double> value;
   for (const auto& r : read_records(dir / "rank0" / "diff.log")) value[r.name] = r.value;
-  EXPECT_EQ(value, (std::map<std::string, double>{{"loss", 0.25}, {"grad_norm", 3.0}, {"lr", 1e-3}}));
+  EXPECT_EQ(value,
+            (std::map<std::string, double>{{"loss", 0.25}, {"grad_norm", 3.0}, {"lr", 1e-3}}));
 }
 
 // The numprobe::tap operator, called through the dispatcher as a compiled graph calls it,
@@ -223,8 +226,8 @@ TEST(Probe, TheTapOperatorRecordsAsTapDoesAndMarksItsStepCompiled) {
   auto dir = fresh_dir("tap_operator");
   const auto op = c10::Dispatcher::singleton()
                       .findSchemaOrThrow("numprobe::tap", "")
-                      .typed<void(c10::string_view, const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
-                                  std::int64_t, std::int64_t)>();
+                      .typed<void(c10::string_view, const at::Tensor&, c10::IntArrayRef,
+                                  c10::IntArrayRef, std::int64_t, std::int64_t)>();
   const at::Tensor t = at::arange(6, at::kFloat).reshape({2, 3});
   {
     probe::Probe p(options_in(dir));
@@ -235,7 +238,8 @@ TEST(Probe, TheTapOperatorRecordsAsTapDoesAndMarksItsStepCompiled) {
     op.call("whole", t, {}, {}, 0, 1);
     op.call("shard", t, {4, 3}, {2, 0}, 0, 1);
     op.call("summand", t, {}, {}, 1, 2);
-    op.call("meta", at::empty({2, 3}, at::TensorOptions().device(at::kMeta)), {}, {}, 0, 1);  // nothing
+    // nothing
+    op.call("meta", at::empty({2, 3}, at::TensorOptions().device(at::kMeta)), {}, {}, 0, 1);
     p.end_step();
   }
   std::map<std::string, probe::Record> taps;
@@ -262,10 +266,10 @@ struct IdleExpertImpl : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor tokens) {  // [0, 4]
     probe::tap("routed", tokens);
-    probe::tap("routed.view", tokens.t().narrow(0, 1, 2));          // [2, 0], a view
+    probe::tap("routed.view", tokens.t().narrow(0, 1, 2));  // [2, 0], a view
     probe::tap("scores", torch::zeros({3, 0, 2}));
-    probe::tap("w.none", w.narrow(0, 1, 0));                        // a 0-row slice of [4, 5]
-    return torch::cat({tokens.matmul(w), empty});                   // [0, 5]
+    probe::tap("w.none", w.narrow(0, 1, 0));       // a 0-row slice of [4, 5]
+    return torch::cat({tokens.matmul(w), empty});  // [0, 5]
   }
 };
 TORCH_MODULE(IdleExpert);
@@ -288,7 +292,8 @@ TEST(Probe, ZeroElementTensorsAreRecordedForEveryKindAndOption) {
             auto out = p.forward(mb, expert, torch::empty({0, 4}));
             p.backward(mb, out.sum());
             p.scalar("tokens", torch::empty({0}));
-            p.record(probe::Kind::tap, "shard", mb, torch::empty({0, 5}), probe::Shard::along({4, 5}, 0, 4));
+            p.record(probe::Kind::tap, "shard", mb, torch::empty({0, 5}),
+                     probe::Shard::along({4, 5}, 0, 4));
           }
           p.end_step();
         }
@@ -303,9 +308,11 @@ TEST(Probe, ZeroElementTensorsAreRecordedForEveryKindAndOption) {
         EXPECT_TRUE(r.stats.supported()) << name;
         EXPECT_EQ(r.stats.hash, 0u) << name;
         EXPECT_EQ(r.stats.norm, 0.0) << name;
-        EXPECT_TRUE(std::isnan(r.stats.min) && std::isnan(r.stats.max) && std::isnan(r.stats.mean)) << name;
+        EXPECT_TRUE(std::isnan(r.stats.min) && std::isnan(r.stats.max) && std::isnan(r.stats.mean))
+            << name;
         EXPECT_EQ(r.stats.dtype, "float32") << name;
-        EXPECT_EQ(r.stats.torch_hash, torch_hash ? std::optional<std::uint64_t>(0) : std::nullopt) << name;
+        EXPECT_EQ(r.stats.torch_hash, torch_hash ? std::optional<std::uint64_t>(0) : std::nullopt)
+            << name;
         if (r.name == "expert.empty") {
           EXPECT_EQ(r.stats.shard, probe::Shard::along({6, 5}, 0, 6)) << name;
         }
@@ -343,10 +350,12 @@ TEST(Probe, AFullDiskStopsRecordingButNotTraining) {
     }
     const std::string err = testing::internal::GetCapturedStderr();
     ASSERT_EQ(params.size(), undisturbed.size());
-    for (std::size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(params[i].equal(undisturbed[i])) << what;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(params[i].equal(undisturbed[i])) << what;
     EXPECT_NE(err.find(log.string()), std::string::npos) << what << ": " << err;
     EXPECT_NE(err.find(fs.expected_reason()), std::string::npos) << what << ": " << err;
-    EXPECT_EQ(err.find("numprobe"), err.rfind("numprobe: cannot write")) << what << ": reported more than once: " << err;
+    EXPECT_EQ(err.find("numprobe"), err.rfind("numprobe: cannot write"))
+        << what << ": reported more than once: " << err;
     // The log: whole steps 0..k-1 (k >= 1), no partial one, and marked as cut short.
     probe::LogReader reader(log);
     std::set<std::int64_t> steps;
@@ -358,7 +367,8 @@ TEST(Probe, AFullDiskStopsRecordingButNotTraining) {
     ASSERT_FALSE(steps.empty()) << what;
     EXPECT_LT(*steps.rbegin(), 5) << what;
     EXPECT_EQ(static_cast<std::int64_t>(steps.size()), *steps.rbegin() + 1) << what;
-    for (const auto& [step, n] : records) EXPECT_EQ(n, records.begin()->second) << what << " step " << step;
+    for (const auto& [step, n] : records)
+      EXPECT_EQ(n, records.begin()->second) << what << " step " << step;
     EXPECT_TRUE(reader.truncated()) << what;
     EXPECT_FALSE(reader.unterminated()) << what;
   }
@@ -394,7 +404,8 @@ TEST(Probe, SparseEmbeddingGradientIsLoggedAsItsDenseEquivalent) {
   }
   std::map<std::string, probe::Record> by_name;
   for (const auto& r : read_records(dir / "rank0" / "diff.log"))
-    by_name[std::string(probe::kind_name(r.kind)) + " " + r.name + " " + std::to_string(r.microbatch.value_or(-1))] = r;
+    by_name[std::string(probe::kind_name(r.kind)) + " " + r.name + " " +
+            std::to_string(r.microbatch.value_or(-1))] = r;
   int compared = 0;
   for (const auto& [key, r] : by_name) {
     if (key.find(" sparse.") == std::string::npos) continue;
@@ -441,9 +452,12 @@ TEST(Probe, EnvironmentConfiguresTheProbe) {
     probe::ProbeOptions::from_env();
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("PROBE_KINDS='mb_grads': unknown record kind"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("PROBE_KINDS='mb_grads': unknown record kind"),
+              std::string::npos)
+        << e.what();
   }
-  for (const char* v : {"PROBE_EVERY", "PROBE_KINDS", "PROBE_ENABLE", "RANK", "WORLD_SIZE"}) ::unsetenv(v);
+  for (const char* v : {"PROBE_EVERY", "PROBE_KINDS", "PROBE_ENABLE", "RANK", "WORLD_SIZE"})
+    ::unsetenv(v);
 }
 
 // RANK counts from 0; WORLD_SIZE and PROBE_EVERY from 1: a zero there is refused, naming it.
@@ -462,8 +476,10 @@ TEST(Probe, EnvironmentRefusesZeroWhereACountMustBePositive) {
   ::setenv("RANK", "0", 1);
   EXPECT_EQ(probe::ProbeOptions::from_env().rank, 0);
   ::unsetenv("RANK");
-  EXPECT_NE(error_of("WORLD_SIZE", "0").find("WORLD_SIZE='0' is not an integer from 1"), std::string::npos);
-  EXPECT_NE(error_of("PROBE_EVERY", "0").find("PROBE_EVERY='0' is not an integer from 1"), std::string::npos);
+  EXPECT_NE(error_of("WORLD_SIZE", "0").find("WORLD_SIZE='0' is not an integer from 1"),
+            std::string::npos);
+  EXPECT_NE(error_of("PROBE_EVERY", "0").find("PROBE_EVERY='0' is not an integer from 1"),
+            std::string::npos);
   EXPECT_NE(error_of("RANK", "-1").find("RANK='-1' is not an integer from 0"), std::string::npos);
   EXPECT_NE(error_of("RANK", "3000000000").find("RANK='3000000000'"), std::string::npos);
   EXPECT_NE(error_of("WORLD_SIZE", " 4").find("WORLD_SIZE=' 4'"), std::string::npos);
@@ -535,8 +551,10 @@ TEST(Probe, OnErrorThrowThrowsTheLogsErrorFromEndStep) {
         p.end_step();
       } catch (const probe::LogWriteError& e) {
         failed = step;
-        EXPECT_NE(std::string(e.what()).find(p.log_path().string()), std::string::npos) << what << ": " << e.what();
-        EXPECT_NE(std::string(e.what()).find(fs.expected_reason()), std::string::npos) << what << ": " << e.what();
+        EXPECT_NE(std::string(e.what()).find(p.log_path().string()), std::string::npos)
+            << what << ": " << e.what();
+        EXPECT_NE(std::string(e.what()).find(fs.expected_reason()), std::string::npos)
+            << what << ": " << e.what();
       }
     }
     ASSERT_GT(failed, 0) << what;
@@ -574,7 +592,8 @@ TEST(Probe, RanksOfOneLaunchAgreeOnTheNextFreeRunDirectory) {
   }
   // A directory without a stamp made long ago (by hand, by another tool) is skipped at once.
   std::filesystem::create_directories(root / "2");
-  std::filesystem::last_write_time(root / "2", std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+  std::filesystem::last_write_time(
+      root / "2", std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
   ::setenv("PROBE_RUN_ID", "launch-c", 1);
   std::filesystem::path c0;
   const auto start = std::chrono::steady_clock::now();
@@ -673,7 +692,8 @@ TEST(Probe, LoggedHashesMatchPythonXxhashReference) {
     p.tap(name, t, shard);
     auto c = t.contiguous();
     std::ofstream(dump / (name + ".bin"), std::ios::binary)
-        .write(static_cast<const char*>(c.const_data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+        .write(static_cast<const char*>(c.const_data_ptr()),
+               static_cast<std::streamsize>(c.nbytes()));
     auto join = [](at::IntArrayRef v) {
       std::string s;
       for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
@@ -707,9 +727,12 @@ TEST(Probe, AKeyRecordedAgainInAStepGetsAnOccurrenceSuffix) {
   }
   std::vector<std::pair<std::int64_t, std::string>> names;
   for (const auto& r : read_records(dir / "rank0" / "diff.log")) names.emplace_back(r.step, r.name);
-  EXPECT_EQ(names, (std::vector<std::pair<std::int64_t, std::string>>{
-                       {0, "block.out"}, {0, "block.out#1"}, {0, "block.out#2"}, {0, "loss"},
-                       {0, "loss#1"}, {1, "block.out"}}));
+  EXPECT_EQ(names, (std::vector<std::pair<std::int64_t, std::string>>{{0, "block.out"},
+                                                                      {0, "block.out#1"},
+                                                                      {0, "block.out#2"},
+                                                                      {0, "loss"},
+                                                                      {0, "loss#1"},
+                                                                      {1, "block.out"}}));
 }
 
 TEST(Probe, WatchingAgainRecordsEachParameterOnceAndARebuiltModelReplacesTheOld) {
@@ -749,7 +772,8 @@ TEST(Probe, WhatTheLogCannotHoldIsRefusedWhereItIsPassed) {
     p.watch(*lin, "", {{"wieght", probe::Shard::along({4, 3}, 0, 2)}});
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("'wieght', which is no parameter"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'wieght', which is no parameter"), std::string::npos)
+        << e.what();
   }
   p.begin_step(5);
   p.end_step();
@@ -757,7 +781,8 @@ TEST(Probe, WhatTheLogCannotHoldIsRefusedWhereItIsPassed) {
     p.begin_step(3);  // a resumed run reusing the log
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("begin_step(3) after step 5 ended"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("begin_step(3) after step 5 ended"), std::string::npos)
+        << e.what();
   }
   p.begin_step(7);  // forward is fine
   p.end_step();
@@ -782,17 +807,20 @@ TEST(Probe, TensorsInsideVectorAndTupleArgumentsAndResultsAreRecorded) {
   {
     probe::Probe p(options_in(dir));
     TwoHeads model;
-    auto [ya, aux, yb] = p.forward(0, model, std::vector<torch::Tensor>{torch::ones({1, 3}), torch::zeros({1, 3})});
+    auto [ya, aux, yb] =
+        p.forward(0, model, std::vector<torch::Tensor>{torch::ones({1, 3}), torch::zeros({1, 3})});
     (ya.sum() + yb.sum() * aux).backward();
     p.end_step();
   }
   std::vector<std::string> names;
   for (const auto& r : read_records(dir / "rank0" / "diff.log"))
-    if (r.kind == probe::Kind::input || r.kind == probe::Kind::output || r.kind == probe::Kind::output_grad)
+    if (r.kind == probe::Kind::input || r.kind == probe::Kind::output ||
+        r.kind == probe::Kind::output_grad)
       names.push_back(std::string(probe::kind_name(r.kind)) + " " + r.name);
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"input model.0", "input model.1", "output model.0", "output model.1",
-                                             "output_grad model.0", "output_grad model.1"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"input model.0", "input model.1", "output model.0",
+                                             "output model.1", "output_grad model.0",
+                                             "output_grad model.1"}));
 }
 
 TEST(Probe, AutogradHooksThatOutliveTheProbeDoNothing) {
@@ -828,6 +856,7 @@ TEST(Probe, ALeafOutputGetsNoHookThatWouldOutliveItsForward) {
     }
   }
   int output_grads = 0;
-  for (const auto& r : read_records(dir / "rank0" / "diff.log")) output_grads += r.kind == probe::Kind::output_grad;
+  for (const auto& r : read_records(dir / "rank0" / "diff.log"))
+    output_grads += r.kind == probe::Kind::output_grad;
   EXPECT_EQ(output_grads, 0);
 }

@@ -23,7 +23,8 @@ std::uint64_t reference_hash(const at::Tensor& local, const probe::Shard& shard 
   const auto size = static_cast<std::size_t>(c.element_size());
   const auto* bytes = static_cast<const unsigned char*>(c.const_data_ptr());
   std::vector<std::int64_t> global = shard.empty() ? c.sizes().vec() : shard.global_shape;
-  std::vector<std::int64_t> offset = shard.empty() ? std::vector<std::int64_t>(c.dim(), 0) : shard.offset;
+  std::vector<std::int64_t> offset =
+      shard.empty() ? std::vector<std::int64_t>(c.dim(), 0) : shard.offset;
   if (!shard.empty() && local.is_complex()) {
     global.push_back(2);
     offset.push_back(0);
@@ -33,7 +34,8 @@ std::uint64_t reference_hash(const at::Tensor& local, const probe::Shard& shard 
   for (std::int64_t i = 0; i < c.numel(); ++i) {
     std::uint64_t g = 0;
     for (std::size_t d = 0; d < idx.size(); ++d)
-      g = g * static_cast<std::uint64_t>(global[d]) + static_cast<std::uint64_t>(idx[d] + offset[d]);
+      g = g * static_cast<std::uint64_t>(global[d]) +
+          static_cast<std::uint64_t>(idx[d] + offset[d]);
     h += XXH3_64bits_withSeed(bytes + static_cast<std::size_t>(i) * size, size, g);
     for (std::size_t d = idx.size(); d-- > 0;) {
       if (++idx[d] < c.size(static_cast<std::int64_t>(d))) break;
@@ -56,10 +58,23 @@ std::uint64_t torch_hash_of(const at::Tensor& t) {
 
 using test_util::random_of;
 
-const std::vector<at::ScalarType> kHashableTypes = {
-    at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2,
-    at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz, at::kChar, at::kByte, at::kShort, at::kInt,
-    at::kLong, at::kBool, at::kUInt16, at::kUInt32, at::kUInt64};
+const std::vector<at::ScalarType> kHashableTypes = {at::kFloat,
+                                                    at::kDouble,
+                                                    at::kHalf,
+                                                    at::kBFloat16,
+                                                    at::kFloat8_e4m3fn,
+                                                    at::kFloat8_e5m2,
+                                                    at::kFloat8_e4m3fnuz,
+                                                    at::kFloat8_e5m2fnuz,
+                                                    at::kChar,
+                                                    at::kByte,
+                                                    at::kShort,
+                                                    at::kInt,
+                                                    at::kLong,
+                                                    at::kBool,
+                                                    at::kUInt16,
+                                                    at::kUInt32,
+                                                    at::kUInt64};
 
 }  // namespace
 
@@ -207,8 +222,8 @@ TEST(TensorStats, EmptyTensorsGiveTheDocumentedFiguresUnderEveryOption) {
       for (bool torch_hash : {false, true}) {
         probe::StatsOptions options;
         options.torch_hash = torch_hash;
-        const std::string what = at::toString(type) + std::string(" ") + shape +
-                                 (torch_hash ? " torch_hash" : "");
+        const std::string what =
+            at::toString(type) + std::string(" ") + shape + (torch_hash ? " torch_hash" : "");
         expect_empty_figures(probe::tensor_stats(t, {}, options), t, torch_hash, what);
         // As a shard at the global tensor's end, and in a StatsBatch with other entries.
         std::vector<std::int64_t> global = t.sizes().vec(), offset(global.size(), 0);
@@ -284,15 +299,20 @@ void expect_same_figures(const probe::TensorStats& got, const probe::TensorStats
                          const std::string& what) {
   EXPECT_TRUE(got.supported()) << what << ": " << got.unsupported.value_or("");
   EXPECT_EQ(got.hash, dense.hash) << what;
-  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.norm), std::bit_cast<std::uint64_t>(dense.norm)) << what << " norm " << got.norm << " vs " << dense.norm;
-  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.min), std::bit_cast<std::uint64_t>(dense.min)) << what << " min " << got.min << " vs " << dense.min;
-  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.max), std::bit_cast<std::uint64_t>(dense.max)) << what << " max " << got.max << " vs " << dense.max;
-  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.mean), std::bit_cast<std::uint64_t>(dense.mean)) << what << " mean " << got.mean << " vs " << dense.mean;
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.norm), std::bit_cast<std::uint64_t>(dense.norm))
+      << what << " norm " << got.norm << " vs " << dense.norm;
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.min), std::bit_cast<std::uint64_t>(dense.min))
+      << what << " min " << got.min << " vs " << dense.min;
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.max), std::bit_cast<std::uint64_t>(dense.max))
+      << what << " max " << got.max << " vs " << dense.max;
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(got.mean), std::bit_cast<std::uint64_t>(dense.mean))
+      << what << " mean " << got.mean << " vs " << dense.mean;
   EXPECT_EQ(got.nan, dense.nan) << what;
   EXPECT_EQ(got.inf, dense.inf) << what;
   EXPECT_EQ(got.mhash, dense.mhash) << what;
   ASSERT_TRUE(got.l1 && dense.l1) << what;
-  EXPECT_EQ(std::bit_cast<std::uint64_t>(*got.l1), std::bit_cast<std::uint64_t>(*dense.l1)) << what << " l1 " << *got.l1 << " vs " << *dense.l1;
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(*got.l1), std::bit_cast<std::uint64_t>(*dense.l1))
+      << what << " l1 " << *got.l1 << " vs " << *dense.l1;
   EXPECT_EQ(got.dtype, dense.dtype) << what;
   EXPECT_EQ(got.shape, dense.shape) << what;
   EXPECT_EQ(got.shard, dense.shard) << what;
@@ -302,7 +322,8 @@ void expect_same_figures(const probe::TensorStats& got, const probe::TensorStats
 at::Tensor sparse_pattern_of(at::ScalarType type, at::IntArrayRef shape, double density) {
   at::Tensor values = random_of(type, shape);
   if (type == at::kBool) values = at::ones(shape, at::kBool);
-  else values = at::where(values == 0, at::ones({}, values.options()), values);  // stored means nonzero
+  // stored means nonzero
+  else values = at::where(values == 0, at::ones({}, values.options()), values);
   at::Tensor keep = at::rand(shape, at::kDouble) < density;
   return at::where(keep, values, at::zeros({}, values.options()));
 }
@@ -324,7 +345,8 @@ TEST(TensorStats, SparseTensorFiguresAreTheDenseEquivalentsBitwise) {
         // Hybrid: dims after the first stored densely in each value (not for the large shape:
         // ATen's to_sparse(1) takes seconds there).
         if (shape.size() > 1 && dense.numel() < 1000)
-          expect_same_figures(probe::tensor_stats(dense.to_sparse(1)), probe::tensor_stats(dense), what + " hybrid");
+          expect_same_figures(probe::tensor_stats(dense.to_sparse(1)), probe::tensor_stats(dense),
+                              what + " hybrid");
         // As a shard of a larger global tensor: the global indices seed the hash and the runs.
         std::vector<std::int64_t> global = shape, offset(shape.size(), 0);
         global.back() += 3;
@@ -340,26 +362,31 @@ TEST(TensorStats, SparseSpecialValuesDuplicatesAndNegativeZero) {
   at::Tensor dense = sparse_pattern_of(at::kFloat, {40, 33}, 0.2);
   dense[3][4] = std::numeric_limits<float>::quiet_NaN();
   dense[17][0] = -std::numeric_limits<float>::infinity();
-  expect_same_figures(probe::tensor_stats(dense.to_sparse()), probe::tensor_stats(dense), "nan/inf");
+  expect_same_figures(probe::tensor_stats(dense.to_sparse()), probe::tensor_stats(dense),
+                      "nan/inf");
   // Uncoalesced, with duplicate indices: coalescing sums them, which is the dense equivalent.
   at::Tensor indices = at::tensor({0, 5, 5, 2, 9, 0, 5}, at::kLong).view({1, 7});
   at::Tensor values = at::tensor({1.5f, -2.0f, 0.25f, 3.0f, 7.0f, 0.5f, 1e-3f});
   at::Tensor repeated = at::sparse_coo_tensor(indices, values, {12});
   ASSERT_FALSE(repeated.is_coalesced());
-  expect_same_figures(probe::tensor_stats(repeated), probe::tensor_stats(repeated.coalesce().to_dense()),
-                      "duplicates");
+  expect_same_figures(probe::tensor_stats(repeated),
+                      probe::tensor_stats(repeated.coalesce().to_dense()), "duplicates");
   EXPECT_EQ(probe::tensor_stats(repeated).nnz, 4);  // 0, 2, 5, 9 once coalesced
-  at::Tensor int_repeated = at::sparse_coo_tensor(indices.repeat({2, 1}), at::arange(7, at::kLong), {10, 10});
-  expect_same_figures(probe::tensor_stats(int_repeated), probe::tensor_stats(int_repeated.to_dense()),
-                      "int64 duplicates");
+  at::Tensor int_repeated =
+      at::sparse_coo_tensor(indices.repeat({2, 1}), at::arange(7, at::kLong), {10, 10});
+  expect_same_figures(probe::tensor_stats(int_repeated),
+                      probe::tensor_stats(int_repeated.to_dense()), "int64 duplicates");
   // Duplicates that cancel, and a stored -0: the dense tensor holds +0 there (0 + value).
   at::Tensor cancel = at::sparse_coo_tensor(at::tensor({1, 1, 3}, at::kLong).view({1, 3}),
                                             at::tensor({2.0, -2.0, -0.0}, at::kDouble), {4});
-  expect_same_figures(probe::tensor_stats(cancel), probe::tensor_stats(cancel.to_dense()), "-0 and cancel");
+  expect_same_figures(probe::tensor_stats(cancel), probe::tensor_stats(cancel.to_dense()),
+                      "-0 and cancel");
   // Compressed layouts are read through their COO form.
   at::Tensor matrix = sparse_pattern_of(at::kFloat, {6, 8}, 0.3);
-  expect_same_figures(probe::tensor_stats(matrix.to_sparse_csr()), probe::tensor_stats(matrix), "csr");
-  expect_same_figures(probe::tensor_stats(matrix.to_sparse_csc()), probe::tensor_stats(matrix), "csc");
+  expect_same_figures(probe::tensor_stats(matrix.to_sparse_csr()), probe::tensor_stats(matrix),
+                      "csr");
+  expect_same_figures(probe::tensor_stats(matrix.to_sparse_csc()), probe::tensor_stats(matrix),
+                      "csc");
 }
 
 TEST(TensorStats, SparseTorchCompatibleHashIsTheDenseEquivalents) {
@@ -371,7 +398,8 @@ TEST(TensorStats, SparseTorchCompatibleHashIsTheDenseEquivalents) {
       const auto s = probe::tensor_stats(dense.to_sparse(), {}, options);
 #if NUMPROBE_TORCH_AT_LEAST(2, 9)
       ASSERT_TRUE(s.torch_hash) << at::toString(type);
-      EXPECT_EQ(*s.torch_hash, torch_hash_of(dense)) << at::toString(type) << " density " << density;
+      EXPECT_EQ(*s.torch_hash, torch_hash_of(dense))
+          << at::toString(type) << " density " << density;
 #else
       EXPECT_FALSE(s.torch_hash);
 #endif
@@ -449,7 +477,8 @@ TEST(TensorStats, AtenDeviceFallbackAgreesWithCpuKernel) {
       EXPECT_EQ(meta.max, cpu.max);
       EXPECT_EQ(meta.nan, cpu.nan);
       EXPECT_EQ(meta.inf, cpu.inf);
-      EXPECT_NEAR(meta.mean, cpu.mean, 1e-12 * std::max(1.0, std::abs(cpu.max) + std::abs(cpu.min)));
+      EXPECT_NEAR(meta.mean, cpu.mean,
+                  1e-12 * std::max(1.0, std::abs(cpu.max) + std::abs(cpu.min)));
       ASSERT_TRUE(meta.mhash && cpu.mhash && meta.l1 && cpu.l1) << at::toString(type);
       EXPECT_EQ(*meta.mhash, *cpu.mhash) << at::toString(type);
       EXPECT_NEAR(*meta.l1, *cpu.l1, 1e-12 * *cpu.l1) << at::toString(type);
@@ -462,7 +491,8 @@ TEST(TensorStats, AtenDeviceFallbackAgreesWithCpuKernel) {
 }
 
 TEST(TensorStats, Float8ValuesDecodeExactly) {
-  for (auto type : {at::kFloat8_e4m3fn, at::kFloat8_e5m2, at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz}) {
+  for (auto type :
+       {at::kFloat8_e4m3fn, at::kFloat8_e5m2, at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz}) {
     at::Tensor all = at::arange(256, at::kInt).to(at::kByte).view(type);
     at::Tensor d = all.to(at::kDouble);
     at::Tensor finite = d.masked_select(~at::isnan(d));
@@ -524,7 +554,8 @@ TEST(StatsBatch, DeviceRowsComeBackToTheirEntries) {
   for (int round = 0; round < 2; ++round) {  // the second round reuses the chunks after clear()
     std::vector<std::size_t> device_entries;
     device_entries.push_back(Access::add_through_device_buffer(batch, tensors[0]));
-    const std::size_t loss = Access::add_scalar_through_device_buffer(batch, at::scalar_tensor(0.1f));
+    const std::size_t loss =
+        Access::add_scalar_through_device_buffer(batch, at::scalar_tensor(0.1f));
     const std::size_t on_cpu = batch.add(tensors[1]);
     device_entries.push_back(Access::add_through_device_buffer(batch, tensors[1]));
     const std::size_t grad_norm =
@@ -537,14 +568,16 @@ TEST(StatsBatch, DeviceRowsComeBackToTheirEntries) {
     EXPECT_TRUE(batch.ready(count));
     EXPECT_THROW(batch.stats(device_entries[0]), c10::Error);  // still "on the device"
     batch.resolve();
-    for (std::size_t i = 0; i < device_entries.size(); ++i) expect_figures(batch, device_entries[i], tensors[i]);
+    for (std::size_t i = 0; i < device_entries.size(); ++i)
+      expect_figures(batch, device_entries[i], tensors[i]);
     expect_figures(batch, on_cpu, tensors[1]);
     EXPECT_EQ(batch.scalar(loss), static_cast<double>(0.1f));
     EXPECT_EQ(batch.scalar(grad_norm), 1e300);
     EXPECT_EQ(batch.scalar(count), 7.0);
     // Entries added after a resolve() are read by the next one, from the rows after the last read.
     const std::size_t late = Access::add_through_device_buffer(batch, tensors[3]);
-    const std::size_t late_scalar = Access::add_scalar_through_device_buffer(batch, at::scalar_tensor(-2.5));
+    const std::size_t late_scalar =
+        Access::add_scalar_through_device_buffer(batch, at::scalar_tensor(-2.5));
     batch.resolve();
     expect_figures(batch, late, tensors[3]);
     EXPECT_EQ(batch.scalar(late_scalar), -2.5);
@@ -586,10 +619,8 @@ TEST(TensorStats, OrderIndependentHashSeesValuesNotPlaces) {
     EXPECT_EQ(*a.mhash, *b.mhash) << at::toString(type);
     at::Tensor nudged = t.clone();
     auto flat = nudged.view(-1);
-    if (at::isFloatingType(type))
-      flat[7] = at::nextafter(flat[7], flat[7] * 2 + 1);
-    else
-      flat[7] = flat[7] + 1;
+    if (at::isFloatingType(type)) flat[7] = at::nextafter(flat[7], flat[7] * 2 + 1);
+    else flat[7] = flat[7] + 1;
     const auto c = probe::tensor_stats(nudged);
     EXPECT_NE(*a.mhash, *c.mhash) << at::toString(type);
   }

@@ -115,13 +115,16 @@ int main(int argc, char** argv) {
         for (int r = 0; r < 100; ++r) probe.tap(names[static_cast<std::size_t>(r)], small);
         probe.end_step();
       }
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / (steps * 100.0);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+             (steps * 100.0);
     };
     run(100);  // warm-up
     std::vector<double> per_record;
     for (int rep = 0; rep < 15; ++rep) per_record.push_back(run(200));
-    std::printf("one tap record of 64 float32 elements, end_step included: %.2f us (median of 15 x 20,000)\n",
-                quantile(per_record, 0.5) * 1e6);
+    std::printf(
+        "one tap record of 64 float32 elements, end_step included: %.2f us (median of 15 x "
+        "20,000)\n",
+        quantile(per_record, 0.5) * 1e6);
     std::filesystem::remove_all(run_root);
     return 0;
   }
@@ -129,7 +132,8 @@ int main(int argc, char** argv) {
     const auto mode = static_cast<Mode>(std::stoi(argv[2]));
     torch::manual_seed(0);
     Trainer trainer(mode, run_root);
-    std::printf("%s: %.3f ms/step\n", kModeNames[mode], trainer.seconds_per_step(std::stoi(argv[3])) * 1e3);
+    std::printf("%s: %.3f ms/step\n", kModeNames[mode],
+                trainer.seconds_per_step(std::stoi(argv[3])) * 1e3);
     std::filesystem::remove_all(run_root);
     return 0;
   }
@@ -139,7 +143,8 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<Trainer>> trainers;
   for (int m = 0; m < mode_count; ++m) {
     torch::manual_seed(0);
-    trainers.push_back(std::make_unique<Trainer>(static_cast<Mode>(m), run_root + "/" + std::to_string(m)));
+    trainers.push_back(
+        std::make_unique<Trainer>(static_cast<Mode>(m), run_root + "/" + std::to_string(m)));
   }
   for (auto& t : trainers) t->seconds_per_step(steps);  // warm-up: allocator, oneDNN, files
 
@@ -159,13 +164,14 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(run_root);
 
   std::printf("%d rounds x %d steps per mode, 1 intra-op thread\n\n", rounds, steps);
-  std::printf("| mode | median step | overhead vs no probe (median of paired rounds) | interquartile range |\n");
+  std::printf(
+      "| mode | median step | overhead vs no probe (median of paired rounds) | interquartile range "
+      "|\n");
   std::printf("| --- | --- | --- | --- |\n");
   for (int m = 0; m < mode_count; ++m) {
     const double t = quantile(time[m], 0.5) * 1e3;
-    const std::string name = m == kFromEnvironment
-                                 ? std::string("kinds ") + std::getenv("PROBE_KINDS")
-                                 : kModeNames[m];
+    const std::string name =
+        m == kFromEnvironment ? std::string("kinds ") + std::getenv("PROBE_KINDS") : kModeNames[m];
     if (m == kNoProbe) {
       std::printf("| %s | %.2f ms | baseline | |\n", name.c_str(), t);
       continue;

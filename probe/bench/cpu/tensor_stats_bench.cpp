@@ -22,11 +22,14 @@ at::Tensor make_tensor(std::int64_t type_index, std::int64_t mib) {
 }
 
 // range(0): dtype, range(1): MiB.
-at::Tensor make_tensor(const benchmark::State& state) { return make_tensor(state.range(0), state.range(1)); }
+at::Tensor make_tensor(const benchmark::State& state) {
+  return make_tensor(state.range(0), state.range(1));
+}
 
 void label(benchmark::State& state, const at::Tensor& t) {
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(t.nbytes()));
-  state.SetLabel(probe::dtype_name(t.scalar_type()) + " threads=" + std::to_string(at::get_num_threads()));
+  state.SetLabel(probe::dtype_name(t.scalar_type()) +
+                 " threads=" + std::to_string(at::get_num_threads()));
 }
 
 void BM_TensorStats(benchmark::State& state) {
@@ -56,7 +59,8 @@ void BM_TorchOps(benchmark::State& state) {
 // libxxhash's runtime-dispatched entry point (AVX2/AVX-512 code where the CPU has it), exported by
 // builds made with its x86 dispatcher, Debian's among them; XXH3_64bits itself runs the code
 // the library was compiled for (SSE2 on a baseline x86-64 build). Weak: absent elsewhere.
-extern "C" XXH64_hash_t XXH3_64bits_dispatch(const void* input, size_t length) __attribute__((weak));
+extern "C" XXH64_hash_t XXH3_64bits_dispatch(const void* input, size_t length)
+    __attribute__((weak));
 
 void BM_Xxh3Dispatch(benchmark::State& state) {
   if (XXH3_64bits_dispatch == nullptr) {
@@ -64,7 +68,8 @@ void BM_Xxh3Dispatch(benchmark::State& state) {
     return;
   }
   const at::Tensor t = make_tensor(state);
-  for (auto _ : state) benchmark::DoNotOptimize(XXH3_64bits_dispatch(t.const_data_ptr(), t.nbytes()));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(XXH3_64bits_dispatch(t.const_data_ptr(), t.nbytes()));
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(t.nbytes()));
   state.SetLabel(probe::dtype_name(t.scalar_type()) + " threads=1");
 }
@@ -76,8 +81,8 @@ void BM_Xxh3Streaming(benchmark::State& state) {
   state.SetLabel(probe::dtype_name(t.scalar_type()) + " threads=1");
 }
 
-// The raw CPU kernel of each instruction set this CPU runs, on one thread, 16 MiB in the 64 Ki-element
-// chunks tensor_stats() hands it.
+// The raw CPU kernel of each instruction set this CPU runs, on one thread, 16 MiB in the 64
+// Ki-element chunks tensor_stats() hands it.
 void BM_StatsKernelIsa(benchmark::State& state) {
   const auto kernels = probe::kernels::runnable_isa_kernels();
   const auto isa = static_cast<std::size_t>(state.range(1));
@@ -95,8 +100,10 @@ void BM_StatsKernelIsa(benchmark::State& state) {
   for (auto _ : state) {
     std::uint64_t hash = 0;
     for (std::int64_t c = 0; c < n; c += chunk)
-      hash += kernels[isa].run(type, bytes + c * t.element_size(), std::min(chunk, n - c),
-                               static_cast<std::uint64_t>(c)).hash;
+      hash += kernels[isa]
+                  .run(type, bytes + c * t.element_size(), std::min(chunk, n - c),
+                       static_cast<std::uint64_t>(c))
+                  .hash;
     benchmark::DoNotOptimize(hash);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(t.nbytes()));
@@ -115,8 +122,11 @@ BENCHMARK(BM_Xxh3Streaming)->Apply(sizes);
 BENCHMARK(BM_Xxh3Dispatch)->Apply(sizes);
 // range(1) is an index into runnable_isa_kernels(): generic, then avx2 and avx512 where the CPU
 // has them; 16 MiB, so dtype ids read as in the other benchmarks.
-BENCHMARK(BM_StatsKernelIsa)->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}})->ArgNames({"dtype", "isa"})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StatsKernelIsa)
+    ->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}})
+    ->ArgNames({"dtype", "isa"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

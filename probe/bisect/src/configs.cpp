@@ -21,7 +21,9 @@ std::vector<std::string> split(const std::string& text, char sep) {
 }
 
 bool is_name(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
 }
 
 }  // namespace
@@ -61,10 +63,11 @@ Config parse_config(const std::string& text, const std::string& flag) {
     std::int64_t value = 0;
     const char* first = part.data() + (eq == std::string::npos ? part.size() : eq + 1);
     const auto [ptr, ec] = std::from_chars(first, part.data() + part.size(), value);
-    if (eq == std::string::npos || !is_name(name) || ec != std::errc() || ptr != part.data() + part.size() ||
-        first == part.data() + part.size())
+    if (eq == std::string::npos || !is_name(name) || ec != std::errc() ||
+        ptr != part.data() + part.size() || first == part.data() + part.size())
       throw BadInput(flag + " '" + text + "': '" + part + "' is no name=integer pair");
-    if (std::any_of(c.degrees.begin(), c.degrees.end(), [&](const auto& d) { return d.first == name; }))
+    if (std::any_of(c.degrees.begin(), c.degrees.end(),
+                    [&](const auto& d) { return d.first == name; }))
       throw BadInput(flag + " '" + text + "' names " + name + " twice");
     c.degrees.emplace_back(name, value);
   }
@@ -101,7 +104,6 @@ std::vector<Placeholder> parse_placeholders(const std::string& t) {
   return found;
 }
 
-
 }  // namespace
 
 std::vector<std::string> Launch::placeholders() const {
@@ -133,33 +135,45 @@ std::string Launch::command(const Config& c, const std::string& out) const {
 
 void check(const Launch& launch, const Config& base, const Config& test) {
   const auto used = launch.placeholders();
-  const auto in_template = [&](const std::string& n) { return std::find(used.begin(), used.end(), n) != used.end(); };
+  const auto in_template = [&](const std::string& n) {
+    return std::find(used.begin(), used.end(), n) != used.end();
+  };
   const auto in_world = [&](const std::string& n) {
     return std::find(launch.world.begin(), launch.world.end(), n) != launch.world.end();
   };
   if (!in_template("out"))
-    throw BadInput("--launch has no {out}: each run needs a directory of its own for its logs (the template's '--out {out}')");
+    throw BadInput(
+        "--launch has no {out}: each run needs a directory of its own for its logs (the template's "
+        "'--out {out}')");
   if (in_template("world") && launch.world.empty())
     throw BadInput("--launch uses {world} but --world does not say which degrees multiply to it");
   for (const Config* c : {&base, &test})
     for (const auto& [n, v] : c->degrees) {
       const std::string flag = c == &base ? "--base" : "--test";
-      if (n == "out" || n == "world") throw BadInput(flag + " names a degree '" + n + "': {" + n + "} is the tool's");
-      if (v < 0) throw BadInput(flag + " " + n + "=" + std::to_string(v) + ": a degree is no negative number");
-      const bool multiplies = std::find(launch.world.begin(), launch.world.end(), n) != launch.world.end();
-      if (multiplies && v < 1) throw BadInput(flag + " " + n + "=0: a degree --world multiplies is at least 1");
+      if (n == "out" || n == "world")
+        throw BadInput(flag + " names a degree '" + n + "': {" + n + "} is the tool's");
+      if (v < 0)
+        throw BadInput(flag + " " + n + "=" + std::to_string(v) +
+                       ": a degree is no negative number");
+      const bool multiplies =
+          std::find(launch.world.begin(), launch.world.end(), n) != launch.world.end();
+      if (multiplies && v < 1)
+        throw BadInput(flag + " " + n + "=0: a degree --world multiplies is at least 1");
     }
   for (const auto& [n, v] : base.degrees) {
     bool in_test = false;
     for (const auto& d : test.degrees) in_test |= d.first == n;
-    if (!in_test) throw BadInput("--base names " + n + ", --test does not: both name the same degrees");
+    if (!in_test)
+      throw BadInput("--base names " + n + ", --test does not: both name the same degrees");
     if (!in_template(n) && !in_world(n))
-      throw BadInput("--base and --test name " + n + ", which neither --launch ({" + n + "}) nor --world uses");
+      throw BadInput("--base and --test name " + n + ", which neither --launch ({" + n +
+                     "}) nor --world uses");
   }
   for (const auto& [n, v] : test.degrees) {
     bool in_base = false;
     for (const auto& d : base.degrees) in_base |= d.first == n;
-    if (!in_base) throw BadInput("--test names " + n + ", --base does not: both name the same degrees");
+    if (!in_base)
+      throw BadInput("--test names " + n + ", --base does not: both name the same degrees");
   }
   for (const auto& n : used) {
     if (n == "out" || n == "world") continue;

@@ -34,7 +34,7 @@ struct Launch {
   std::string command_template;
   std::vector<std::string> world;  // the degrees whose product {world} is
 
-  std::vector<std::string> placeholders() const;  // every {NAME} in the template, in order, once
+  std::vector<std::string> placeholders() const;   // every {NAME} in the template, in order, once
   std::int64_t world_size(const Config& c) const;  // their product (1 without --world)
   std::string command(const Config& c, const std::string& out) const;
 };

@@ -29,7 +29,8 @@ constexpr auto kGrace = std::chrono::seconds(40);
 
 // In the child, before exec: its own process group, no terminal input, the log as stdout and
 // stderr, the environment as asked.
-[[noreturn]] void exec_child(const std::string& command, const std::map<std::string, std::string>& set,
+[[noreturn]] void exec_child(const std::string& command,
+                             const std::map<std::string, std::string>& set,
                              const std::vector<std::string>& unset, int log_fd) {
   setpgid(0, 0);
   signal(SIGINT, SIG_DFL);
@@ -62,7 +63,8 @@ std::vector<pid_t> children() {
     if (close == std::string::npos) continue;
     char state = 0;
     int ppid = 0;
-    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == self) pids.push_back(pid);
+    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == self)
+      pids.push_back(pid);
   }
   closedir(proc);
   return pids;
@@ -104,7 +106,7 @@ void sweep(pid_t group) {
 }  // namespace
 
 void catch_interrupts() {
-  struct sigaction sa {};
+  struct sigaction sa{};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
@@ -117,7 +119,8 @@ bool interrupted() { return g_interrupts != 0; }
 RunOutcome run_command(const std::string& command, const std::map<std::string, std::string>& set,
                        const std::vector<std::string>& unset, const std::string& log) {
   const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log_fd < 0) throw std::runtime_error("cannot write the run's log " + log + ": " + std::strerror(errno));
+  if (log_fd < 0)
+    throw std::runtime_error("cannot write the run's log " + log + ": " + std::strerror(errno));
   const auto start = std::chrono::steady_clock::now();
   RunOutcome out;
   const pid_t pid = fork();
@@ -146,7 +149,8 @@ RunOutcome run_command(const std::string& command, const std::map<std::string, s
   }
   sweep(pid);  // ranks left behind, in the group or orphaned
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  out.exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   return out;
 }
 

@@ -18,7 +18,8 @@ Config with(Config c, const std::vector<std::string>& names, const Config& from)
   return c;
 }
 
-std::string changes_text(const std::vector<std::string>& names, const Config& base, const Config& test) {
+std::string changes_text(const std::vector<std::string>& names, const Config& base,
+                         const Config& test) {
   std::string s;
   for (std::size_t i = 0; i < names.size(); ++i)
     s += (i ? (i + 1 == names.size() ? " and " : ", ") : "") + change_text(names[i], base, test);
@@ -32,15 +33,19 @@ struct Walked {
   std::vector<std::string> candidates, context;
 };
 
-std::optional<Walked> walk(const Config& base, const Config& test, const std::vector<std::string>& changed,
-                           const Evaluate& evaluate, const std::function<bool()>& stop, Culprit& c) {
+std::optional<Walked> walk(const Config& base, const Config& test,
+                           const std::vector<std::string>& changed, const Evaluate& evaluate,
+                           const std::function<bool()>& stop, Culprit& c) {
   std::vector<std::string> pending, context;
   for (std::size_t i = 0; i < changed.size(); ++i) {
     if (stop()) return std::nullopt;
     pending.push_back(changed[i]);
-    const Config at = with(base, std::vector<std::string>(changed.begin(), changed.begin() + static_cast<long>(i) + 1), test);
+    const Config at = with(
+        base, std::vector<std::string>(changed.begin(), changed.begin() + static_cast<long>(i) + 1),
+        test);
     const VersusBase a = evaluate(at);
-    c.findings.push_back(changes_text(pending, base, test) + " (" + at.text() + "): " + versus_base_name(a));
+    c.findings.push_back(changes_text(pending, base, test) + " (" + at.text() +
+                         "): " + versus_base_name(a));
     if (diverges(a)) return Walked{pending, context};
     if (a == VersusBase::failed) continue;  // carried into the next step
     context.insert(context.end(), pending.begin(), pending.end());
@@ -74,15 +79,17 @@ std::vector<std::string> without(const std::vector<std::string>& all, const std:
 // Several changes came in at once (the configurations between did not run): one alone may do it;
 // else each is undone in turn: one the others do not run without is a prerequisite, one whose
 // undoing keeps the divergence is not needed.
-void narrow_candidates(const Config& base, const Config& test, const Evaluate& once, const std::function<bool()>& stop,
-                       Walked& w, std::vector<std::string>& prerequisites, Culprit& c) {
+void narrow_candidates(const Config& base, const Config& test, const Evaluate& once,
+                       const std::function<bool()>& stop, Walked& w,
+                       std::vector<std::string>& prerequisites, Culprit& c) {
   if (w.candidates.size() < 2) return;
   const Config last_good = with(base, w.context, test);
   for (const auto& d : w.candidates) {
     if (stop()) return;
     const Config one = with(last_good, {d}, test);
     const VersusBase a = once(one);
-    c.findings.push_back(change_text(d, base, test) + " alone (" + one.text() + "): " + versus_base_name(a));
+    c.findings.push_back(change_text(d, base, test) + " alone (" + one.text() +
+                         "): " + versus_base_name(a));
     if (diverges(a)) {
       w.candidates = {d};
       return;
@@ -93,7 +100,8 @@ void narrow_candidates(const Config& base, const Config& test, const Evaluate& o
     const auto rest = without(w.candidates, d);
     const Config trial = with(last_good, rest, test);
     const VersusBase a = once(trial);
-    c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() + "): " + versus_base_name(a));
+    c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() +
+                         "): " + versus_base_name(a));
     if (diverges(a)) {
       w.candidates = rest;
     } else if (a == VersusBase::failed) {
@@ -105,8 +113,8 @@ void narrow_candidates(const Config& base, const Config& test, const Evaluate& o
 
 }  // namespace
 
-std::optional<Culprit> find_culprit(const Config& base, const Config& test, const Evaluate& evaluate,
-                                    const std::function<bool()>& stop,
+std::optional<Culprit> find_culprit(const Config& base, const Config& test,
+                                    const Evaluate& evaluate, const std::function<bool()>& stop,
                                     const std::function<std::int64_t(const Config&)>& cost,
                                     const std::vector<std::string>& order) {
   Culprit c;
@@ -131,19 +139,21 @@ std::optional<Culprit> find_culprit(const Config& base, const Config& test, cons
     return with(with(base, changes, test), w->candidates, test);
   };
   if (cost)
-    std::stable_sort(context.begin(), context.end(), [&](const std::string& a, const std::string& b) {
-      return cost(trial_of(without(w->context, a))) < cost(trial_of(without(w->context, b)));
-    });
+    std::stable_sort(
+        context.begin(), context.end(), [&](const std::string& a, const std::string& b) {
+          return cost(trial_of(without(w->context, a))) < cost(trial_of(without(w->context, b)));
+        });
   std::vector<std::string> kept = w->context, combined;
   for (const auto& d : context) {
     if (stop()) return std::nullopt;
     const auto rest = without(kept, d);
     const Config trial = trial_of(rest);
     const VersusBase a = once(trial);
-    c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() + "): " + versus_base_name(a));
-    if (diverges(a)) kept = rest;                          // not needed
-    else if (a == VersusBase::failed) prerequisites.push_back(d);   // needed to run at all
-    else combined.push_back(d);                                  // needed for the divergence
+    c.findings.push_back("without " + change_text(d, base, test) + " (" + trial.text() +
+                         "): " + versus_base_name(a));
+    if (diverges(a)) kept = rest;                                  // not needed
+    else if (a == VersusBase::failed) prerequisites.push_back(d);  // needed to run at all
+    else combined.push_back(d);                                    // needed for the divergence
   }
   c.degrees = combined;
   c.degrees.insert(c.degrees.end(), w->candidates.begin(), w->candidates.end());
@@ -161,9 +171,11 @@ std::optional<Culprit> find_culprit(const Config& base, const Config& test, cons
   if (stop()) return std::nullopt;
   const VersusBase at_before = c.before == base ? VersusBase::equal : once(c.before);
   if (diverges(at_before)) {
-    c.findings.push_back("the configuration it acts on (" + c.before.text() + ") diverges already: bisecting to it");
+    c.findings.push_back("the configuration it acts on (" + c.before.text() +
+                         ") diverges already: bisecting to it");
     auto inner = find_culprit(base, c.before, once, stop, cost, order);
-    if (inner) inner->findings.insert(inner->findings.begin(), c.findings.begin(), c.findings.end());
+    if (inner)
+      inner->findings.insert(inner->findings.begin(), c.findings.begin(), c.findings.end());
     return inner;
   }
   return c;

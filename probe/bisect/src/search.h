@@ -36,9 +36,10 @@ struct Culprit {
 // was interrupted (`stop` says so). Asks for each configuration once at most; `cost` (a
 // configuration's ranks) orders the checks whose order is free, cheapest first.
 // `order`: the degrees in the order to change them (default: `test`'s).
-std::optional<Culprit> find_culprit(const Config& base, const Config& test, const Evaluate& evaluate,
-                                    const std::function<bool()>& stop = [] { return false; },
-                                    const std::function<std::int64_t(const Config&)>& cost = {},
-                                    const std::vector<std::string>& order = {});
+std::optional<Culprit> find_culprit(
+    const Config& base, const Config& test, const Evaluate& evaluate,
+    const std::function<bool()>& stop = [] { return false; },
+    const std::function<std::int64_t(const Config&)>& cost = {},
+    const std::vector<std::string>& order = {});
 
 }  // namespace probe::bisect

@@ -24,18 +24,21 @@ std::string fmt_seconds(double s) {
   return o.str();
 }
 
-nlohmann::json runs_json(const std::map<std::string, Entry>& runs, const std::vector<std::string>& order) {
+nlohmann::json runs_json(const std::map<std::string, Entry>& runs,
+                         const std::vector<std::string>& order) {
   auto list = nlohmann::json::array();
   for (const auto& k : order) {
     const Entry& e = runs.at(k);
-    list.push_back({{"config", e.config.text()},
-                    {"traced", e.traced},
-                    {"dir", e.dir},
-                    {"log", e.log},
-                    {"command", e.command},
-                    {"exit_code", e.outcome.exit_code},
-                    {"seconds", e.outcome.seconds},
-                    {"against_base", e.versus_base ? nlohmann::json(versus_base_name(*e.versus_base)) : nlohmann::json(nullptr)}});
+    list.push_back(
+        {{"config", e.config.text()},
+         {"traced", e.traced},
+         {"dir", e.dir},
+         {"log", e.log},
+         {"command", e.command},
+         {"exit_code", e.outcome.exit_code},
+         {"seconds", e.outcome.seconds},
+         {"against_base", e.versus_base ? nlohmann::json(versus_base_name(*e.versus_base))
+                                        : nlohmann::json(nullptr)}});
   }
   return list;
 }
@@ -51,14 +54,17 @@ std::string replay_tool() {
 }  // namespace
 
 Session::Session(SessionOptions options, Launch launch, Config base, const Config& test)
-    : options_(std::move(options)), launch_(std::move(launch)), base_(std::move(base)),
+    : options_(std::move(options)),
+      launch_(std::move(launch)),
+      base_(std::move(base)),
       test_(in_order_of(test, base_)) {
   for (const auto& [n, v] : test.degrees) order_of_test_.push_back(n);
 }
 
 Entry& Session::launch_run(const Config& c, const std::string& trace) {
   const std::string key = (trace.empty() ? "" : "T:") + c.text();
-  if (auto it = runs_.find(key); it != runs_.end()) return it->second;  // no configuration runs twice
+  // no configuration runs twice
+  if (auto it = runs_.find(key); it != runs_.end()) return it->second;
   Entry e;
   e.config = c;
   e.traced = !trace.empty();
@@ -68,21 +74,24 @@ Entry& Session::launch_run(const Config& c, const std::string& trace) {
   e.command = launch_.command(c, e.dir);
   const std::int64_t ranks = launch_.world.empty() ? 0 : launch_.world_size(c);
   std::cout << "[" << order_.size() + 1 << "] " << (e.traced ? "traced " : "") << c.text()
-            << (ranks ? " (" + std::to_string(ranks) + " ranks)" : std::string()) << " ..." << std::flush;
+            << (ranks ? " (" + std::to_string(ranks) + " ranks)" : std::string()) << " ..."
+            << std::flush;
   std::map<std::string, std::string> set = {{"PROBE_DIR", e.dir}};
   if (e.traced) set["PROBE_TRACE"] = trace;
   try {
     std::error_code ec;
     fs::remove_all(e.dir, ec);  // an earlier bisection's run of it
     fs::create_directories(root);
-    e.outcome = run_command(e.command, set, e.traced ? std::vector<std::string>{} : std::vector<std::string>{"PROBE_TRACE"},
-                               e.log);
+    e.outcome = run_command(
+        e.command, set,
+        e.traced ? std::vector<std::string>{} : std::vector<std::string>{"PROBE_TRACE"}, e.log);
   } catch (const std::exception& ex) {  // no room for its log: it did not run
     std::cout << " not started: " << ex.what();
     e.outcome.exit_code = 126;
   }
   std::cout << " " << fmt_seconds(e.outcome.seconds) << ", "
-            << (e.outcome.interrupted ? std::string("interrupted") : "exit " + std::to_string(e.outcome.exit_code))
+            << (e.outcome.interrupted ? std::string("interrupted")
+                                      : "exit " + std::to_string(e.outcome.exit_code))
             << "  (log " << e.log << ")" << std::endl;
   order_.push_back(key);
   return runs_.emplace(key, std::move(e)).first->second;
@@ -111,7 +120,11 @@ VersusBase Session::against_base(const Config& c) {
     switch (r.verdict()) {
       case V::different:
       case V::run_errors: e.versus_base = VersusBase::bug; break;
-      case V::noise: e.versus_base = r.noise.by_rule.contains(differ::Rule::cannot_tell) ? VersusBase::cannot_tell : VersusBase::noise; break;
+      case V::noise:
+        e.versus_base = r.noise.by_rule.contains(differ::Rule::cannot_tell)
+                            ? VersusBase::cannot_tell
+                            : VersusBase::noise;
+        break;
       case V::equal:
       case V::within_tolerance: e.versus_base = VersusBase::equal; break;
       case V::incomplete:  // a rank died and the launcher hid it: no answer from it
@@ -129,12 +142,17 @@ void Session::print_runs() const {
   double total = 0;
   for (const auto& k : order_) total += runs_.at(k).outcome.seconds;
   std::cout << "RUNS  " << order_.size() << " runs, " << fmt_seconds(total) << " of runs, "
-            << fmt_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count())
+            << fmt_seconds(
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count())
             << " in all\n";
   for (const auto& k : order_) {
     const Entry& e = runs_.at(k);
-    std::cout << "  " << (e.traced ? "traced " : "") << e.config.text() << "  " << fmt_seconds(e.outcome.seconds)
-              << "  " << (e.versus_base ? versus_base_name(*e.versus_base) : e.ok() ? "ran" : "failed") << "  " << e.log << "\n";
+    std::cout << "  " << (e.traced ? "traced " : "") << e.config.text() << "  "
+              << fmt_seconds(e.outcome.seconds) << "  "
+              << (e.versus_base ? versus_base_name(*e.versus_base)
+                  : e.ok()      ? "ran"
+                                : "failed")
+              << "  " << e.log << "\n";
   }
 }
 
@@ -146,7 +164,8 @@ void Session::write_json(const nlohmann::json& answer, int code) const {
   j["base"] = base_.text();
   j["test"] = test_.text();
   j["runs"] = runs_json(runs_, order_);
-  j["wall_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  j["wall_seconds"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::ofstream(options_.json) << j.dump(1) << "\n";
 }
 
@@ -195,16 +214,18 @@ Session::Localized Session::localize(const Culprit& culprit) {
 
 // numprobe_replay on the traced runs' region, its verdict attached to `result`, where the
 // region was dumped and the replay was built.
-void Session::replay_region(const Entry& traced_base, const Entry& traced_after, differ::Result& result) const {
+void Session::replay_region(const Entry& traced_base, const Entry& traced_after,
+                            differ::Result& result) const {
   const std::string tool = replay_tool();
   if (!result.ops.region || !result.ops.region->dumped() || tool.empty()) return;
   const std::string log = (fs::path(options_.out) / "replay.log").string();
   try {
-    const auto r = run_command(differ::shell_quoted(tool) + " " + differ::shell_quoted(traced_base.dir) + " " +
-                                   differ::shell_quoted(traced_after.dir),
-                               {}, {}, log);
-    std::cout << "replayed the region in float64: " << fmt_seconds(r.seconds) << ", exit " << r.exit_code
-              << " (log " << log << ")" << std::endl;
+    const auto r =
+        run_command(differ::shell_quoted(tool) + " " + differ::shell_quoted(traced_base.dir) + " " +
+                        differ::shell_quoted(traced_after.dir),
+                    {}, {}, log);
+    std::cout << "replayed the region in float64: " << fmt_seconds(r.seconds) << ", exit "
+              << r.exit_code << " (log " << log << ")" << std::endl;
   } catch (const std::exception& ex) {
     std::cout << "the replay did not start: " << ex.what() << std::endl;
   }
@@ -224,17 +245,19 @@ std::string Session::culprit_text(const Culprit& culprit) const {
 }
 
 int Session::answer(const Culprit& culprit, const Localized& found) {
-  std::string root = found.plain.unexplained_cause
-                         ? "none: an op trace does not locate [" +
-                               std::string(rule_name(found.plain.unexplained_cause->rule)) +
-                               "] (no op computes otherwise; the differ suggests no PROBE_TRACE setting for it)"
-                         : "none: the comparison suggests no PROBE_TRACE setting";
+  std::string root =
+      found.plain.unexplained_cause
+          ? "none: an op trace does not locate [" +
+                std::string(rule_name(found.plain.unexplained_cause->rule)) +
+                "] (no op computes otherwise; the differ suggests no PROBE_TRACE setting for it)"
+          : "none: the comparison suggests no PROBE_TRACE setting";
   if (found.result.ops.root_cause) root = found.result.ops.root_cause->message;
   else if (found.result.ops.beyond_noise) root = found.result.ops.beyond_noise->message;
   std::string verdict = "none";
   if (found.result.replay)
-    verdict = found.result.replay->verdict +
-              (found.result.replay->evidence.empty() ? "" : ": " + found.result.replay->evidence.front());
+    verdict =
+        found.result.replay->verdict +
+        (found.result.replay->evidence.empty() ? "" : ": " + found.result.replay->evidence.front());
   const std::string text = culprit_text(culprit);
   const fs::path html = fs::path(options_.out) / "report.html";
   std::cout << "\nCULPRIT  " << text << "\n";
@@ -249,19 +272,20 @@ int Session::answer(const Culprit& culprit, const Localized& found) {
     differ::write_html(found.result, {}, found.grid, page);
     std::cout << "REPORT  " << html.string() << "\n";
   }
-  nlohmann::json answer = {{"culprit", {{"degrees", culprit.degrees},
-                                        {"text", text},
-                                        {"before", culprit.before.text()},
-                                        {"after", culprit.after.text()},
-                                        {"prerequisites", culprit.prerequisites},
-                                        {"findings", culprit.findings}}},
-                           {"comparison", nlohmann::json::parse(differ::to_json(found.plain, {}))},
-                           {"traced_comparison", found.traced
-                                                     ? nlohmann::json::parse(differ::to_json(found.result, {}))
-                                                     : nlohmann::json(nullptr)},
-                           {"root_cause_op", root},
-                           {"verdict", verdict},
-                           {"report", differ::html_report_available() ? html.string() : ""}};
+  nlohmann::json answer = {
+      {"culprit",
+       {{"degrees", culprit.degrees},
+        {"text", text},
+        {"before", culprit.before.text()},
+        {"after", culprit.after.text()},
+        {"prerequisites", culprit.prerequisites},
+        {"findings", culprit.findings}}},
+      {"comparison", nlohmann::json::parse(differ::to_json(found.plain, {}))},
+      {"traced_comparison", found.traced ? nlohmann::json::parse(differ::to_json(found.result, {}))
+                                         : nlohmann::json(nullptr)},
+      {"root_cause_op", root},
+      {"verdict", verdict},
+      {"report", differ::html_report_available() ? html.string() : ""}};
   write_json(answer, 1);
   return 1;
 }
@@ -273,15 +297,17 @@ int Session::run() {
       if (base_.get(n) != v) s += (s.empty() ? "" : ", ") + n;
     return s;
   }();
-  std::cout << "numprobe_bisect  base " << base_.text() << "  test " << test_.text() << "  (changed: "
-            << (changed.empty() ? "none" : changed) << ")\n";
+  std::cout << "numprobe_bisect  base " << base_.text() << "  test " << test_.text()
+            << "  (changed: " << (changed.empty() ? "none" : changed) << ")\n";
   for (const Config* c : {&base_, &test_}) {
     const Entry& e = launch_run(*c);
     if (e.outcome.interrupted) return interrupted_exit("while running " + c->text());
     if (!e.ok()) {
-      std::cout << "\nthe " << (c == &base_ ? "base" : "test") << " run failed (exit " << e.outcome.exit_code
-                << "): nothing to compare\n  command: " << e.command << "\n  log: " << e.log << "\n";
-      write_json({{"error", "the " + std::string(c == &base_ ? "base" : "test") + " run failed"}}, 3);
+      std::cout << "\nthe " << (c == &base_ ? "base" : "test") << " run failed (exit "
+                << e.outcome.exit_code << "): nothing to compare\n  command: " << e.command
+                << "\n  log: " << e.log << "\n";
+      write_json({{"error", "the " + std::string(c == &base_ ? "base" : "test") + " run failed"}},
+                 3);
       return 3;
     }
   }
@@ -289,8 +315,8 @@ int Session::run() {
   if (interrupted()) return interrupted_exit("while comparing the test run with the base");
   if (whole == VersusBase::failed) {
     const Entry& t = runs_.at(test_.text());
-    std::cout << "\nthe test run could not be compared with the base (its logs: " << t.dir << ")\n  command: " << t.command
-              << "\n  log: " << t.log << "\n";
+    std::cout << "\nthe test run could not be compared with the base (its logs: " << t.dir
+              << ")\n  command: " << t.command << "\n  log: " << t.log << "\n";
     write_json({{"error", "the test run could not be compared with the base"}}, 3);
     return 3;
   }
@@ -302,9 +328,12 @@ int Session::run() {
     write_json({{"culprit", nullptr}, {"against_base", versus_base_name(whole)}}, code);
     return code;
   }
-  const auto cost = [&](const Config& c) { return launch_.world.empty() ? 0 : launch_.world_size(c); };
-  const auto culprit = find_culprit(base_, test_, [&](const Config& c) { return against_base(c); },
-                                       [] { return interrupted(); }, cost, order_of_test_);
+  const auto cost = [&](const Config& c) {
+    return launch_.world.empty() ? 0 : launch_.world_size(c);
+  };
+  const auto culprit = find_culprit(
+      base_, test_, [&](const Config& c) { return against_base(c); }, [] { return interrupted(); },
+      cost, order_of_test_);
   if (interrupted()) return interrupted_exit("while bisecting");
   if (!culprit) {  // cannot be: the last step of the walk is the test itself
     std::cout << "\nNO CULPRIT  the test diverges, but no step of the walk to it did\n";

@@ -56,7 +56,8 @@ class Session {
   };
   int finish(const Culprit& culprit);
   Localized localize(const Culprit& culprit);
-  void replay_region(const Entry& traced_base, const Entry& traced_after, differ::Result& result) const;
+  void replay_region(const Entry& traced_base, const Entry& traced_after,
+                     differ::Result& result) const;
   std::string culprit_text(const Culprit& culprit) const;
   int answer(const Culprit& culprit, const Localized& found);
   void print_runs() const;

@@ -20,10 +20,8 @@ namespace probe::differ {
 
 void SeriesStats::add_pair(std::int64_t step, double base, double test, bool agree) {
   ++paired;
-  if (agree)
-    ++exact;
-  else if (!first_divergent_step)
-    first_divergent_step = step;
+  if (agree) ++exact;
+  else if (!first_divergent_step) first_divergent_step = step;
   const bool same = base == test || (std::isnan(base) && std::isnan(test));
   const double d = same ? 0.0 : test - base;
   final_diff = d;
@@ -70,7 +68,8 @@ void take_side(Side& s, Merged& m) {
 // others do not: the weights (init), the update (optimizer), a gradient never computed, a record
 // or a reduction missing, the data, the RNG, replicas that disagree.
 bool ops_can_locate(const Explanation& why) {
-  return why.rule == Rule::unexplained || why.rule == Rule::elements_moved || why.rule == Rule::nonfinite;
+  return why.rule == Rule::unexplained || why.rule == Rule::elements_moved ||
+         why.rule == Rule::nonfinite;
 }
 
 // A side the step has no record for: a default record, keeping its buffers.
@@ -121,7 +120,8 @@ bool set_aside_partial(const Pair& p, PartialReport& report) {
   ++report.pairs;
   ++report.by_kind[p.kind];
   if (report.examples.size() < PartialReport::kListed) {
-    std::string text = "step " + std::to_string(p.step) + (p.mb ? " mb " + std::to_string(*p.mb) : "") + " " +
+    std::string text = "step " + std::to_string(p.step) +
+                       (p.mb ? " mb " + std::to_string(*p.mb) : "") + " " +
                        std::string(kind_name(p.kind)) + " " + p.name + " (";
     if (b) text += partial_side_text("base", *b);
     if (b && t) text += ", ";
@@ -219,7 +219,8 @@ void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<
     std::int64_t order = std::numeric_limits<std::int64_t>::max();
     if (partial) {
       const std::ptrdiff_t module = enclosing_pair(m, paired);
-      order = module >= 0 ? 2 * static_cast<std::int64_t>(module) - 1 : 2 * static_cast<std::int64_t>(anchor) + 1;
+      order = module >= 0 ? 2 * static_cast<std::int64_t>(module) - 1
+                          : 2 * static_cast<std::int64_t>(anchor) + 1;
     }
     Pair& p = next_pair(count);
     start_pair(step, m, p);
@@ -245,7 +246,8 @@ void Aligner::pair_up(std::int64_t step, std::vector<Merged>* base, std::vector<
 // of one run only need it).
 std::ptrdiff_t Aligner::enclosing_pair(const Merged& m, std::size_t paired) {
   const auto key = [](std::int64_t mb, Phase phase, std::string_view name) {
-    return std::to_string(mb) + ' ' + std::to_string(static_cast<int>(phase)) + ' ' + std::string(name);
+    return std::to_string(mb) + ' ' + std::to_string(static_cast<int>(phase)) + ' ' +
+           std::string(name);
   };
   if (enclosing_.empty())
     for (std::size_t i = paired; i-- > 0;)  // the first pair of a name wins
@@ -305,13 +307,16 @@ std::size_t Aligner::add_to_series(const Pair& p, std::size_t hint, bool both_ru
   if (both_runs) kind_seen_[static_cast<std::size_t>(p.kind)] |= sides;
   std::optional<double> vb, vt;
   // A weights.log record has no norm to follow.
-  if (p.base.present && p.base.merged.hash_source != HashSource::torch_hash_alone) vb = series_value(p.base.merged.record);
-  if (p.test.present && p.test.merged.hash_source != HashSource::torch_hash_alone) vt = series_value(p.test.merged.record);
+  if (p.base.present && p.base.merged.hash_source != HashSource::torch_hash_alone)
+    vb = series_value(p.base.merged.record);
+  if (p.test.present && p.test.merged.hash_source != HashSource::torch_hash_alone)
+    vt = series_value(p.test.merged.record);
   if (vb) ++st.base_steps;
   if (vt) ++st.test_steps;
   if (vb && vt) {
-    const bool agree =
-        p.pair_class == PairClass::equal ? true : options_.cmp.agree(*vb, *vt) && p.pair_class != PairClass::different;
+    const bool agree = p.pair_class == PairClass::equal
+                           ? true
+                           : options_.cmp.agree(*vb, *vt) && p.pair_class != PairClass::different;
     st.add_pair(p.step, *vb, p.pair_class == PairClass::equal ? *vb : *vt, agree);
   } else if (is_divergence(p.pair_class) && !st.first_divergent_step) {
     st.first_divergent_step = p.step;  // a value on one side only (absent, or `none`)
@@ -319,7 +324,8 @@ std::size_t Aligner::add_to_series(const Pair& p, std::size_t hint, bool both_ru
   return si;
 }
 
-void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test, bool same_code) {
+void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test,
+                           bool same_code) {
   if (base && test) match_ops(*base, *test);
   pair_up(step, base, test);
   std::vector<Pair>& pairs = pairs_;
@@ -328,12 +334,9 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
   covered_.index(pairs);
   for (std::size_t k = 0; k < pairs.size(); ++k) {
     Pair& p = pairs[k];
-    if (!p.base.present)
-      p.pair_class = PairClass::only_test;
-    else if (!p.test.present)
-      p.pair_class = PairClass::only_base;
-    else
-      classify(p, options_.cmp);
+    if (!p.base.present) p.pair_class = PairClass::only_test;
+    else if (!p.test.present) p.pair_class = PairClass::only_base;
+    else classify(p, options_.cmp);
     // Records the other run holds nothing like: an op of one run only, records that cover
     // other microbatches than the other run's (checked before their summands: a record of
     // other microbatches compares with nothing, whatever it sums), a partial sum against
@@ -350,9 +353,12 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
     pair_series_[k] = si;
     if (is_divergence(p.pair_class) && !first) first = &p;
     // The norm of RNG state bytes is no size of a difference.
-    if ((p.pair_class == PairClass::different || p.pair_class == PairClass::within_tol) && p.kind != Kind::rng) offer_top(p);
+    if ((p.pair_class == PairClass::different || p.pair_class == PairClass::within_tol) &&
+        p.kind != Kind::rng)
+      offer_top(p);
   }
-  const bool first_step_of_both = result_.base.first_step == step && result_.test.first_step == step;
+  const bool first_step_of_both =
+      result_.base.first_step == step && result_.test.first_step == step;
   explainer_.explain_step(step, first_step_of_both, pairs, same_code);
   // After the explanations, so that a report drawing every pair (--html's heat map) shows each
   // one's verdict; op records of one run only, partial sums and records covering other
@@ -367,21 +373,25 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
   if (first && !result_.first_divergence) {
     result_.first_divergence = *first;
     first_step_one_sided_ = !base || !test;
-    for (auto& c : step_causes({step, pairs, *first}, options_)) result_.causes.push_back(std::move(c));
+    for (auto& c : step_causes({step, pairs, *first}, options_))
+      result_.causes.push_back(std::move(c));
     // --strict headlines the first divergence: the hint follows it (otherwise it follows the
     // first unexplained divergence, note_noise_or_bug).
     if (options_.strict && (!first->why.bug || ops_can_locate(first->why)))
       op_analysis_.suggest_trace(*first, pairs, options_.kinds_mask, result_.ops);
     // Divergence that starts in the weights or the optimizer, not in what a step computes.
-    if (auto c = init_cause(step, first_step_of_both, pairs, *first)) result_.causes.push_back(std::move(*c));
-    if (auto c = optimizer_cause(step, previous_step_, pairs, *first)) result_.causes.push_back(std::move(*c));
+    if (auto c = init_cause(step, first_step_of_both, pairs, *first))
+      result_.causes.push_back(std::move(*c));
+    if (auto c = optimizer_cause(step, previous_step_, pairs, *first))
+      result_.causes.push_back(std::move(*c));
   }
   previous_step_ = digest_step(step, pairs);
 }
 
 // Counts what noise explains, and keeps the first pair with a bug-class explanation and its
 // cause: the headline.
-void Aligner::note_noise_or_bug(std::int64_t step, bool first_step, const std::vector<Pair>& pairs) {
+void Aligner::note_noise_or_bug(std::int64_t step, bool first_step,
+                                const std::vector<Pair>& pairs) {
   for (const auto& p : pairs) {
     if (!is_divergence(p.pair_class) || !p.why.rule) continue;  // set-aside ops have no explanation
     result_.noise.add(p);
@@ -408,7 +418,8 @@ Cause Aligner::headline_cause(std::int64_t step, bool first_step, const std::vec
   else if (rule == Rule::wrong_reduction) c = grad_reduction_cause(s, options_);
   else if (rule == Rule::constant_factor) c = constant_factor_cause(step, p);
   else if (rule == Rule::init) c = init_cause(step, first_step, pairs, p);
-  else if (rule == Rule::optimizer && p.why.roots == 0) c = optimizer_cause(step, previous_step_, pairs, p);
+  else if (rule == Rule::optimizer && p.why.roots == 0)
+    c = optimizer_cause(step, previous_step_, pairs, p);
   if (c && c->rule == rule) return *c;
   return explainer_.cause_of(step, p);
 }
@@ -465,8 +476,7 @@ void Aligner::order_causes() {
   if (first_nonfinite_) {
     if (r.first_divergence && first_nonfinite_step_ <= r.first_divergence->step)
       r.causes.insert(r.causes.begin(), *first_nonfinite_);
-    else
-      r.causes.push_back(*first_nonfinite_);
+    else r.causes.push_back(*first_nonfinite_);
   }
 }
 

@@ -32,12 +32,10 @@ void check_compatible(const Run& base, const Run& test) {
   if (base.python() || test.python()) return;
   // Log format versions may differ: every version the reader accepts holds the same records.
   if (base.hash_spec_version() != test.hash_spec_version())
-    throw InputError("the runs use different hash spec versions (" +
-                     base.header_file().string() + ":1: " +
-                     std::to_string(base.hash_spec_version()) + ", " +
-                     test.header_file().string() + ":1: " +
-                     std::to_string(test.hash_spec_version()) +
-                     "): their hashes cannot be compared");
+    throw InputError(
+        "the runs use different hash spec versions (" + base.header_file().string() +
+        ":1: " + std::to_string(base.hash_spec_version()) + ", " + test.header_file().string() +
+        ":1: " + std::to_string(test.hash_spec_version()) + "): their hashes cannot be compared");
 }
 
 bool outside_steps(std::int64_t step, const DiffOptions& o) {
@@ -74,7 +72,8 @@ std::vector<Kind> kinds_in(std::uint32_t bits) {
 // The region's dumps as files: a record names its dump relative to its rank's directory.
 void resolve_dumps(const Run& base, const Run& test, OpReport& ops) {
   if (!ops.region) return;
-  for (auto [run, region_ops] : {std::pair{&base, &ops.region->base}, std::pair{&test, &ops.region->test}})
+  for (auto [run, region_ops] :
+       {std::pair{&base, &ops.region->base}, std::pair{&test, &ops.region->test}})
     for (ReplayOp& op : *region_ops)
       if (!op.dump.empty()) op.dump = (run->rank_dir(op.rank) / op.dump).string();
 }
@@ -127,7 +126,8 @@ Result diff_runs(Run& base, Run& test, const DiffOptions& options) {
   KindsRecorded recorded;
   Result first = compare_once(base, test, options, recorded);
   // Op records of one run only (one run traced) are set aside and listed one by one instead.
-  const std::uint32_t one_sided = (recorded.base ^ recorded.test) & ~(1u << static_cast<unsigned>(Kind::op));
+  const std::uint32_t one_sided =
+      (recorded.base ^ recorded.test) & ~(1u << static_cast<unsigned>(Kind::op));
   if (options.kinds_mask || one_sided == 0) return first;
   // Which kinds a run records is known once all of it was read: the runs are read again.
   DiffOptions without = options;

@@ -16,7 +16,9 @@ void IssueLog::hint(const std::string& text) {
   if (std::find(hints.begin(), hints.end(), text) == hints.end()) hints.push_back(text);
 }
 
-Phase phase_of(const Pair& p) { return phase_of(p.base.present ? p.base.merged.record : p.test.merged.record); }
+Phase phase_of(const Pair& p) {
+  return phase_of(p.base.present ? p.base.merged.record : p.test.merged.record);
+}
 
 bool Result::any_divergence() const {
   for (const auto& per_kind : counts)

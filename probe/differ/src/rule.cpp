@@ -48,7 +48,8 @@ constexpr std::size_t following() {
 }
 static_assert(in_enum_order(), "kRules lists every Rule once, in the enum's order");
 static_assert(kRuleCount == kRules.size(), "a Rule without a row");
-static_assert(following() == kFollowingRules, "kExplanationCount counts two entries per `follows` rule");
+static_assert(following() == kFollowingRules,
+              "kExplanationCount counts two entries per `follows` rule");
 
 }  // namespace
 

@@ -37,34 +37,46 @@ const CLI::Validator kNonNegative(
       } catch (...) {
         used = 0;
       }
-      return used == text.size() && std::isfinite(v) && v >= 0 ? "" : "'" + text + "' is not a number >= 0";
+      return used == text.size() && std::isfinite(v) && v >= 0
+                 ? ""
+                 : "'" + text + "' is not a number >= 0";
     },
     "NON_NEGATIVE");
 
 void add_options(CLI::App& app, Cli& c) {
   app.add_option("base", c.base_path, "baseline run directory or log file")->required();
   app.add_option("test", c.test_path, "test run directory or log file")->required();
-  app.add_option("--rtol", c.diff.cmp.rtol, "relative tolerance: |test-base| <= atol + rtol*|base| (a mean: rtol * max(|base|, RMS of the elements))")
-      ->check(kNonNegative)->capture_default_str();
-  app.add_option("--atol", c.diff.cmp.atol, "absolute tolerance")->check(kNonNegative)->capture_default_str();
+  app.add_option("--rtol", c.diff.cmp.rtol,
+                 "relative tolerance: |test-base| <= atol + rtol*|base| (a mean: rtol * "
+                 "max(|base|, RMS of the elements))")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  app.add_option("--atol", c.diff.cmp.atol, "absolute tolerance")
+      ->check(kNonNegative)
+      ->capture_default_str();
   app.add_option("--map", c.maps,
                  "[@RANKS:]REGEX=REPLACEMENT rule applied to names of both runs (repeatable); "
                  "@4-7: limits it to those ranks; $1, ${1}, ${1+4} (arithmetic), $&, $$");
   app.add_option("--map-base", c.maps_base, "REGEX=REPLACEMENT rule for the base run's names only");
   app.add_option("--map-test", c.maps_test, "REGEX=REPLACEMENT rule for the test run's names only");
-  app.add_flag("--no-strip-wrappers", c.no_strip, "keep module./_fsdp_wrapped_module./_orig_mod./_checkpoint_wrapped_module.");
-  app.add_option("--kinds", c.kinds,
-                 "kinds to compare: all, a comma-separated list (param,rng,input,output,tap,output_grad,"
-                 "mb_grad,grad,scalar,optim,op), or -kind to drop one from all; default: every kind both "
-                 "runs record (a kind one run never recorded is left out, and said so)");
+  app.add_flag("--no-strip-wrappers", c.no_strip,
+               "keep module./_fsdp_wrapped_module./_orig_mod./_checkpoint_wrapped_module.");
+  app.add_option(
+      "--kinds", c.kinds,
+      "kinds to compare: all, a comma-separated list (param,rng,input,output,tap,output_grad,"
+      "mb_grad,grad,scalar,optim,op), or -kind to drop one from all; default: every kind both "
+      "runs record (a kind one run never recorded is left out, and said so)");
   app.add_option("--steps", c.steps, "steps to compare: N, A:B, A: or :B (inclusive)");
   app.add_option("--name", c.name_re, "compare only names matching this regular expression");
-  app.add_option("--top", c.diff.top, "how many largest differences to list")->capture_default_str();
-  app.add_flag("--all-series", c.text.all_series,
-               "PAIRED STATISTICS: list the mismatching tensor norm series too, not only the scalar "
-               "series and the headline's");
+  app.add_option("--top", c.diff.top, "how many largest differences to list")
+      ->capture_default_str();
+  app.add_flag(
+      "--all-series", c.text.all_series,
+      "PAIRED STATISTICS: list the mismatching tensor norm series too, not only the scalar "
+      "series and the headline's");
   app.add_option("--max-series", c.text.max_series,
-                 "list at most this many mismatching tensor norm series on the terminal (implies --all-series)")
+                 "list at most this many mismatching tensor norm series on the terminal (implies "
+                 "--all-series)")
       ->capture_default_str()
       ->each([&c](const std::string&) { c.text.all_series = true; });
   // Given, either sets the summation-order bound everywhere (sum_order_fixed), not only where
@@ -74,29 +86,45 @@ void add_options(CLI::App& app, Cli& c) {
                  "summation-order bound (relative norm difference) of fp32/fp64 grads and scalars; "
                  "default: derived from the mb_grads' count and norms and the dtype, this value "
                  "where a grad has no mb_grads")
-      ->check(kNonNegative)->capture_default_str()->each(fix_bound);
-  app.add_option("--sum-order-rtol-lowp", c.diff.sum_order_rtol_lowp, "the same bound for bf16/fp16/fp8 grads")
-      ->check(kNonNegative)->capture_default_str()->each(fix_bound);
+      ->check(kNonNegative)
+      ->capture_default_str()
+      ->each(fix_bound);
+  app.add_option("--sum-order-rtol-lowp", c.diff.sum_order_rtol_lowp,
+                 "the same bound for bf16/fp16/fp8 grads")
+      ->check(kNonNegative)
+      ->capture_default_str()
+      ->each(fix_bound);
   app.add_option("--noise-amplification", c.diff.noise_amplification,
                  "inherited noise: how many times the noise it descends from a difference may grow")
-      ->check(kNonNegative)->capture_default_str();
-  app.add_option("--update-amplification", c.diff.update_amplification,
-                 "an optimizer update (param, optim records): how many times the largest difference of "
-                 "the gradient, weights and state it is computed from it may be")
-      ->check(kNonNegative)->capture_default_str();
-  app.add_option("--reduction-amplification", c.diff.reduction_amplification,
-                 "the first records after a tensor-parallel reduction (partial_sum): how many times its "
-                 "rounding their difference may be")
-      ->check(kNonNegative)->capture_default_str();
-  app.add_flag("--strict", c.diff.strict,
-               "headline the first divergence of any kind and exit 1 on any difference, noise included");
-  app.add_option("--model-name", c.run.model_name,
-                 "the name the probe run gives the model's forward output (ProbeOptions::model_name): "
-                 "a NumericsLogger log's [mb<N> fwd out] is the output record of that name, microbatch N")
+      ->check(kNonNegative)
       ->capture_default_str();
-  app.add_flag("--lenient", c.lenient, "skip and count garbage lines, out-of-order and duplicate records instead of failing");
-  app.add_option("--json", c.json_path, "write the whole result as JSON to this file ('-' for stdout)");
-  app.add_option("--html", c.html_path, "also write a self-contained HTML report (heat map, curves, tables) to this file");
+  app.add_option(
+         "--update-amplification", c.diff.update_amplification,
+         "an optimizer update (param, optim records): how many times the largest difference of "
+         "the gradient, weights and state it is computed from it may be")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  app.add_option(
+         "--reduction-amplification", c.diff.reduction_amplification,
+         "the first records after a tensor-parallel reduction (partial_sum): how many times its "
+         "rounding their difference may be")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  app.add_flag(
+      "--strict", c.diff.strict,
+      "headline the first divergence of any kind and exit 1 on any difference, noise included");
+  app.add_option(
+         "--model-name", c.run.model_name,
+         "the name the probe run gives the model's forward output (ProbeOptions::model_name): "
+         "a NumericsLogger log's [mb<N> fwd out] is the output record of that name, microbatch N")
+      ->capture_default_str();
+  app.add_flag(
+      "--lenient", c.lenient,
+      "skip and count garbage lines, out-of-order and duplicate records instead of failing");
+  app.add_option("--json", c.json_path,
+                 "write the whole result as JSON to this file ('-' for stdout)");
+  app.add_option("--html", c.html_path,
+                 "also write a self-contained HTML report (heat map, curves, tables) to this file");
   app.add_flag("--color", c.color_always, "colour even when stdout is not a terminal");
   app.add_flag("--no-color", c.color_never, "never colour");
 }
@@ -104,14 +132,16 @@ void add_options(CLI::App& app, Cli& c) {
 // The options that are texts to parse (filters); throws InputError.
 void parse_filters(Cli& c) {
   if (!c.kinds.empty()) c.diff.kinds_mask = differ::parse_kinds(c.kinds);
-  if (!c.steps.empty()) std::tie(c.diff.step_min, c.diff.step_max) = differ::parse_step_range(c.steps);
+  if (!c.steps.empty())
+    std::tie(c.diff.step_min, c.diff.step_max) = differ::parse_step_range(c.steps);
   if (!c.name_re.empty()) {
     c.diff.name_filter = differ::parse_name_filter(c.name_re);
     c.diff.name_filter_text = c.name_re;
   }
 }
 
-differ::RunOptions run_options(const Cli& c, const std::vector<std::string>& own, const char* label) {
+differ::RunOptions run_options(const Cli& c, const std::vector<std::string>& own,
+                               const char* label) {
   std::vector<std::string> rules = c.maps;
   rules.insert(rules.end(), own.begin(), own.end());
   differ::RunOptions o = c.run;
@@ -132,7 +162,8 @@ class ReportFile {
       : flag_(flag) {
     if (path.empty() || path == "-") return;
     out_.open(path, mode);
-    if (!out_) throw differ::InputError(std::string("cannot write ") + flag_ + " file '" + path + "'");
+    if (!out_)
+      throw differ::InputError(std::string("cannot write ") + flag_ + " file '" + path + "'");
     path_ = path;
   }
   ~ReportFile() {
@@ -143,7 +174,8 @@ class ReportFile {
   std::ostream& stream() { return out_; }
   void close() {
     out_.close();
-    if (!out_) throw differ::InputError(std::string("cannot write ") + flag_ + " file '" + path_ + "'");
+    if (!out_)
+      throw differ::InputError(std::string("cannot write ") + flag_ + " file '" + path_ + "'");
     written_ = true;
   }
 
@@ -161,7 +193,8 @@ int compare(Cli& c) {
   // --html gathers every pair's figures while comparing (the heat map and the curves).
   differ::PairGrid grid;
   if (!c.html_path.empty()) {
-    if (!differ::html_report_available()) throw differ::InputError("--html: " + differ::html_report_unavailable_reason());
+    if (!differ::html_report_available())
+      throw differ::InputError("--html: " + differ::html_report_unavailable_reason());
     html_file.emplace(c.html_path, "--html", std::ios::out | std::ios::binary);
     c.diff.on_pair = [&grid](const differ::Pair& p, std::size_t series) { grid.add(p, series); };
     c.diff.on_restart = [&grid] { grid = differ::PairGrid{}; };

@@ -39,7 +39,7 @@ struct Config {
   int world = 8, stages = 2;
   int steps = 1000, params = 500, mbs = 8, block_rows = 4, cols = 16;
   bool mb_grads = false, forward = true;
-  bool pp_renumber = false;  // pipeline stages number their layers from 0
+  bool pp_renumber = false;      // pipeline stages number their layers from 0
   std::string variant = "none";  // none, sum_order, rng, none_grads, nan, loss_ulp, unreduced
   int at_step = 3;
   int param = 1;
@@ -121,7 +121,8 @@ struct Layout {
   int dp = c.world / stages;
 
   int stage_of(int p) const { return p * stages / c.params; }
-  // Stage-major, as moe_train and torchtitan lay out a pipeline: stage s is ranks s*dp .. s*dp+dp-1.
+  // Stage-major, as moe_train and torchtitan lay out a pipeline: stage s is ranks s*dp ..
+  // s*dp+dp-1.
   int rank_of(int stage, int d) const { return stage * dp + d; }
   int dp_of_mb(int mb) const { return mb % dp; }
   int first_of_stage(int stage) const {  // smallest p with stage_of(p) == stage
@@ -195,7 +196,8 @@ void write_microbatch(const Config& c, const Layout& l, RunWriter& w, int step, 
     if (c.variant == "rng" && on) out.id = mix(out.id);
     w.emit(l.rank_of(0, d), tensor_record(c, step, Kind::rng, "cuda_rng", mb, rng, 0, kBlocks));
     w.emit(l.rank_of(0, d), tensor_record(c, step, Kind::input, "tokens", mb, in, 0, kBlocks));
-    w.emit(l.rank_of(l.stages - 1, d), tensor_record(c, step, Kind::output, "logits", mb, out, 0, kBlocks));
+    w.emit(l.rank_of(l.stages - 1, d),
+           tensor_record(c, step, Kind::output, "logits", mb, out, 0, kBlocks));
   }
   if (!c.mb_grads) return;
   for (int p = c.params - 1; p >= 0; --p) {  // backward: last parameter first
@@ -210,9 +212,10 @@ void write_microbatch(const Config& c, const Layout& l, RunWriter& w, int step, 
 void write_grads(const Config& c, const Layout& l, RunWriter& w, int step) {
   const bool on = step >= c.at_step;
   for (int p = 0; p < c.params; ++p) {
-    const std::string name =
-        (c.layout == "ddp" ? "module." : c.layout == "zero3" ? "_fsdp_wrapped_module." : "") +
-        l.layer_name(p);
+    const std::string name = (c.layout == "ddp"     ? "module."
+                              : c.layout == "zero3" ? "_fsdp_wrapped_module."
+                                                    : "") +
+                             l.layer_name(p);
     Tensor g{tid(step, 6, p, 0)};
     if (c.variant == "sum_order" && on && p == c.param) g.perturb = true;
     if (c.variant == "rng" && on) g.id = mix(g.id);
@@ -225,8 +228,9 @@ void write_grads(const Config& c, const Layout& l, RunWriter& w, int step) {
       const int per = kBlocks / c.world;
       Tensor local = g;
       if (unreduced) local.id = mix(g.id + static_cast<std::uint64_t>(d) + 1);
-      Record rec = zero3 ? tensor_record(c, step, Kind::grad, name, std::nullopt, g, d * per, per)
-                         : tensor_record(c, step, Kind::grad, name, std::nullopt, local, 0, kBlocks);
+      Record rec = zero3
+                       ? tensor_record(c, step, Kind::grad, name, std::nullopt, g, d * per, per)
+                       : tensor_record(c, step, Kind::grad, name, std::nullopt, local, 0, kBlocks);
       if (none) rec.state = Record::State::none;
       w.emit(zero3 ? d : l.rank_of(l.stage_of(p), d), rec);
     }
@@ -280,10 +284,12 @@ int main(int argc, char** argv) {
   app.add_flag("--mb-grads", c.mb_grads, "log mb_grad records (one per parameter and microbatch)");
   app.add_flag("!--no-forward", c.forward, "omit rng/input/output records");
   app.add_flag("--pp-renumber", c.pp_renumber, "pp layout: each stage numbers its layers from 0");
-  app.add_option("--variant", c.variant,
-                 "none, sum_order, rng, none_grads, nan, loss_ulp, unreduced (a grad left unreduced "
-                 "over data-parallel replicas: ddp and pp layouts)")
-      ->check(CLI::IsMember({"none", "sum_order", "rng", "none_grads", "nan", "loss_ulp", "unreduced"}));
+  app.add_option(
+         "--variant", c.variant,
+         "none, sum_order, rng, none_grads, nan, loss_ulp, unreduced (a grad left unreduced "
+         "over data-parallel replicas: ddp and pp layouts)")
+      ->check(CLI::IsMember(
+          {"none", "sum_order", "rng", "none_grads", "nan", "loss_ulp", "unreduced"}));
   app.add_option("--at-step", c.at_step, "step where the variant starts");
   app.add_option("--param", c.param, "parameter the variant touches");
   CLI11_PARSE(app, argc, argv);

@@ -24,7 +24,8 @@ inline double unit_roundoff(std::string_view dtype) {
 // A floating dtype coarser than float32 (bfloat16, float16, float8): the ones whose rounding
 // the figures' float32 defaults do not cover.
 inline bool low_precision(std::string_view dtype) {
-  return dtype == "bfloat16" || dtype == "float16" || dtype == "half" || dtype.starts_with("float8");
+  return dtype == "bfloat16" || dtype == "float16" || dtype == "half" ||
+         dtype.starts_with("float8");
 }
 
 }  // namespace probe

@@ -63,7 +63,7 @@ PROBE_HOST_DEVICE inline std::uint64_t hash_1to2(std::uint32_t v, std::uint32_t 
                                                  std::uint64_t seed) {
   const std::uint32_t c1 = v & 0xff;
   const std::uint32_t c2 = (len == 1) ? c1 : (v >> 8) & 0xff;  // input[len >> 1]
-  const std::uint32_t c3 = c2;                                  // input[len - 1]
+  const std::uint32_t c3 = c2;                                 // input[len - 1]
   const std::uint32_t combined = (c1 << 16) | (c2 << 24) | c3 | (len << 8);
   return xxh64_avalanche(static_cast<std::uint64_t>(combined) ^ (kBitflip1to3 + seed));
 }
@@ -95,10 +95,8 @@ PROBE_HOST_DEVICE inline std::uint64_t element_hash(const void* bytes, int size,
                                                     std::uint64_t global_index) {
   const auto* b = static_cast<const std::uint8_t*>(bytes);
   switch (size) {
-    case 1:
-      return element_hash_1(b[0], global_index);
-    case 2:
-      return element_hash_2(static_cast<std::uint16_t>(b[0] | (b[1] << 8)), global_index);
+    case 1: return element_hash_1(b[0], global_index);
+    case 2: return element_hash_2(static_cast<std::uint16_t>(b[0] | (b[1] << 8)), global_index);
     case 4: {
       std::uint32_t v = 0;
       for (int k = 3; k >= 0; --k) v = (v << 8) | b[k];

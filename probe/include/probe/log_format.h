@@ -14,8 +14,9 @@
 
 namespace probe::log_format {
 
-inline constexpr int kVersion = 9;  // written (4: op records; 5: partial records; 6: covers; 7: split ops; 8: l1, mhash;
-                                    // 9: compiled steps)
+// written (4: op records; 5: partial records; 6: covers; 7: split ops; 8: l1, mhash;
+inline constexpr int kVersion = 9;
+// 9: compiled steps)
 inline constexpr int kOldestVersion = 1;  // oldest still read
 inline constexpr std::string_view kHeaderTag = "#numprobe";
 inline constexpr std::string_view kStepEndTag = "#end";

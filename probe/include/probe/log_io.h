@@ -50,7 +50,8 @@ class LogWriter {
   // The same for `count` records already formatted into `records`, each line ending in '\n'
   // (log_format::append_record): the caller's buffer can be reused from step to step.
   // `compiled`: compiled code ran in the step (log_format::StepEnd).
-  void write_step(std::int64_t step, std::string_view records, std::size_t count, bool compiled = false);
+  void write_step(std::int64_t step, std::string_view records, std::size_t count,
+                  bool compiled = false);
   const std::filesystem::path& path() const;
 
  private:
@@ -126,12 +127,12 @@ class LogReader {
   std::optional<Stop> stopped_;
   std::string line_;  // the line buffer, kept between next() calls
   // Format 2: the lines since the last step end (the step being read).
-  bool step_ends_ = false;  // the format has step ends
+  bool step_ends_ = false;         // the format has step ends
   std::int64_t open_lines_ = 0;    // every line: lines after the last step end are a cut step
   std::int64_t open_records_ = 0;  // the lines that parsed: what the step end counts
   std::int64_t open_first_line_ = 0;
   std::string open_first_text_;
-  std::optional<std::int64_t> open_step_;  // the first parsed record's step
+  std::optional<std::int64_t> open_step_;        // the first parsed record's step
   std::optional<std::int64_t> open_other_step_;  // a record of another step among them
   mutable std::mutex compiled_mutex_;
   std::set<std::int64_t> compiled_steps_;  // steps whose end said compiled=1

@@ -29,7 +29,8 @@ struct OptimizerState {
 };
 
 // Reads the state of one parameter; `state` is the optimizer's entry for it (never null).
-using OptimizerStateReader = std::function<OptimizerState(const torch::optim::OptimizerParamState& state)>;
+using OptimizerStateReader =
+    std::function<OptimizerState(const torch::optim::OptimizerParamState& state)>;
 
 // Registers `reader` for optimizers whose dynamic type is exactly `optimizer_type`, replacing
 // an earlier one. Thread-safe. Prefer the template below.

@@ -127,7 +127,8 @@ class Probe {
     std::vector<at::Tensor> outputs;
     append_tensors(outputs, output);
     for (std::size_t i = 0; i < outputs.size(); ++i)
-      record_output(outputs.size() == 1 ? name : name + "." + std::to_string(i), microbatch, outputs[i]);
+      record_output(outputs.size() == 1 ? name : name + "." + std::to_string(i), microbatch,
+                    outputs[i]);
     return output;
   }
 
@@ -150,7 +151,8 @@ class Probe {
   // A named intermediate tensor of the current forward microbatch (see also probe::tap).
   // `partial`: the tensor is that summand of the tapped value (a tensor-parallel rank's partial
   // product before the row-parallel reduction).
-  void tap(const std::string& name, const at::Tensor& t, const Shard& shard = {}, Partial partial = {});
+  void tap(const std::string& name, const at::Tensor& t, const Shard& shard = {},
+           Partial partial = {});
   // Named values of this step (loss, grad_norm, lr). A one-element tensor's value is taken now
   // (on a device: copied there, no host sync) and read back with the step's figures at end_step().
   // A tensor without elements has no value: its record carries the tensor's figures (hash 0).
@@ -175,9 +177,12 @@ class Probe {
   friend struct detail::ProbeHooks;
 
  private:
-  template <class T> struct IsTuple : std::false_type {};
-  template <class... T> struct IsTuple<std::tuple<T...>> : std::true_type {};
-  template <class A, class B> struct IsTuple<std::pair<A, B>> : std::true_type {};
+  template <class T>
+  struct IsTuple : std::false_type {};
+  template <class... T>
+  struct IsTuple<std::tuple<T...>> : std::true_type {};
+  template <class A, class B>
+  struct IsTuple<std::pair<A, B>> : std::true_type {};
 
   // The tensors of a forward argument or result, in order: a tensor, a std::vector of tensors,
   // or the tensor elements of a std::tuple / std::pair (other values hold none).
@@ -216,12 +221,14 @@ class Probe {
                       Partial partial = {});
 
   void start_op_trace();
-  std::shared_ptr<detail::ProbeImpl> impl_;  // shared: hooks hold it weakly, autograd may outlive the probe
+  // shared: hooks hold it weakly, autograd may outlive the probe
+  std::shared_ptr<detail::ProbeImpl> impl_;
 };
 
 // Records `t` as a tap of the active probe (the most recently constructed enabled one), with
 // its shard or as a summand (Probe::tap); a no-op when there is none.
-void tap(const std::string& name, const at::Tensor& t, const Shard& shard = {}, Partial partial = {});
+void tap(const std::string& name, const at::Tensor& t, const Shard& shard = {},
+         Partial partial = {});
 // Probe::note_compiled of the active probe; a no-op when there is none.
 void note_compiled();
 

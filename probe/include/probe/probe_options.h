@@ -39,11 +39,11 @@ struct ProbeOptions {
   std::filesystem::path output_root = "out";
   std::int64_t every = 1;  // record steps where step % every == 0
   KindSet kinds = KindSet::all();
-  int rank = -1;        // -1: $RANK (torchrun), else 0
-  int world_size = -1;  // -1: $WORLD_SIZE, else 1
-  std::string setup;    // free text for the log header ("zero3 x4, seed 42")
-  bool torch_hash = false;            // also log at::hash_tensor (Python tooling's hash)
-  std::string model_name = "model";   // record name of forward() inputs and outputs
+  int rank = -1;                     // -1: $RANK (torchrun), else 0
+  int world_size = -1;               // -1: $WORLD_SIZE, else 1
+  std::string setup;                 // free text for the log header ("zero3 x4, seed 42")
+  bool torch_hash = false;           // also log at::hash_tensor (Python tooling's hash)
+  std::string model_name = "model";  // record name of forward() inputs and outputs
   // Op trace (kind `op`): which steps, scopes, phases and microbatches record every ATen op
   // (probe/trace_spec.h, docs/log-format.md). Empty: no op is traced, and no callback is set.
   std::string trace;

@@ -70,9 +70,9 @@ struct Record {
   std::vector<std::int64_t> covers;
 
   enum class State : std::uint8_t {
-    tensor,       // `stats` holds the tensor's figures (stats.unsupported may be set)
-    none,         // the tensor was undefined (e.g. a gradient never computed)
-    scalar,       // `value` holds a scalar
+    tensor,  // `stats` holds the tensor's figures (stats.unsupported may be set)
+    none,    // the tensor was undefined (e.g. a gradient never computed)
+    scalar,  // `value` holds a scalar
   };
   State state = State::tensor;
   TensorStats stats;

@@ -21,19 +21,19 @@ struct TensorStats {
   double norm = 0;         // L2 norm accumulated in fp64; NaN if any element is NaN
   double min = kNaN;       // over non-NaN elements; NaN when there are none
   double max = kNaN;
-  double mean = kNaN;      // over non-NaN elements
-  std::int64_t nan = 0;    // NaN count
-  std::int64_t inf = 0;    // +-Inf count
+  double mean = kNaN;    // over non-NaN elements
+  std::int64_t nan = 0;  // NaN count
+  std::int64_t inf = 0;  // +-Inf count
   // Format 8's evidence for sound rules (docs/hash-spec.md, "Order-independent figures"); absent
   // in older logs and in logs of other tools.
   std::optional<double> l1;            // sum of |x| over non-NaN elements, fp64
   std::optional<std::uint64_t> mhash;  // sum of value_term(bits) mod 2^64: the values, not places
-  std::string dtype;       // torch's name: float32, bfloat16, int64, bool, complex64 ...
+  std::string dtype;                // torch's name: float32, bfloat16, int64, bool, complex64 ...
   std::vector<std::int64_t> shape;  // local shape (a sparse tensor's dense shape)
   // A sparse tensor's stored elements after coalescing (torch's _nnz(): index entries).
   std::optional<std::int64_t> nnz;
-  Shard shard;                      // empty: the tensor is whole
-  Partial partial;                  // empty: no summand of a partial sum (probe/partial.h)
+  Shard shard;      // empty: the tensor is whole
+  Partial partial;  // empty: no summand of a partial sum (probe/partial.h)
   // Set when the tensor cannot be hashed (quantized, sub-byte, nested): the reason.
   std::optional<std::string> unsupported;
   // at::hash_tensor's value (XOR of the elements' bits), when the compatibility hash is on.

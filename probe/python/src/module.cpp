@@ -74,11 +74,13 @@ probe::ProbeOptions options_from(const py::dict& kwargs) {
       const std::string mode = text();
       if (mode == "report") o.on_error = probe::ProbeOptions::OnError::report;
       else if (mode == "throw") o.on_error = probe::ProbeOptions::OnError::throw_error;
-      else throw std::invalid_argument("numprobe: on_error='" + mode + "' is not 'report' or 'throw'");
+      else
+        throw std::invalid_argument("numprobe: on_error='" + mode + "' is not 'report' or 'throw'");
     } else {
-      throw py::type_error("numprobe.Probe() got an unexpected option '" + name +
-                           "' (options: enabled, run_dir, output_root, every, kinds, rank, world_size, "
-                           "setup, torch_hash, model_name, trace, on_error)");
+      throw py::type_error(
+          "numprobe.Probe() got an unexpected option '" + name +
+          "' (options: enabled, run_dir, output_root, every, kinds, rank, world_size, "
+          "setup, torch_hash, model_name, trace, on_error)");
     }
   }
   return o;
@@ -101,10 +103,12 @@ class PyScope {
 
   void close() {
     if (scope_ && std::this_thread::get_id() != owner_)
-      throw std::runtime_error("numprobe: scope '" + scope_->name() + "' closed on another thread than it was opened on");
+      throw std::runtime_error("numprobe: scope '" + scope_->name() +
+                               "' closed on another thread than it was opened on");
     if (scope_ && probe::current_scope() != scope_->name())
-      throw std::runtime_error("numprobe: scope '" + scope_->name() + "' closed while '" + probe::current_scope() +
-                               "' inside it is still open (scopes close in the reverse order they open)");
+      throw std::runtime_error(
+          "numprobe: scope '" + scope_->name() + "' closed while '" + probe::current_scope() +
+          "' inside it is still open (scopes close in the reverse order they open)");
     scope_.reset();
   }
   std::string name() const { return scope_ ? scope_->name() : std::string(); }
@@ -127,25 +131,34 @@ class Untraced {
 
 void bind_probe(py::module_& m) {
   py::class_<probe::Probe>(m, "Probe")
-      .def(py::init([](const py::kwargs& kwargs) { return std::make_unique<probe::Probe>(options_from(kwargs)); }))
+      .def(py::init([](const py::kwargs& kwargs) {
+        return std::make_unique<probe::Probe>(options_from(kwargs));
+      }))
       .def_property_readonly("enabled", &probe::Probe::enabled)
       .def_property_readonly("log_error", &probe::Probe::log_error)
-      .def_property_readonly("log_path", [](const probe::Probe& p) { return p.log_path().string(); })
+      .def_property_readonly("log_path",
+                             [](const probe::Probe& p) { return p.log_path().string(); })
       .def_property_readonly("run_dir", [](const probe::Probe& p) { return p.run_dir().string(); })
       .def_property_readonly("step", &probe::Probe::step)
       .def_property_readonly("rank", [](const probe::Probe& p) { return p.options().rank; })
-      .def_property_readonly("world_size", [](const probe::Probe& p) { return p.options().world_size; })
-      .def_property_readonly("model_name", [](const probe::Probe& p) { return p.options().model_name; })
-      .def_property_readonly("tracing", [](const probe::Probe& p) {
-        return p.enabled() && !p.options().trace.empty() && p.options().kinds.contains(probe::Kind::op);
-      })
+      .def_property_readonly("world_size",
+                             [](const probe::Probe& p) { return p.options().world_size; })
+      .def_property_readonly("model_name",
+                             [](const probe::Probe& p) { return p.options().model_name; })
+      .def_property_readonly("tracing",
+                             [](const probe::Probe& p) {
+                               return p.enabled() && !p.options().trace.empty() &&
+                                      p.options().kinds.contains(probe::Kind::op);
+                             })
       .def("records", &probe::Probe::records)
-      .def("kinds_contain", [](const probe::Probe& p, probe::Kind k) { return p.options().kinds.contains(k); })
+      .def("kinds_contain",
+           [](const probe::Probe& p, probe::Kind k) { return p.options().kinds.contains(k); })
       .def("begin_step", &probe::Probe::begin_step)
       .def("end_step", &probe::Probe::end_step, py::call_guard<py::gil_scoped_release>())
       .def("begin_forward",
-           [](probe::Probe& p, const std::string& name, std::int64_t mb, const std::vector<at::Tensor>& inputs,
-              const std::vector<PyShard>& shards, const std::vector<PyPartial>& partials) {
+           [](probe::Probe& p, const std::string& name, std::int64_t mb,
+              const std::vector<at::Tensor>& inputs, const std::vector<PyShard>& shards,
+              const std::vector<PyPartial>& partials) {
              std::vector<probe::Shard> s;
              for (const auto& shard : shards) s.push_back(to_shard(shard));
              std::vector<probe::Partial> ps;
@@ -158,15 +171,22 @@ void bind_probe(py::module_& m) {
       .def("end_backward", &Hooks::end_backward)
       .def("tap",
            [](probe::Probe& p, const std::string& name, const at::Tensor& t, const PyShard& shard,
-              const PyPartial& partial) { p.tap(name, t, to_shard(shard), to_partial(partial, name)); })
+              const PyPartial& partial) {
+             p.tap(name, t, to_shard(shard), to_partial(partial, name));
+           })
       .def("scalar", py::overload_cast<const std::string&, double>(&probe::Probe::scalar))
-      .def("scalar", py::overload_cast<const std::string&, const at::Tensor&>(&probe::Probe::scalar))
-      .def("record_scalar", py::overload_cast<probe::Probe&, probe::Kind, const std::string&, double>(&Hooks::record_scalar))
+      .def("scalar",
+           py::overload_cast<const std::string&, const at::Tensor&>(&probe::Probe::scalar))
       .def("record_scalar",
-           py::overload_cast<probe::Probe&, probe::Kind, const std::string&, const at::Tensor&>(&Hooks::record_scalar))
+           py::overload_cast<probe::Probe&, probe::Kind, const std::string&, double>(
+               &Hooks::record_scalar))
+      .def("record_scalar",
+           py::overload_cast<probe::Probe&, probe::Kind, const std::string&, const at::Tensor&>(
+               &Hooks::record_scalar))
       .def("record",
-           [](probe::Probe& p, probe::Kind kind, const std::string& name, std::optional<std::int64_t> mb,
-              const std::optional<at::Tensor>& t, const PyShard& shard, const PyPartial& partial) {
+           [](probe::Probe& p, probe::Kind kind, const std::string& name,
+              std::optional<std::int64_t> mb, const std::optional<at::Tensor>& t,
+              const PyShard& shard, const PyPartial& partial) {
              p.record(kind, name, mb, or_undefined(t), to_shard(shard), to_partial(partial, name));
            })
       .def("record_mb_grad", [](probe::Probe& p, const std::string& name, const at::Tensor& grad,
@@ -186,8 +206,8 @@ PYBIND11_MODULE(_C, m) {
   }
   bind_probe(m);
   py::class_<PyScope>(m, "Scope")
-      .def(py::init<const std::string&, bool, int, int>(), py::arg("name"), py::kw_only(), py::arg("root") = false,
-           py::arg("split_rank") = 0, py::arg("split_size") = 1)
+      .def(py::init<const std::string&, bool, int, int>(), py::arg("name"), py::kw_only(),
+           py::arg("root") = false, py::arg("split_rank") = 0, py::arg("split_size") = 1)
       .def("close", &PyScope::close)
       .def_property_readonly("name", &PyScope::name);
   py::class_<Untraced>(m, "Untraced")

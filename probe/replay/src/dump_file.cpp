@@ -25,11 +25,13 @@ DumpedOp load_dump(const std::string& file) {
   try {
     v = torch::jit::pickle_load(bytes);
   } catch (const std::exception& e) {
-    throw std::runtime_error(file + ": not a readable op dump: " + std::string(e.what()).substr(0, 200));
+    throw std::runtime_error(file +
+                             ": not a readable op dump: " + std::string(e.what()).substr(0, 200));
   }
   const auto top = elements(v, file, "the file");
   if (top.size() != 4 || !top[0].isString() || !top[1].isString())
-    throw std::runtime_error(file + ": not an op dump (a tuple (schema, name, arguments, outputs) expected)");
+    throw std::runtime_error(
+        file + ": not an op dump (a tuple (schema, name, arguments, outputs) expected)");
   DumpedOp op;
   op.file = file;
   op.schema = top[0].toStringRef();
@@ -39,7 +41,9 @@ DumpedOp load_dump(const std::string& file) {
   return op;
 }
 
-bool is_undefined_tensor(const c10::IValue& v) { return v.isString() && v.toStringRef() == "<undefined>"; }
+bool is_undefined_tensor(const c10::IValue& v) {
+  return v.isString() && v.toStringRef() == "<undefined>";
+}
 
 void flatten_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
   if (is_undefined_tensor(v)) {

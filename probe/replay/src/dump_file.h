@@ -11,9 +11,9 @@ namespace probe::replay {
 
 struct DumpedOp {
   std::string file;
-  std::string schema;  // "" where the op had none
-  std::string name;    // the record's name
-  std::vector<c10::IValue> args;     // lists as tuples
+  std::string schema;             // "" where the op had none
+  std::string name;               // the record's name
+  std::vector<c10::IValue> args;  // lists as tuples
   std::vector<c10::IValue> outputs;
 };
 

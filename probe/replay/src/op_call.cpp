@@ -13,8 +13,9 @@ namespace {
 // Ops that draw random numbers, some without a Generator argument (native_dropout).
 bool random_op(const std::string& name) {
   if (name.ends_with("_backward")) return false;  // native_dropout_backward: a mask given
-  static const char* kRandom[] = {"dropout", "bernoulli", "rand", "normal", "uniform", "multinomial", "poisson",
-                                  "exponential", "geometric", "cauchy", "log_normal", "random_", "rrelu"};
+  static const char* kRandom[] = {"dropout",     "bernoulli", "rand",        "normal",    "uniform",
+                                  "multinomial", "poisson",   "exponential", "geometric", "cauchy",
+                                  "log_normal",  "random_",   "rrelu"};
   for (const char* r : kRandom)
     if (name.find(r) != std::string::npos) return true;
   return false;
@@ -22,7 +23,8 @@ bool random_op(const std::string& name) {
 
 bool is_scalar_type(const c10::TypePtr& type) {
   if (type->kind() == c10::TypeKind::ScalarTypeType) return true;
-  if (auto opt = type->cast<c10::OptionalType>()) return opt->getElementType()->kind() == c10::TypeKind::ScalarTypeType;
+  if (auto opt = type->cast<c10::OptionalType>())
+    return opt->getElementType()->kind() == c10::TypeKind::ScalarTypeType;
   return false;
 }
 
@@ -34,7 +36,8 @@ bool is_number_type(const c10::TypePtr& type) {
 
 bool is_device_type(const c10::TypePtr& type) {
   if (type->kind() == c10::TypeKind::DeviceObjType) return true;
-  if (auto opt = type->cast<c10::OptionalType>()) return opt->getElementType()->kind() == c10::TypeKind::DeviceObjType;
+  if (auto opt = type->cast<c10::OptionalType>())
+    return opt->getElementType()->kind() == c10::TypeKind::DeviceObjType;
   return false;
 }
 
@@ -53,14 +56,17 @@ struct Converter {
     const auto kind = elem->kind();
     if (kind == c10::TypeKind::TensorType) {
       c10::List<at::Tensor> out;
-      for (const auto& e : items) out.push_back(tensor(is_undefined_tensor(e) ? at::Tensor() : e.toTensor()));
+      for (const auto& e : items)
+        out.push_back(tensor(is_undefined_tensor(e) ? at::Tensor() : e.toTensor()));
       return out;
     }
-    if (auto opt = elem->cast<c10::OptionalType>(); opt && opt->getElementType()->kind() == c10::TypeKind::TensorType) {
+    if (auto opt = elem->cast<c10::OptionalType>();
+        opt && opt->getElementType()->kind() == c10::TypeKind::TensorType) {
       c10::List<std::optional<at::Tensor>> out;
       for (const auto& e : items)
         out.push_back(e.isNone() ? std::nullopt
-                                 : std::optional(tensor(is_undefined_tensor(e) ? at::Tensor() : e.toTensor())));
+                                 : std::optional(tensor(is_undefined_tensor(e) ? at::Tensor()
+                                                                               : e.toTensor())));
       return out;
     }
     if (kind == c10::TypeKind::IntType || kind == c10::TypeKind::SymIntType) {
@@ -89,7 +95,9 @@ struct Converter {
     if (is_undefined_tensor(v)) return tensor(at::Tensor());
     // Dumped by name; the replay runs on the host.
     if (v.isString() && is_device_type(type)) return c10::Device(c10::kCPU);
-    const c10::TypePtr inner = type->kind() == c10::TypeKind::OptionalType ? type->castRaw<c10::OptionalType>()->getElementType() : type;
+    const c10::TypePtr inner = type->kind() == c10::TypeKind::OptionalType
+                                   ? type->castRaw<c10::OptionalType>()->getElementType()
+                                   : type;
     if (v.isTuple() && inner->kind() == c10::TypeKind::ListType)
       return list(v, inner->castRaw<c10::ListType>()->getElementType());
     if (v.isTuple()) {
@@ -115,30 +123,35 @@ c10::FunctionSchema parse_schema(const std::string& text) {
   try {
     return torch::jit::parseSchema(text);
   } catch (const std::exception& e) {
-    throw std::runtime_error("the schema '" + text + "' does not parse: " + std::string(e.what()).substr(0, 200));
+    throw std::runtime_error("the schema '" + text +
+                             "' does not parse: " + std::string(e.what()).substr(0, 200));
   }
 }
 
-std::string not_replayable_reason(const std::string& schema_text, const c10::FunctionSchema* schema) {
-  if (schema_text.empty()) return "it has no schema (a backward node's own call, not a dispatcher op)";
+std::string not_replayable_reason(const std::string& schema_text,
+                                  const c10::FunctionSchema* schema) {
+  if (schema_text.empty())
+    return "it has no schema (a backward node's own call, not a dispatcher op)";
   if (!schema) return "its schema does not parse";
   for (const auto& a : schema->arguments())
     if (a.type()->kind() == c10::TypeKind::GeneratorType ||
         (a.type()->kind() == c10::TypeKind::OptionalType &&
-         a.type()->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType))
+         a.type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+             c10::TypeKind::GeneratorType))
       return "it is a random op (it takes a generator): a replay would draw other numbers";
   if (random_op(schema->name())) return "it is a random op: a replay would draw other numbers";
   return "";
 }
 
-std::vector<c10::IValue> call_op(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                                 const ArgPolicy& policy, const std::string& name) {
+std::vector<c10::IValue> call_op(const c10::FunctionSchema& schema,
+                                 const std::vector<c10::IValue>& args, const ArgPolicy& policy,
+                                 const std::string& name) {
   const std::string op_name = name.empty() ? schema.name() : name;
   const std::string& overload = schema.overload_name();
   const auto& params = schema.arguments();
   if (args.size() != params.size())
-    throw std::runtime_error(op_name + ": the dump holds " + std::to_string(args.size()) + " arguments, the schema " +
-                             std::to_string(params.size()));
+    throw std::runtime_error(op_name + ": the dump holds " + std::to_string(args.size()) +
+                             " arguments, the schema " + std::to_string(params.size()));
   Converter convert{policy};
   torch::jit::Stack stack;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -150,18 +163,21 @@ std::vector<c10::IValue> call_op(const c10::FunctionSchema& schema, const std::v
         stack.back() = stack.back().toTensor().clone();
       } else if (stack.back().isTensorList()) {
         c10::List<at::Tensor> copies;
-        for (const at::Tensor& t : stack.back().toTensorVector()) copies.push_back(t.defined() ? t.clone() : t);
+        for (const at::Tensor& t : stack.back().toTensorVector())
+          copies.push_back(t.defined() ? t.clone() : t);
         stack.back() = copies;
       }
     }
   }
   try {
-    const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(op_name.c_str(), overload.c_str());
+    const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow(op_name.c_str(), overload.c_str());
     op.callBoxed(stack);
   } catch (const std::exception& e) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
-    throw std::runtime_error("replaying " + op_name + (overload.empty() ? "" : "." + overload) + " failed: " + what);
+    throw std::runtime_error("replaying " + op_name + (overload.empty() ? "" : "." + overload) +
+                             " failed: " + what);
   }
   return {stack.begin(), stack.end()};
 }

@@ -23,13 +23,15 @@ struct ArgPolicy {
 c10::FunctionSchema parse_schema(const std::string& text);
 
 // Why the op cannot be replayed ("" where it can): no schema, a random op.
-std::string not_replayable_reason(const std::string& schema_text, const c10::FunctionSchema* schema);
+std::string not_replayable_reason(const std::string& schema_text,
+                                  const c10::FunctionSchema* schema);
 
 // The op's outputs for `args` (as dumped) under `policy`; `name` (e.g. "aten::add" where the op
 // is replayed as another) overrides the schema's op. Throws std::runtime_error with the op's name
 // and the dispatcher's message.
-std::vector<c10::IValue> call_op(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                                 const ArgPolicy& policy, const std::string& name = {});
+std::vector<c10::IValue> call_op(const c10::FunctionSchema& schema,
+                                 const std::vector<c10::IValue>& args, const ArgPolicy& policy,
+                                 const std::string& name = {});
 
 // The op's output `index` as a tensor (undefined where it is none).
 at::Tensor output_tensor(const std::vector<c10::IValue>& outputs, std::size_t index);

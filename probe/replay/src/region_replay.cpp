@@ -65,10 +65,13 @@ struct Chain {
         return t;
       };
       at::Tensor out = output_tensor(call_op(*op.schema, op.dump.args, policy), op.output_index);
-      if (!out.defined()) throw NotReplayable(op.name + ": its replay returned no output " + std::to_string(op.output_index));
+      if (!out.defined())
+        throw NotReplayable(op.name + ": its replay returned no output " +
+                            std::to_string(op.output_index));
       if (outputs) outputs->push_back(out);
       if (bounds)
-        bounds->push_back(own_bound(family_of(op.schema->name()), *op.schema, op.dump.args, given, out, op.output_index));
+        bounds->push_back(own_bound(family_of(op.schema->name()), *op.schema, op.dump.args, given,
+                                    out, op.output_index));
       if (override_op == k) out = override_value;
       values[op.output] = out;
     }
@@ -105,14 +108,16 @@ at::Tensor signs(const at::Tensor& like, int trial, at::Generator& gen) {
 at::Tensor propagated(const RunRegion& region, const std::vector<at::Tensor>& outputs,
                       const std::vector<at::Tensor>& bounds, const at::Tensor& reference) {
   at::Tensor total = at::zeros_like(reference);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(0x7265706c6179ull);  // its own: no draw from the default
+  // its own: no draw from the default
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(0x7265706c6179ull);
   for (std::size_t k = 0; k + 1 < region.ops.size(); ++k) {
     if (!bounds[k].defined() || bounds[k].numel() == 0 || !outputs[k].is_floating_point() ||
         bounds[k].abs().max().item<double>() == 0)
       continue;
     at::Tensor spread = at::zeros_like(reference);
     for (int trial = 0; trial < kPropagationTrials; ++trial) {
-      Chain c{region, Mode::float64, k, outputs[k] + kPropagation * bounds[k] * signs(bounds[k], trial, gen)};
+      Chain c{region, Mode::float64, k,
+              outputs[k] + kPropagation * bounds[k] * signs(bounds[k], trial, gen)};
       spread = at::maximum(spread, at::nan_to_num((c.run() - reference).abs() / kPropagation));
     }
     total += kPropagationMargin * spread;
@@ -133,7 +138,8 @@ RunReplay replay_run(const RunRegion& region) {
   RunReplay r;
   r.recorded = recorded_output(region);
   for (const RegionOp& op : region.ops) {
-    const std::string why = not_replayable_reason(op.dump.schema, op.schema ? &*op.schema : nullptr);
+    const std::string why =
+        not_replayable_reason(op.dump.schema, op.schema ? &*op.schema : nullptr);
     if (!why.empty()) throw NotReplayable(op.name + ": " + why);
     r.families.push_back(family_of(op.schema->name()));
   }
@@ -151,8 +157,9 @@ RunReplay replay_run(const RunRegion& region) {
     r.replays_bitwise = same_bits(again, r.recorded);
     if (!*r.replays_bitwise && again.sizes().equals(r.recorded.sizes())) {
       const double u = unit_roundoff(r.recorded.scalar_type());
-      const at::Tensor d = (again.to(at::kDouble) - r.recorded.to(at::kDouble)).abs() /
-                           (r.reference.abs().clamp_min(std::numeric_limits<double>::min()) * (u > 0 ? u : 1));
+      const at::Tensor d =
+          (again.to(at::kDouble) - r.recorded.to(at::kDouble)).abs() /
+          (r.reference.abs().clamp_min(std::numeric_limits<double>::min()) * (u > 0 ? u : 1));
       r.replay_units = at::nan_to_num(d).max().item<double>();
     }
   } catch (const NotReplayable&) {

@@ -27,8 +27,8 @@ struct RegionOp {
   DumpedOp dump;
   std::optional<c10::FunctionSchema> schema;
   std::vector<std::optional<std::uint64_t>> inputs;  // the record's input hashes
-  std::uint64_t output = 0;                           // the record's output hash
-  std::size_t output_index = 0;                       // which of the op's outputs the record is
+  std::uint64_t output = 0;                          // the record's output hash
+  std::size_t output_index = 0;                      // which of the op's outputs the record is
 };
 
 // A run's side of the region: its ops in execution order and the hash of the value it hands on.

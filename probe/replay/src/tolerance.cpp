@@ -31,56 +31,132 @@ constexpr double kPerturbMargin = 2;
 const std::unordered_map<std::string, Family>& families() {
   static const std::unordered_map<std::string, Family> table = [] {
     std::unordered_map<std::string, Family> t;
-    for (const char* n : {"view", "reshape", "_reshape_alias", "_unsafe_view", "permute", "transpose", "t", "expand",
-                          "expand_as", "slice", "select", "narrow", "index", "index_select", "gather", "embedding",
-                          "take", "take_along_dim", "cat", "stack", "split", "split_with_sizes", "chunk", "unbind",
-                          "unsqueeze", "squeeze", "flatten", "unflatten", "contiguous", "clone", "copy", "detach",
-                          "alias", "view_as", "reshape_as", "repeat", "roll", "flip", "masked_select",
-                          "neg", "abs", "relu", "max", "min", "amax", "amin", "maximum", "minimum",
-                          "topk", "sort", "argmax", "argmin",
-                          "zeros_like", "ones_like", "empty_like", "zero", "triu", "tril", "eq",
-                          "ne", "lt", "le", "gt", "ge", "lift_fresh", "sign", "movedim",
-                          "as_strided", "diagonal", "unfold", "floor_divide", "floor", "ceil", "round", "trunc"})
+    for (const char* n : {"view",
+                          "reshape",
+                          "_reshape_alias",
+                          "_unsafe_view",
+                          "permute",
+                          "transpose",
+                          "t",
+                          "expand",
+                          "expand_as",
+                          "slice",
+                          "select",
+                          "narrow",
+                          "index",
+                          "index_select",
+                          "gather",
+                          "embedding",
+                          "take",
+                          "take_along_dim",
+                          "cat",
+                          "stack",
+                          "split",
+                          "split_with_sizes",
+                          "chunk",
+                          "unbind",
+                          "unsqueeze",
+                          "squeeze",
+                          "flatten",
+                          "unflatten",
+                          "contiguous",
+                          "clone",
+                          "copy",
+                          "detach",
+                          "alias",
+                          "view_as",
+                          "reshape_as",
+                          "repeat",
+                          "roll",
+                          "flip",
+                          "masked_select",
+                          "neg",
+                          "abs",
+                          "relu",
+                          "max",
+                          "min",
+                          "amax",
+                          "amin",
+                          "maximum",
+                          "minimum",
+                          "topk",
+                          "sort",
+                          "argmax",
+                          "argmin",
+                          "zeros_like",
+                          "ones_like",
+                          "empty_like",
+                          "zero",
+                          "triu",
+                          "tril",
+                          "eq",
+                          "ne",
+                          "lt",
+                          "le",
+                          "gt",
+                          "ge",
+                          "lift_fresh",
+                          "sign",
+                          "movedim",
+                          "as_strided",
+                          "diagonal",
+                          "unfold",
+                          "floor_divide",
+                          "floor",
+                          "ceil",
+                          "round",
+                          "trunc"})
       t[n] = Family::exact;
-    for (const char* n : {"to", "_to_copy", "type_as", "_autocast_to_reduced_precision", "_autocast_to_full_precision"})
+    for (const char* n : {"to", "_to_copy", "type_as", "_autocast_to_reduced_precision",
+                          "_autocast_to_full_precision"})
       t[n] = Family::cast;
     // A scalar operand (a clamp's bound, a fill value) rounds into the dtype as a result does.
-    for (const char* n : {"mul", "div", "true_divide", "reciprocal", "square", "clamp", "clamp_min", "clamp_max",
-                          "masked_fill", "fill", "full_like", "where", "constant_pad_nd"})
+    for (const char* n :
+         {"mul", "div", "true_divide", "reciprocal", "square", "clamp", "clamp_min", "clamp_max",
+          "masked_fill", "fill", "full_like", "where", "constant_pad_nd"})
       t[n] = Family::rounding;
     for (const char* n : {"add", "sub"}) t[n] = Family::add;
-    for (const char* n : {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid",
-                          "silu", "gelu", "erf", "erfc", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh",
-                          "cosh", "pow", "softplus", "mish", "elu", "selu", "celu", "log_sigmoid", "leaky_relu",
-                          "hypot"})
+    for (const char* n :
+         {"exp",   "exp2",  "expm1",       "log",        "log2",     "log10", "log1p",
+          "sqrt",  "rsqrt", "tanh",        "sigmoid",    "silu",     "gelu",  "erf",
+          "erfc",  "sin",   "cos",         "tan",        "asin",     "acos",  "atan",
+          "atan2", "sinh",  "cosh",        "pow",        "softplus", "mish",  "elu",
+          "selu",  "celu",  "log_sigmoid", "leaky_relu", "hypot"})
       t[n] = Family::elementwise;
-    for (const char* n : {"sum", "mean", "nansum", "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "linear", "dot",
-                          "vdot", "mv", "addmv", "cumsum"})
+    for (const char* n : {"sum", "mean", "nansum", "matmul", "mm", "bmm", "addmm", "addbmm",
+                          "baddbmm", "linear", "dot", "vdot", "mv", "addmv", "cumsum"})
       t[n] = Family::reduction;
-    for (const char* n : {"softmax", "_softmax", "log_softmax", "_log_softmax", "special_softmax"}) t[n] = Family::softmax;
+    for (const char* n : {"softmax", "_softmax", "log_softmax", "_log_softmax", "special_softmax"})
+      t[n] = Family::softmax;
     return t;
   }();
   return table;
 }
 
 std::string base_name(const std::string& op_name) {
-  std::string n = op_name.substr(op_name.find("::") == std::string::npos ? 0 : op_name.find("::") + 2);
+  std::string n =
+      op_name.substr(op_name.find("::") == std::string::npos ? 0 : op_name.find("::") + 2);
   if (n.size() > 1 && n.back() == '_') n.pop_back();  // the in-place form rounds as the other
   return n;
 }
 
-std::int64_t wrap_dim(std::int64_t dim, std::int64_t rank) { return dim < 0 ? dim + std::max<std::int64_t>(rank, 1) : dim; }
+std::int64_t wrap_dim(std::int64_t dim, std::int64_t rank) {
+  return dim < 0 ? dim + std::max<std::int64_t>(rank, 1) : dim;
+}
 
 // The op on the magnitudes of its tensors and scalars: for a sum or a product of sums (a
 // matmul), sum |terms|, what its rounding error is proportional to.
 at::Tensor on_magnitudes(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
                          const std::vector<at::Tensor>& inputs, std::size_t output_index) {
   ArgPolicy policy;
-  policy.tensor = [&](std::size_t i, const at::Tensor&) { return inputs[i].defined() ? inputs[i].abs() : inputs[i]; };
+  policy.tensor = [&](std::size_t i, const at::Tensor&) {
+    return inputs[i].defined() ? inputs[i].abs() : inputs[i];
+  };
   policy.abs_scalars = true;
   policy.float64 = true;
   // a - alpha * b rounds like a + alpha * b.
-  const std::string name = base_name(schema.name()) == "sub" ? std::string("aten::add") : std::string();
+  const std::string name =
+      base_name(schema.name()) == "sub" ? std::string("aten::add") : std::string();
   return output_tensor(call_op(schema, args, policy, name), output_index).abs();
 }
 
@@ -89,9 +165,13 @@ std::int64_t reduction_length(const std::string& op, const std::vector<c10::IVal
                               const std::vector<at::Tensor>& inputs, const at::Tensor& output) {
   const auto last = [](const at::Tensor& t) { return t.dim() == 0 ? std::int64_t{1} : t.size(-1); };
   if (op == "sum" || op == "mean" || op == "nansum")
-    return std::max<std::int64_t>(1, inputs[0].numel() / std::max<std::int64_t>(1, output.numel())) + (op == "mean");
-  if (op == "cumsum") return inputs[0].dim() == 0 ? 1 : inputs[0].size(wrap_dim(args[1].toInt(), inputs[0].dim()));
-  if (op == "addmm" || op == "baddbmm" || op == "addmv") return last(inputs[1]) + 2;  // bias, alpha, beta
+    return std::max<std::int64_t>(1,
+                                  inputs[0].numel() / std::max<std::int64_t>(1, output.numel())) +
+           (op == "mean");
+  if (op == "cumsum")
+    return inputs[0].dim() == 0 ? 1 : inputs[0].size(wrap_dim(args[1].toInt(), inputs[0].dim()));
+  // bias, alpha, beta
+  if (op == "addmm" || op == "baddbmm" || op == "addmv") return last(inputs[1]) + 2;
   if (op == "addbmm") return inputs[1].size(0) * last(inputs[1]) + 2;
   if (op == "linear") return last(inputs[0]) + (inputs.size() > 2 && inputs[2].defined());
   return last(inputs[0]);  // matmul, mm, bmm, dot, vdot, mv
@@ -102,8 +182,8 @@ std::int64_t reduction_length(const std::string& op, const std::vector<c10::IVal
 // n u relative, and its terms' own errors weighted by their share w_j = y_j; the division u.
 // log_softmax: (x_i - m) - log(sum): the same terms, absolute, plus log's and the subtraction's
 // rounding of |log sum| and |y_i|.
-at::Tensor softmax_bound(const std::string& op, const std::vector<c10::IValue>& args, const at::Tensor& x,
-                         const at::Tensor& y) {
+at::Tensor softmax_bound(const std::string& op, const std::vector<c10::IValue>& args,
+                         const at::Tensor& x, const at::Tensor& y) {
   const std::int64_t dim = wrap_dim(args[1].toInt(), x.dim());
   const std::int64_t n = x.dim() == 0 ? 1 : x.size(dim);
   const at::Tensor m = x.amax(dim, /*keepdim=*/true);
@@ -113,8 +193,10 @@ at::Tensor softmax_bound(const std::string& op, const std::vector<c10::IValue>& 
   const at::Tensor w = at::softmax(x, dim);
   const at::Tensor spread = (at::nan_to_num(w) * a).sum(dim, /*keepdim=*/true);
   const at::Tensor terms = a + spread + static_cast<double>(n + 6);
-  if (op == "softmax" || op == "_softmax" || op == "special_softmax") return at::nan_to_num(y.abs()) * terms;
-  const at::Tensor lse = at::where(at::isfinite(z), z.exp(), at::zeros_like(z)).sum(dim, true).log().abs();
+  if (op == "softmax" || op == "_softmax" || op == "special_softmax")
+    return at::nan_to_num(y.abs()) * terms;
+  const at::Tensor lse =
+      at::where(at::isfinite(z), z.exp(), at::zeros_like(z)).sum(dim, true).log().abs();
   return at::where(at::isfinite(y), terms + lse + y.abs(), at::zeros_like(y));
 }
 
@@ -122,7 +204,8 @@ at::Tensor softmax_bound(const std::string& op, const std::vector<c10::IValue>& 
 // kPerturbation in random directions, as a multiple of that relative change (the op's
 // condition), applied to one rounding of each input, plus kElementwiseUnits for its own.
 at::Tensor estimated_bound(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                           const std::vector<at::Tensor>& inputs, const at::Tensor& output, std::size_t output_index) {
+                           const std::vector<at::Tensor>& inputs, const at::Tensor& output,
+                           std::size_t output_index) {
   // A generator of its own: the replay draws nothing from the default one.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(0x6e756d70726f6265ull);
   at::Tensor spread = at::zeros_like(output);
@@ -162,32 +245,29 @@ Family family_of(const std::string& op_name) {
   return it == t.end() ? Family::estimated : it->second;
 }
 
-at::Tensor own_bound(Family family, const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                     const std::vector<at::Tensor>& inputs, const at::Tensor& output, std::size_t output_index) {
+at::Tensor own_bound(Family family, const c10::FunctionSchema& schema,
+                     const std::vector<c10::IValue>& args, const std::vector<at::Tensor>& inputs,
+                     const at::Tensor& output, std::size_t output_index) {
   const std::string op = base_name(schema.name());
   // Indices, masks, counts: no rounding (and nothing to move in a propagation).
-  if (!output.is_floating_point() || output.numel() == 0) return at::zeros_like(output, output.options().dtype(at::kDouble));
+  if (!output.is_floating_point() || output.numel() == 0)
+    return at::zeros_like(output, output.options().dtype(at::kDouble));
   switch (family) {
     case Family::exact:
-    case Family::cast:
-      return at::zeros_like(output);
+    case Family::cast: return at::zeros_like(output);
     case Family::rounding:
       // One rounding, or two where a division by a scalar multiplies by its rounded reciprocal.
       return 2 * output.abs();
-    case Family::add:
-      return 2 * on_magnitudes(schema, args, inputs, output_index);
-    case Family::elementwise:
-      return kElementwiseUnits * output.abs();
+    case Family::add: return 2 * on_magnitudes(schema, args, inputs, output_index);
+    case Family::elementwise: return kElementwiseUnits * output.abs();
     case Family::reduction:
       // Recursive summation of n terms errs by at most gamma_n sum|terms| ~ n u sum|terms|
       // (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 3.5 and 4.4);
       // pairwise and blocked orders err less. +2: the result's rounding and a scaling.
       return static_cast<double>(reduction_length(op, args, inputs, output) + 2) *
              on_magnitudes(schema, args, inputs, output_index);
-    case Family::softmax:
-      return softmax_bound(op, args, inputs[0], output);
-    case Family::estimated:
-      return estimated_bound(schema, args, inputs, output, output_index);
+    case Family::softmax: return softmax_bound(op, args, inputs[0], output);
+    case Family::estimated: return estimated_bound(schema, args, inputs, output, output_index);
   }
   return at::zeros_like(output);
 }
@@ -196,6 +276,8 @@ at::Tensor random_signs(const at::Tensor& like, at::Generator& gen) {
   return at::empty_like(like).bernoulli_(0.5, gen).mul_(2).sub_(1);
 }
 
-double unit_roundoff(c10::ScalarType dtype) { return probe::unit_roundoff(probe::dtype_name(dtype)); }
+double unit_roundoff(c10::ScalarType dtype) {
+  return probe::unit_roundoff(probe::dtype_name(dtype));
+}
 
 }  // namespace probe::replay

@@ -60,11 +60,14 @@ at::Tensor difference(const at::Tensor& a, const at::Tensor& b) {
 // difference meets no finite allowance.
 at::Tensor ratio_of(const at::Tensor& d, const at::Tensor& allowed) {
   const at::Tensor r = d / allowed;
-  return at::where(d == 0, at::zeros_like(d), at::where(at::isnan(r), at::full_like(d, INFINITY), r));
+  return at::where(d == 0, at::zeros_like(d),
+                   at::where(at::isnan(r), at::full_like(d, INFINITY), r));
 }
 
 // The element where `ratio` is largest.
-std::int64_t worst(const at::Tensor& ratio) { return ratio.reshape({-1}).argmax().item<std::int64_t>(); }
+std::int64_t worst(const at::Tensor& ratio) {
+  return ratio.reshape({-1}).argmax().item<std::int64_t>();
+}
 
 // One step of the dtype's subnormals: a correct result that underflows may be off by it.
 double subnormal_step(c10::ScalarType t) {
@@ -78,11 +81,13 @@ double subnormal_step(c10::ScalarType t) {
 
 double at_flat(const at::Tensor& t, std::int64_t i) { return t.reshape({-1})[i].item<double>(); }
 
-std::string families_text(const std::vector<std::string>& names, const std::vector<Family>& families) {
+std::string families_text(const std::vector<std::string>& names,
+                          const std::vector<Family>& families) {
   if (names.empty()) return "no op of its own (it hands on the value it starts from)";
   std::string s;
   for (std::size_t i = 0; i < names.size(); ++i)
-    s += (i ? ", " : "") + names[i].substr(names[i].find('/') + 1) + " (" + family_name(families[i]) + ")";
+    s += (i ? ", " : "") + names[i].substr(names[i].find('/') + 1) + " (" +
+         family_name(families[i]) + ")";
   return s;
 }
 
@@ -105,7 +110,8 @@ ReplayRunFigures measure(const RunReplay& r, const std::vector<std::string>& nam
   const std::int64_t i = worst(ratio);
   beyond = at_flat(ratio, i) > 1;
   const double ref = at_flat(r.reference, i);
-  const double scale = std::max(std::abs(ref), std::numeric_limits<double>::min()) * (u > 0 ? u : 1);
+  const double scale =
+      std::max(std::abs(ref), std::numeric_limits<double>::min()) * (u > 0 ? u : 1);
   f.units = at_flat(d, i) / scale;
   f.tolerance = at_flat(allowed, i) / scale;
   f.element = unravel(i, r.reference.sizes());
@@ -114,15 +120,18 @@ ReplayRunFigures measure(const RunReplay& r, const std::vector<std::string>& nam
   f.replays_bitwise = r.replays_bitwise;
   if (r.replays_bitwise && !*r.replays_bitwise)
     f.replay_note = "its replay in the recorded dtypes differs by up to " + fig(r.replay_units) +
-                    " rounding units: the op's result depends on more than its inputs (threads, a kernel's order)";
+                    " rounding units: the op's result depends on more than its inputs (threads, a "
+                    "kernel's order)";
   return f;
 }
 
 std::string run_line(const char* run, const ReplayRunFigures& f, bool beyond) {
-  std::string s = std::string(run) + ": " + (beyond ? "off its float64 reference by " : "within tolerance: ") +
-                  fig(f.units) + " rounding units of " + f.dtype + " (tolerance " + fig(f.tolerance) + ") at " +
-                  index_text(f.element) + ": recorded " + num(f.recorded) + ", reference " + num(f.reference);
-  if (f.replays_bitwise) s += *f.replays_bitwise ? "; replays bitwise in its recorded dtypes" : "; " + f.replay_note;
+  std::string s =
+      std::string(run) + ": " + (beyond ? "off its float64 reference by " : "within tolerance: ") +
+      fig(f.units) + " rounding units of " + f.dtype + " (tolerance " + fig(f.tolerance) + ") at " +
+      index_text(f.element) + ": recorded " + num(f.recorded) + ", reference " + num(f.reference);
+  if (f.replays_bitwise)
+    s += *f.replays_bitwise ? "; replays bitwise in its recorded dtypes" : "; " + f.replay_note;
   return s;
 }
 
@@ -147,7 +156,8 @@ void judge_replays(const RunReplay& b, const RunReplay& t, ReplayVerdict& v) {
   v.evidence.push_back("test ops: " + families_text(v.test_ops, t.families));
   if (!b.reference.sizes().equals(t.reference.sizes())) {
     v.verdict = "different math";
-    v.reason = "the runs hand on tensors of other shapes (" + index_text(b.reference.sizes().vec()) + " and " +
+    v.reason = "the runs hand on tensors of other shapes (" +
+               index_text(b.reference.sizes().vec()) + " and " +
                index_text(t.reference.sizes().vec()) + ") from the same inputs";
     return;
   }
@@ -159,8 +169,10 @@ void judge_replays(const RunReplay& b, const RunReplay& t, ReplayVerdict& v) {
   // The references: one function or two.
   const double u64 = unit_roundoff(at::kDouble);
   const at::Tensor d = difference(b.reference, t.reference);
-  const at::Tensor allowed = kReferenceMargin * u64 * (b.bound + t.bound) + std::numeric_limits<double>::denorm_min();
-  const at::Tensor scale = at::maximum(b.reference.abs(), t.reference.abs()).clamp_min(std::numeric_limits<double>::min());
+  const at::Tensor allowed =
+      kReferenceMargin * u64 * (b.bound + t.bound) + std::numeric_limits<double>::denorm_min();
+  const at::Tensor scale = at::maximum(b.reference.abs(), t.reference.abs())
+                               .clamp_min(std::numeric_limits<double>::min());
   const at::Tensor ratio = ratio_of(d, allowed);
   const std::int64_t i = worst(ratio);
   v.references_rel_diff = at_flat(d, i) / at_flat(scale, i);
@@ -171,19 +183,21 @@ void judge_replays(const RunReplay& b, const RunReplay& t, ReplayVerdict& v) {
   v.test = measure(t, v.test_ops, test_beyond);
   if (!same_function) {
     v.verdict = "different math";
-    v.evidence.insert(v.evidence.begin(),
-                      "the float64 references differ by " + fig(*v.references_rel_diff) + " relative at " +
-                          index_text(unravel(i, d.sizes())) + " (base " + num(at_flat(b.reference, i)) + ", test " +
-                          num(at_flat(t.reference, i)) + "), beyond the " + fig(*v.references_bound) +
-                          " float64 rounding allows: the runs compute different functions of the same inputs");
+    v.evidence.insert(
+        v.evidence.begin(),
+        "the float64 references differ by " + fig(*v.references_rel_diff) + " relative at " +
+            index_text(unravel(i, d.sizes())) + " (base " + num(at_flat(b.reference, i)) +
+            ", test " + num(at_flat(t.reference, i)) + "), beyond the " + fig(*v.references_bound) +
+            " float64 rounding allows: the runs compute different functions of the same inputs");
   } else {
     v.verdict = base_beyond && test_beyond ? "precision: both"
-                : base_beyond             ? "precision: base"
-                : test_beyond             ? "precision: test"
-                                          : "noise";
-    v.evidence.insert(v.evidence.begin(), "the float64 references agree (largest difference " +
-                                              fig(*v.references_rel_diff) + " relative, float64 rounding allows " +
-                                              fig(*v.references_bound) + "): the runs compute the same function");
+                : base_beyond              ? "precision: base"
+                : test_beyond              ? "precision: test"
+                                           : "noise";
+    v.evidence.insert(v.evidence.begin(),
+                      "the float64 references agree (largest difference " +
+                          fig(*v.references_rel_diff) + " relative, float64 rounding allows " +
+                          fig(*v.references_bound) + "): the runs compute the same function");
   }
   v.evidence.push_back(run_line("base", *v.base, base_beyond));
   v.evidence.push_back(run_line("test", *v.test, test_beyond));

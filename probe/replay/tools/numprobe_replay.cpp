@@ -28,9 +28,12 @@ struct Cli {
 
 replay::RegionOp load_op(const differ::ReplayOp& op) {
   if (op.split)
-    throw replay::NotReplayable(op.name + ": it ran split over tensor-parallel ranks; one rank's dump holds a piece of the op");
+    throw replay::NotReplayable(
+        op.name +
+        ": it ran split over tensor-parallel ranks; one rank's dump holds a piece of the op");
   if (op.dump.empty())
-    throw replay::NotReplayable(op.name + ": it was not dumped (PROBE_TRACE's dump=1, or the rank's dump cap was reached)");
+    throw replay::NotReplayable(
+        op.name + ": it was not dumped (PROBE_TRACE's dump=1, or the rank's dump cap was reached)");
   replay::RegionOp out;
   out.name = op.name;
   try {
@@ -59,7 +62,8 @@ at::Tensor value_in(const replay::RunRegion& other, std::uint64_t hash) {
     for (std::size_t i = 0; i < tensors.size() && i < op.inputs.size(); ++i)
       if (op.inputs[i] == hash) return tensors[i];
   }
-  throw replay::NotReplayable("the value " + probe::log_format::format_hash(hash) + " the region starts from is in no dump");
+  throw replay::NotReplayable("the value " + probe::log_format::format_hash(hash) +
+                              " the region starts from is in no dump");
 }
 
 std::string ops_text(const std::vector<std::string>& names) {
@@ -78,8 +82,8 @@ std::string hashes_text(const std::vector<std::uint64_t>& hashes) {
 void replay(const differ::ReplayRegion& region, differ::ReplayVerdict& v) {
   if (region.inputs_differ) {
     v.verdict = "inputs differ";
-    v.reason = "the runs start from other values (base " + hashes_text(region.base_inputs) + ", test " +
-               hashes_text(region.test_inputs) + "): " + region.root_cause +
+    v.reason = "the runs start from other values (base " + hashes_text(region.base_inputs) +
+               ", test " + hashes_text(region.test_inputs) + "): " + region.root_cause +
                " inherits the difference, it is not where the runs part";
     return;
   }
@@ -111,10 +115,12 @@ int exit_code(const std::string& verdict) {
 }
 
 void print(const differ::ReplayRegion& region, const differ::ReplayVerdict& v) {
-  std::cout << "REGION  step " << region.step << (region.mb ? " mb " + std::to_string(*region.mb) : "") << " "
+  std::cout << "REGION  step " << region.step
+            << (region.mb ? " mb " + std::to_string(*region.mb) : "") << " "
             << probe::phase_name(region.phase) << ": where the runs part at " << region.root_cause;
   if (!region.end.empty()) std::cout << ", up to the input of " << region.end;
-  std::cout << "\n  base: " << ops_text(v.base_ops) << "\n  test: " << ops_text(v.test_ops) << "\n\n";
+  std::cout << "\n  base: " << ops_text(v.base_ops) << "\n  test: " << ops_text(v.test_ops)
+            << "\n\n";
   std::cout << "VERDICT  " << v.verdict << "\n";
   if (!v.reason.empty()) std::cout << "  " << v.reason << "\n";
   for (const auto& line : v.evidence) std::cout << "  " << line << "\n";
@@ -132,7 +138,8 @@ int run(const Cli& c) {
   const differ::Result result = differ::diff_runs(base, test, options);
   if (!result.ops.region) {
     std::cerr << "numprobe_replay: "
-              << (c.op.empty() ? "the runs have no root-cause op to replay (diff_logs names one where both runs traced "
+              << (c.op.empty() ? "the runs have no root-cause op to replay (diff_logs names one "
+                                 "where both runs traced "
                                  "the ops where they part)"
                                : "no op record '" + c.op + "' in both runs")
               << "\n";
@@ -154,8 +161,9 @@ int run(const Cli& c) {
       std::cerr << "numprobe_replay: cannot write " << file << "\n";
       return 2;
     }
-    std::cout << "\nreplayed in " << probe::log_format::format_double(v.wall_seconds) << " s; written to " << file
-              << (c.json.empty() ? " (diff_logs shows it)" : "") << "\n";
+    std::cout << "\nreplayed in " << probe::log_format::format_double(v.wall_seconds)
+              << " s; written to " << file << (c.json.empty() ? " (diff_logs shows it)" : "")
+              << "\n";
   }
   return exit_code(v.verdict);
 }
@@ -163,13 +171,18 @@ int run(const Cli& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"numprobe_replay: replay the ops where two runs part in float64 and say whether the difference is "
-               "noise, lost precision or different math"};
+  CLI::App app{
+      "numprobe_replay: replay the ops where two runs part in float64 and say whether the "
+      "difference is "
+      "noise, lost precision or different math"};
   Cli c;
-  app.add_option("BASE", c.base, "the base run (a directory of rank logs, as diff_logs takes)")->required();
+  app.add_option("BASE", c.base, "the base run (a directory of rank logs, as diff_logs takes)")
+      ->required();
   app.add_option("TEST", c.test, "the test run")->required();
-  app.add_option("--op", c.op, "replay this op record (its name in the base run) instead of the root cause");
-  app.add_option("--json", c.json, "write the verdict here (default: replay.json in the test run's directory)");
+  app.add_option("--op", c.op,
+                 "replay this op record (its name in the base run) instead of the root cause");
+  app.add_option("--json", c.json,
+                 "write the verdict here (default: replay.json in the test run's directory)");
   app.add_flag("--no-json", c.no_json, "write no verdict file");
   CLI11_PARSE(app, argc, argv);
   try {

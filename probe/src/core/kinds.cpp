@@ -9,8 +9,10 @@ namespace probe {
 namespace {
 
 constexpr std::array<std::string_view, kKindCount> kKindNames = {
-    "rng", "input", "output", "tap", "output_grad", "mb_grad", "grad", "scalar", "param", "optim", "op"};
-constexpr std::array<std::string_view, 4> kPhaseNames = {"step_begin", "forward", "backward", "step_end"};
+    "rng",  "input",  "output", "tap",   "output_grad", "mb_grad",
+    "grad", "scalar", "param",  "optim", "op"};
+constexpr std::array<std::string_view, 4> kPhaseNames = {"step_begin", "forward", "backward",
+                                                         "step_end"};
 
 // "rng,input,...": every kind's name, for error messages.
 std::string kind_list() {
@@ -21,9 +23,7 @@ std::string kind_list() {
 
 }  // namespace
 
-std::string_view kind_name(Kind kind) {
-  return kKindNames[static_cast<std::size_t>(kind)];
-}
+std::string_view kind_name(Kind kind) { return kKindNames[static_cast<std::size_t>(kind)]; }
 
 std::optional<Kind> parse_kind(std::string_view name) {
   // Length and first letter before the bytes: this runs for every record read.
@@ -59,22 +59,17 @@ std::uint32_t parse_kind_mask(std::string_view text) {
 
 Phase phase_of(Kind kind) {
   switch (kind) {
-    case Kind::param:
-      return Phase::step_begin;
+    case Kind::param: return Phase::step_begin;
     case Kind::rng:
     case Kind::input:
     case Kind::output:
-    case Kind::tap:
-      return Phase::forward;
+    case Kind::tap: return Phase::forward;
     case Kind::output_grad:
-    case Kind::mb_grad:
-      return Phase::backward;
+    case Kind::mb_grad: return Phase::backward;
     case Kind::grad:
     case Kind::scalar:
-    case Kind::optim:
-      return Phase::step_end;
-    case Kind::op:
-      return Phase::forward;  // unless the record says otherwise (phase_of(Record))
+    case Kind::optim: return Phase::step_end;
+    case Kind::op: return Phase::forward;  // unless the record says otherwise (phase_of(Record))
   }
   return Phase::step_end;
 }

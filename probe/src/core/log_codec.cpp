@@ -38,8 +38,10 @@ std::optional<std::uint64_t> read_hash(std::string_view text) {
   static constexpr auto kHex = [] {
     std::array<std::int8_t, 256> t{};
     t.fill(-1);
-    for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - '0');
-    for (int c = 'a'; c <= 'f'; ++c) t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - 'a' + 10);
+    for (int c = '0'; c <= '9'; ++c)
+      t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - '0');
+    for (int c = 'a'; c <= 'f'; ++c)
+      t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - 'a' + 10);
     return t;
   }();
   std::uint64_t h = 0;
@@ -91,8 +93,7 @@ void unescape_value_into(std::string_view escaped, std::string& out) {
       if (c >= 'a' && c <= 'f') return c - 'a' + 10;
       return -1;
     };
-    if (i + 2 >= escaped.size())
-      fail("truncated %-escape in '" + std::string(escaped) + "'");
+    if (i + 2 >= escaped.size()) fail("truncated %-escape in '" + std::string(escaped) + "'");
     int hi = hex(escaped[i + 1]), lo = hex(escaped[i + 2]);
     if (hi < 0 || lo < 0) fail("bad %-escape in '" + std::string(escaped) + "'");
     out += static_cast<char>(hi * 16 + lo);

@@ -33,7 +33,8 @@ inline std::int64_t parse_int(std::string_view text, std::string_view field) {
     ok = ok && d < 10;
     v = v * 10 + d;
   }
-  const std::uint64_t limit = std::uint64_t{std::numeric_limits<std::int64_t>::max()} + (negative ? 1 : 0);
+  const std::uint64_t limit =
+      std::uint64_t{std::numeric_limits<std::int64_t>::max()} + (negative ? 1 : 0);
   if (!ok || v > limit)
     fail("field '" + std::string(field) + "' is not an integer: '" + std::string(text) + "'");
   return negative ? static_cast<std::int64_t>(std::uint64_t{0} - v) : static_cast<std::int64_t>(v);
@@ -56,7 +57,8 @@ inline void append_dims(std::string& out, const std::vector<std::int64_t>& dims)
 }
 
 // Into `dims`, reusing its capacity (the differ parses millions of records into reused ones).
-inline void parse_dims_into(std::string_view text, std::string_view field, std::vector<std::int64_t>& dims) {
+inline void parse_dims_into(std::string_view text, std::string_view field,
+                            std::vector<std::int64_t>& dims) {
   if (text.size() < 2 || text.front() != '[' || text.back() != ']')
     fail("field '" + std::string(field) + "' is not a [d0,d1,...] list: '" + std::string(text) +
          "'");
@@ -90,10 +92,8 @@ void for_each_field(std::string_view line, F&& f) {
     if (end == std::string_view::npos) end = line.size();
     std::string_view token = line.substr(pos, end - pos);
     auto eq = token.find('=');
-    if (eq == std::string_view::npos)
-      f(Field{token, {}, true});
-    else
-      f(Field{token.substr(0, eq), token.substr(eq + 1), false});
+    if (eq == std::string_view::npos) f(Field{token, {}, true});
+    else f(Field{token.substr(0, eq), token.substr(eq + 1), false});
     pos = end;
   }
 }
@@ -109,19 +109,22 @@ void for_each_item(std::string_view list, char sep, std::string_view field, F&& 
     f(item);
     if (end == std::string_view::npos) break;
     list.remove_prefix(end + 1);
-    if (list.empty()) fail("field '" + std::string(field) + "' ends with '" + std::string(1, sep) + "'");
+    if (list.empty())
+      fail("field '" + std::string(field) + "' ends with '" + std::string(1, sep) + "'");
   }
 }
 
 // The text between '[' and ']' of a list field.
-inline std::string_view bracketed(std::string_view v, std::string_view field, std::string_view form) {
+inline std::string_view bracketed(std::string_view v, std::string_view field,
+                                  std::string_view form) {
   if (v.size() < 2 || v.front() != '[' || v.back() != ']')
     fail("field '" + std::string(field) + "' is not " + std::string(form));
   return v.substr(1, v.size() - 2);
 }
 
 // "[h,h,-]": an op's input hashes (`field` in, or cand), '-' for an input without one.
-inline std::vector<std::optional<std::uint64_t>> parse_input_hashes(std::string_view v, std::string_view field = "in") {
+inline std::vector<std::optional<std::uint64_t>> parse_input_hashes(std::string_view v,
+                                                                    std::string_view field = "in") {
   std::vector<std::optional<std::uint64_t>> hashes;
   for_each_item(bracketed(v, field, "[hash,...]"), ',', field, [&](std::string_view item) {
     if (item == "-") hashes.emplace_back();
@@ -136,7 +139,8 @@ inline bool needs_escape(unsigned char c) { return c <= 0x20 || c == '%' || c ==
 
 inline void append_escaped(std::string& out, std::string_view raw) {
   static constexpr char kDigits[] = "0123456789ABCDEF";
-  if (std::none_of(raw.begin(), raw.end(), [](char c) { return needs_escape(static_cast<unsigned char>(c)); })) {
+  if (std::none_of(raw.begin(), raw.end(),
+                   [](char c) { return needs_escape(static_cast<unsigned char>(c)); })) {
     out += raw;  // the common case: a name as it was given
     return;
   }

@@ -34,7 +34,8 @@ constexpr off_t kStopLineReserve = 512;
 // would raise SIGXFSZ, whose default action kills the process, so the sink never issues one.
 std::optional<off_t> file_size_limit() {
   rlimit limit{};
-  if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+    return std::nullopt;
   return static_cast<off_t>(limit.rlim_cur);
 }
 
@@ -160,7 +161,6 @@ class CountingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
   }
 
  private:
-
   std::filesystem::path path_;
   int fd_ = -1;
   std::optional<off_t> max_size_ = file_size_limit();
@@ -217,13 +217,12 @@ LogWriter::LogWriter(const std::filesystem::path& path, const log_format::Header
     throw std::runtime_error("numprobe: cannot create log directory '" +
                              path.parent_path().string() + "': " + ec.message());
   impl_->sink = std::make_shared<CountingFileSink>(path);
-  impl_->sink->set_formatter(std::make_unique<spdlog::pattern_formatter>(
-      "%v", spdlog::pattern_time_type::local, "\n"));
+  impl_->sink->set_formatter(
+      std::make_unique<spdlog::pattern_formatter>("%v", spdlog::pattern_time_type::local, "\n"));
   impl_->pool = std::make_shared<spdlog::details::thread_pool>(/*q_max_items=*/8192,
                                                                /*threads_n=*/1);
   impl_->logger = std::make_shared<spdlog::async_logger>(
-      "numprobe:" + path.string(), impl_->sink, impl_->pool,
-      spdlog::async_overflow_policy::block);
+      "numprobe:" + path.string(), impl_->sink, impl_->pool, spdlog::async_overflow_policy::block);
   impl_->logger->set_level(spdlog::level::info);
   log_format::Header h = header;
   h.format_version = log_format::kVersion;  // the steps written below have step ends
@@ -247,7 +246,8 @@ void LogWriter::write_step(std::int64_t step, const std::vector<std::string>& li
   write_step(step, records, lines.size());
 }
 
-void LogWriter::write_step(std::int64_t step, std::string_view records, std::size_t count, bool compiled) {
+void LogWriter::write_step(std::int64_t step, std::string_view records, std::size_t count,
+                           bool compiled) {
   if (count == 0) return;
   // One message per step, not per line: each message wakes spdlog's worker thread, and with
   // hundreds of records a step those wake-ups cost more than the records (docs/perf.md).
@@ -391,7 +391,8 @@ void LogReader::read_stop_line(std::string_view line) {
     const log_format::Stopped stop = log_format::parse_stopped(line);
     stopped_ = Stop{stop.step, stop.reason, line_number_};
   } catch (const log_format::ParseError& e) {
-    throw log_format::ParseError(path_.string() + ":" + std::to_string(line_number_) + ": " + e.what());
+    throw log_format::ParseError(path_.string() + ":" + std::to_string(line_number_) + ": " +
+                                 e.what());
   }
   truncated_ = true;  // steps from stop.step on are missing
 }

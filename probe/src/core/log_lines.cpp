@@ -70,8 +70,8 @@ Header parse_header(std::string_view line) {
   if (!has_format || !has_spec) fail("header lacks format= or hash_spec=");
   if (header.format_version < kOldestVersion || header.format_version > kVersion)
     fail("log format version " + std::to_string(header.format_version) +
-         " is not supported (this build reads versions " + std::to_string(kOldestVersion) +
-         " to " + std::to_string(kVersion) + ")");
+         " is not supported (this build reads versions " + std::to_string(kOldestVersion) + " to " +
+         std::to_string(kVersion) + ")");
   if (header.rank < 0 || header.world_size < 1 || header.rank >= header.world_size)
     fail("header has rank " + std::to_string(header.rank) + " outside world_size " +
          std::to_string(header.world_size));

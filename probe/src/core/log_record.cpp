@@ -61,7 +61,8 @@ void append_covers(std::string& out, const std::vector<std::int64_t>& covers) {
 }
 
 // The figures, then (after `partial`) the covered microbatches, then torch_hash.
-void append_tensor_fields(std::string& out, const TensorStats& s, const std::vector<std::int64_t>& covers) {
+void append_tensor_fields(std::string& out, const TensorStats& s,
+                          const std::vector<std::int64_t>& covers) {
   if (s.unsupported) {
     out += " unsupported=";
     append_escaped(out, *s.unsupported);
@@ -147,8 +148,7 @@ void append_record(std::string& out, const Record& record) {
       append_double(out, record.value);
       append_covers(out, record.covers);
       return;
-    case Record::State::tensor:
-      break;
+    case Record::State::tensor: break;
   }
   append_tensor_fields(out, record.stats, record.covers);
 }
@@ -162,8 +162,35 @@ Record parse_record(std::string_view line) {
 namespace {
 
 enum class RecordField {
-  step, kind, name, mb, phase, in, value, hash, norm, min, max, mean, nan, inf, l1, mhash, dtype,
-  shape, nnz, shard, partial, covers, unsupported, torch_hash, split, cand, incand, dump, unknown
+  step,
+  kind,
+  name,
+  mb,
+  phase,
+  in,
+  value,
+  hash,
+  norm,
+  min,
+  max,
+  mean,
+  nan,
+  inf,
+  l1,
+  mhash,
+  dtype,
+  shape,
+  nnz,
+  shard,
+  partial,
+  covers,
+  unsupported,
+  torch_hash,
+  split,
+  cand,
+  incand,
+  dump,
+  unknown
 };
 
 // By length first: a field name costs one or two short comparisons, not a chain of twenty
@@ -173,16 +200,31 @@ RecordField record_field(std::string_view k) {
   switch (k.size()) {
     case 2: return k == "mb" ? F::mb : k == "in" ? F::in : k == "l1" ? F::l1 : F::unknown;
     case 3:
-      return k == "min" ? F::min : k == "max" ? F::max : k == "nan" ? F::nan
-           : k == "inf" ? F::inf : k == "nnz" ? F::nnz : F::unknown;
+      return k == "min"   ? F::min
+             : k == "max" ? F::max
+             : k == "nan" ? F::nan
+             : k == "inf" ? F::inf
+             : k == "nnz" ? F::nnz
+                          : F::unknown;
     case 4:
-      return k == "step" ? F::step : k == "kind" ? F::kind : k == "name" ? F::name
-           : k == "hash" ? F::hash : k == "norm" ? F::norm : k == "mean" ? F::mean
-           : k == "cand" ? F::cand : k == "dump" ? F::dump : F::unknown;
+      return k == "step"   ? F::step
+             : k == "kind" ? F::kind
+             : k == "name" ? F::name
+             : k == "hash" ? F::hash
+             : k == "norm" ? F::norm
+             : k == "mean" ? F::mean
+             : k == "cand" ? F::cand
+             : k == "dump" ? F::dump
+                           : F::unknown;
     case 5:
-      return k == "phase" ? F::phase : k == "value" ? F::value : k == "dtype" ? F::dtype
-           : k == "shape" ? F::shape : k == "shard" ? F::shard : k == "split" ? F::split
-           : k == "mhash" ? F::mhash : F::unknown;
+      return k == "phase"   ? F::phase
+             : k == "value" ? F::value
+             : k == "dtype" ? F::dtype
+             : k == "shape" ? F::shape
+             : k == "shard" ? F::shard
+             : k == "split" ? F::split
+             : k == "mhash" ? F::mhash
+                            : F::unknown;
     case 6: return k == "covers" ? F::covers : k == "incand" ? F::incand : F::unknown;
     case 7: return k == "partial" ? F::partial : F::unknown;
     case 10: return k == "torch_hash" ? F::torch_hash : F::unknown;
@@ -194,7 +236,8 @@ RecordField record_field(std::string_view k) {
 // Which fields a record line held: what checking the record needs beyond the record itself.
 struct FieldsSeen {
   bool step = false, kind = false, name = false, value = false, hash = false, dtype = false;
-  bool shape = false, none = false, inputs = false, split = false, cand = false, incand = false, dump = false;
+  bool shape = false, none = false, inputs = false, split = false, cand = false, incand = false,
+       dump = false;
 };
 
 // A tensor's field (hash= to torch_hash=) into `s`; false when `field` is not one.
@@ -202,7 +245,10 @@ bool read_stats_field(RecordField field, std::string_view k, std::string_view v,
                       FieldsSeen& seen) {
   using F = RecordField;
   switch (field) {
-    case F::hash: s.hash = parse_hash(v); seen.hash = true; return true;
+    case F::hash:
+      s.hash = parse_hash(v);
+      seen.hash = true;
+      return true;
     case F::norm: s.norm = parse_double(v); return true;
     case F::min: s.min = parse_double(v); return true;
     case F::max: s.max = parse_double(v); return true;
@@ -211,8 +257,14 @@ bool read_stats_field(RecordField field, std::string_view k, std::string_view v,
     case F::inf: s.inf = parse_int(v, k); return true;
     case F::l1: s.l1 = parse_double(v); return true;
     case F::mhash: s.mhash = parse_hash(v); return true;
-    case F::dtype: unescape_value_into(v, s.dtype); seen.dtype = true; return true;
-    case F::shape: parse_dims_into(v, k, s.shape); seen.shape = true; return true;
+    case F::dtype:
+      unescape_value_into(v, s.dtype);
+      seen.dtype = true;
+      return true;
+    case F::shape:
+      parse_dims_into(v, k, s.shape);
+      seen.shape = true;
+      return true;
     case F::nnz:
       s.nnz = parse_int(v, k);
       if (*s.nnz < 0) fail("negative nnz");
@@ -228,8 +280,10 @@ bool read_stats_field(RecordField field, std::string_view k, std::string_view v,
     }
     case F::partial: {
       auto slash = v.find('/');
-      if (slash == std::string_view::npos) fail("field 'partial' is not <index>/<count>: '" + std::string(v) + "'");
-      const auto index = parse_int(v.substr(0, slash), k), count = parse_int(v.substr(slash + 1), k);
+      if (slash == std::string_view::npos)
+        fail("field 'partial' is not <index>/<count>: '" + std::string(v) + "'");
+      const auto index = parse_int(v.substr(0, slash), k),
+                 count = parse_int(v.substr(slash + 1), k);
       if (count < 1 || index < 0 || index >= count)
         fail("field 'partial' needs 0 <= index < count: '" + std::string(v) + "'");
       s.partial = Partial{index, count};
@@ -245,7 +299,8 @@ bool read_stats_field(RecordField field, std::string_view k, std::string_view v,
 // own microbatch first: check_record).
 void read_covers(std::string_view v, std::vector<std::int64_t>& covers) {
   parse_dims_into(v, "covers", covers);
-  if (covers.size() < 2) fail("field 'covers' needs at least 2 microbatches: '" + std::string(v) + "'");
+  if (covers.size() < 2)
+    fail("field 'covers' needs at least 2 microbatches: '" + std::string(v) + "'");
   for (std::size_t i = 1; i < covers.size(); ++i)
     if (covers[i] <= covers[i - 1])
       fail("field 'covers' is not ascending without duplicates: '" + std::string(v) + "'");
@@ -254,7 +309,8 @@ void read_covers(std::string_view v, std::vector<std::int64_t>& covers) {
 // "r/n": a split op's rank of its ranks, 0 <= r < n, n >= 2.
 void read_split(std::string_view v, OpSplit& split) {
   const auto slash = v.find('/');
-  if (slash == std::string_view::npos) fail("field 'split' is not <rank>/<size>: '" + std::string(v) + "'");
+  if (slash == std::string_view::npos)
+    fail("field 'split' is not <rank>/<size>: '" + std::string(v) + "'");
   split.rank = parse_int(v.substr(0, slash), "split");
   split.size = parse_int(v.substr(slash + 1), "split");
   if (split.size < 2 || split.rank < 0 || split.rank >= split.size)
@@ -264,10 +320,13 @@ void read_split(std::string_view v, OpSplit& split) {
 // "[h:h:...,-,...]" (incand): each input's hashes as shards, '-' for none.
 std::vector<std::vector<std::uint64_t>> parse_shard_hashes(std::string_view v) {
   std::vector<std::vector<std::uint64_t>> inputs;
-  for_each_item(bracketed(v, "incand", "[hash:hash,...]"), ',', "incand", [&](std::string_view item) {
-    auto& hashes = inputs.emplace_back();
-    if (item != "-") for_each_item(item, ':', "incand", [&](std::string_view h) { hashes.push_back(parse_hash(h)); });
-  });
+  for_each_item(bracketed(v, "incand", "[hash:hash,...]"), ',', "incand",
+                [&](std::string_view item) {
+                  auto& hashes = inputs.emplace_back();
+                  if (item != "-")
+                    for_each_item(item, ':', "incand",
+                                  [&](std::string_view h) { hashes.push_back(parse_hash(h)); });
+                });
   return inputs;
 }
 
@@ -301,11 +360,9 @@ bool read_op_field(RecordField field, std::string_view v, Record& r, FieldsSeen&
       r.split.inputs = parse_shard_hashes(v);
       seen.incand = true;
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
-
 
 // One field of a record line, in any order, into `r`.
 void read_field(const Field& f, Record& r, FieldsSeen& seen) {
@@ -380,11 +437,12 @@ void check_record(Record& r, const FieldsSeen& seen) {
   if (!r.covers.empty() && r.covers.front() != r.microbatch.value_or(-1)) {
     std::string covers;
     append_dims(covers, r.covers);
-    fail(r.microbatch ? "field 'covers' does not start at the record's mb=" + std::to_string(*r.microbatch) + ": '" +
-                            covers + "'"
+    fail(r.microbatch ? "field 'covers' does not start at the record's mb=" +
+                            std::to_string(*r.microbatch) + ": '" + covers + "'"
                       : "field 'covers' belongs to records with an mb: '" + covers + "'");
   }
-  if ((r.phase || seen.inputs) != (r.kind == Kind::op)) fail("phase= and in= belong to op records, and only to them");
+  if ((r.phase || seen.inputs) != (r.kind == Kind::op))
+    fail("phase= and in= belong to op records, and only to them");
   if (r.kind == Kind::op && !(r.phase && seen.inputs)) fail("op record lacks phase= or in=");
   if (seen.dump && r.kind != Kind::op) fail("dump= belongs to op records");
   check_split(r, seen);

@@ -130,15 +130,15 @@ bool valid_covers(const std::vector<std::int64_t>& covers, const std::optional<s
   return true;
 }
 
-// hash norm min max mean nan inf [l1] [mhash] dtype shape [nnz] [shard] [partial] [covers] [torch_hash],
-// after the name.
+// hash norm min max mean nan inf [l1] [mhash] dtype shape [nnz] [shard] [partial] [covers]
+// [torch_hash], after the name.
 bool read_tensor_fields(Cursor& c, Record& r) {
   TensorStats& s = r.stats;
   std::string_view dtype;
   if (!(c.skip(" hash=") && c.hash(s.hash) && c.skip(" norm=") && c.real(s.norm) &&
-        c.skip(" min=") && c.real(s.min) && c.skip(" max=") && c.real(s.max) &&
-        c.skip(" mean=") && c.real(s.mean) && c.skip(" nan=") && c.integer(s.nan) &&
-        c.skip(" inf=") && c.integer(s.inf)))
+        c.skip(" min=") && c.real(s.min) && c.skip(" max=") && c.real(s.max) && c.skip(" mean=") &&
+        c.real(s.mean) && c.skip(" nan=") && c.integer(s.nan) && c.skip(" inf=") &&
+        c.integer(s.inf)))
     return false;
   if (c.skip(" l1=")) {
     double l1 = 0;
@@ -150,13 +150,13 @@ bool read_tensor_fields(Cursor& c, Record& r) {
     if (!c.hash(h)) return false;
     s.mhash = h;
   }
-  if (!(c.skip(" dtype=") && c.word(dtype) && c.skip(" shape=") && c.dims_then_end_of_value(s.shape)))
+  if (!(c.skip(" dtype=") && c.word(dtype) && c.skip(" shape=") &&
+        c.dims_then_end_of_value(s.shape)))
     return false;
   s.dtype.assign(dtype);
   if (!c.optional_count(" nnz=", s.nnz)) return false;
   if (c.skip(" shard=")) {
-    if (!(c.dims(s.shard.global_shape) && c.skip('@') &&
-          c.dims_then_end_of_value(s.shard.offset)))
+    if (!(c.dims(s.shard.global_shape) && c.skip('@') && c.dims_then_end_of_value(s.shard.offset)))
       return false;
     if (s.shard.global_shape.size() != s.shard.offset.size() ||
         s.shard.offset.size() != s.shape.size())
@@ -164,11 +164,13 @@ bool read_tensor_fields(Cursor& c, Record& r) {
   }
   if (c.skip(" partial=")) {
     std::int64_t index = 0, count = 0;
-    if (!(c.integer(index) && c.skip('/') && c.integer(count)) || count < 1 || index < 0 || index >= count)
+    if (!(c.integer(index) && c.skip('/') && c.integer(count)) || count < 1 || index < 0 ||
+        index >= count)
       return false;
     s.partial = Partial{index, count};
   }
-  if (c.skip(" covers=") && !(c.dims_then_end_of_value(r.covers) && valid_covers(r.covers, r.microbatch)))
+  if (c.skip(" covers=") &&
+      !(c.dims_then_end_of_value(r.covers) && valid_covers(r.covers, r.microbatch)))
     return false;
   if (c.skip(" torch_hash=")) {
     std::uint64_t h = 0;

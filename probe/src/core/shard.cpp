@@ -23,9 +23,9 @@ void Shard::check_fits(const std::vector<std::int64_t>& local_shape,
     // Written so that no sum can overflow (the differ feeds it untrusted log values).
     if (offset[d] < 0 || local_shape[d] < 0 || offset[d] > global_shape[d] ||
         local_shape[d] > global_shape[d] - offset[d])
-      throw std::invalid_argument(what + ": local shape " + dims_text(local_shape) +
-                                  " at offset " + dims_text(offset) +
-                                  " does not fit in global shape " + dims_text(global_shape));
+      throw std::invalid_argument(what + ": local shape " + dims_text(local_shape) + " at offset " +
+                                  dims_text(offset) + " does not fit in global shape " +
+                                  dims_text(global_shape));
   }
 }
 

@@ -121,8 +121,8 @@ TensorStats sparse_stats(const ContiguousLayout& layout, const SparseElements& s
   for (std::int64_t k = 0; k < stored.nnz && stored.block_elements > 0; ++k) {
     const std::int64_t block = stored.block_index[k];
     if (block <= previous || block >= blocks)
-      throw std::invalid_argument("numprobe: sparse block index " + std::to_string(block) +
-                                  " at " + std::to_string(k) + " is out of range [0, " +
+      throw std::invalid_argument("numprobe: sparse block index " + std::to_string(block) + " at " +
+                                  std::to_string(k) + " is out of range [0, " +
                                   std::to_string(blocks) + ") or not ascending (coalesce first)");
     previous = block;
     for (std::int64_t j = 0; j < stored.block_elements; ++j) {
@@ -136,7 +136,8 @@ TensorStats sparse_stats(const ContiguousLayout& layout, const SparseElements& s
       const std::uint64_t global = layout.global_index(local);
       const std::int64_t segment = layout.segment_first(local);
       order.add(local / kChunkElements, segment, static_cast<int>((local - segment) % kLanes), x,
-                hash_spec::element_hash(bytes, size, global), value_term(element_bits(bytes, size)));
+                hash_spec::element_hash(bytes, size, global),
+                value_term(element_bits(bytes, size)));
       stored_zero_terms += hash_spec::element_hash(kZero, size, global);
     }
   }

@@ -15,9 +15,24 @@
 namespace probe::kernels {
 
 enum class ElementType : std::uint8_t {
-  float32, float64, float16, bfloat16,
-  float8_e4m3fn, float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz, float8_e8m0fnu,
-  int8, uint8, int16, uint16, int32, uint32, int64, uint64, boolean,
+  float32,
+  float64,
+  float16,
+  bfloat16,
+  float8_e4m3fn,
+  float8_e5m2,
+  float8_e4m3fnuz,
+  float8_e5m2fnuz,
+  float8_e8m0fnu,
+  int8,
+  uint8,
+  int16,
+  uint16,
+  int32,
+  uint32,
+  int64,
+  uint64,
+  boolean,
 };
 
 inline constexpr double kInf = __builtin_huge_val();

@@ -52,11 +52,13 @@ struct Dispatch {
     const char* wanted = std::getenv("PROBE_STATS_ISA");
     const IsaKernel* chosen = &kernels.back();
     if (wanted && *wanted) {
-      const auto it = std::find_if(kernels.begin(), kernels.end(),
-                                   [&](const IsaKernel& k) { return std::strcmp(k.isa, wanted) == 0; });
+      const auto it = std::find_if(kernels.begin(), kernels.end(), [&](const IsaKernel& k) {
+        return std::strcmp(k.isa, wanted) == 0;
+      });
       if (it != kernels.end()) chosen = &*it;
       else
-        std::fprintf(stderr, "numprobe: PROBE_STATS_ISA=%s is not a kernel build this CPU runs; using %s\n",
+        std::fprintf(stderr,
+                     "numprobe: PROBE_STATS_ISA=%s is not a kernel build this CPU runs; using %s\n",
                      wanted, chosen->isa);
     }
     run = chosen->run;
@@ -75,19 +77,15 @@ int element_size(ElementType type) {
   switch (type) {
     case ElementType::float32:
     case ElementType::int32:
-    case ElementType::uint32:
-      return 4;
+    case ElementType::uint32: return 4;
     case ElementType::float64:
     case ElementType::int64:
-    case ElementType::uint64:
-      return 8;
+    case ElementType::uint64: return 8;
     case ElementType::float16:
     case ElementType::bfloat16:
     case ElementType::int16:
-    case ElementType::uint16:
-      return 2;
-    default:
-      return 1;
+    case ElementType::uint16: return 2;
+    default: return 1;
   }
 }
 
@@ -109,7 +107,9 @@ std::vector<IsaKernel> runnable_isa_kernels() {
 
 ContiguousLayout::ContiguousLayout(ElementType type, const void* data,
                                    std::vector<std::int64_t> local_shape, const Shard& shard)
-    : type_(type), data_(static_cast<const unsigned char*>(data)), element_size_(element_size(type)) {
+    : type_(type),
+      data_(static_cast<const unsigned char*>(data)),
+      element_size_(element_size(type)) {
   for (auto d : local_shape) numel_ *= d;
   if (shard.empty()) {
     run_length_ = numel_;
@@ -169,7 +169,8 @@ std::int64_t ContiguousLayout::segment_first(std::int64_t local) const {
 }
 
 std::uint64_t ContiguousLayout::global_index(std::int64_t local) const {
-  return run_first_global_index(local / run_length_) + static_cast<std::uint64_t>(local % run_length_);
+  return run_first_global_index(local / run_length_) +
+         static_cast<std::uint64_t>(local % run_length_);
 }
 
 TensorStats finish_stats(const std::vector<StatsPartial>& chunks, std::int64_t numel) {

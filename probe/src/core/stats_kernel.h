@@ -58,7 +58,7 @@ class ContiguousLayout {
   std::int64_t numel_ = 1;
   std::int64_t run_length_ = 1;
   std::uint64_t base_global_index_ = 0;
-  std::vector<std::int64_t> outer_extent_;        // local extents of the dims outside a run
+  std::vector<std::int64_t> outer_extent_;  // local extents of the dims outside a run
   std::vector<std::uint64_t> outer_global_stride_;
 };
 

@@ -7,9 +7,10 @@ namespace probe {
 namespace {
 
 [[noreturn]] void fail(std::string_view text, const std::string& why) {
-  throw std::invalid_argument("trace setting '" + std::string(text) + "': " + why +
-                              " (expected steps=N|A-B,...;scopes=REGEX;phases=forward,backward;mb=A-B,...;"
-                              "dump=1;dump_cap=MiB)");
+  throw std::invalid_argument(
+      "trace setting '" + std::string(text) + "': " + why +
+      " (expected steps=N|A-B,...;scopes=REGEX;phases=forward,backward;mb=A-B,...;"
+      "dump=1;dump_cap=MiB)");
 }
 
 std::int64_t parse_id(std::string_view all, std::string_view field, std::string_view v) {
@@ -28,8 +29,10 @@ TraceSpec::Ranges parse_ranges(std::string_view all, std::string_view field, std
     const std::string_view item = v.substr(0, comma);
     const std::size_t dash = item.find('-');
     const std::int64_t a = parse_id(all, field, item.substr(0, dash));
-    const std::int64_t b = dash == std::string_view::npos ? a : parse_id(all, field, item.substr(dash + 1));
-    if (b < a) fail(all, std::string(field) + ": range '" + std::string(item) + "' ends before it starts");
+    const std::int64_t b =
+        dash == std::string_view::npos ? a : parse_id(all, field, item.substr(dash + 1));
+    if (b < a)
+      fail(all, std::string(field) + ": range '" + std::string(item) + "' ends before it starts");
     ranges.emplace_back(a, b);
     if (comma == std::string_view::npos) break;
     v.remove_prefix(comma + 1);
@@ -54,8 +57,8 @@ TraceSpec TraceSpec::parse(std::string_view text) {
   if (text.empty()) return spec;
   spec.enabled_ = true;
   std::string scopes_text;
-  bool seen_steps = false, seen_scopes = false, seen_phases = false, seen_mb = false, seen_dump = false,
-       seen_cap = false;
+  bool seen_steps = false, seen_scopes = false, seen_phases = false, seen_mb = false,
+       seen_dump = false, seen_cap = false;
   std::string_view rest = text;
   while (!rest.empty()) {
     const std::size_t semi = rest.find(';');
@@ -78,9 +81,11 @@ TraceSpec TraceSpec::parse(std::string_view text) {
     } else if (key == "scopes") {
       once(seen_scopes);
       try {
-        spec.scopes_ = std::make_shared<const std::regex>(std::string(value), std::regex::ECMAScript);
+        spec.scopes_ =
+            std::make_shared<const std::regex>(std::string(value), std::regex::ECMAScript);
       } catch (const std::regex_error& e) {
-        fail(text, "scopes: '" + std::string(value) + "' is not a regular expression (" + e.what() + ")");
+        fail(text,
+             "scopes: '" + std::string(value) + "' is not a regular expression (" + e.what() + ")");
       }
       scopes_text = value;
     } else if (key == "phases") {
@@ -98,7 +103,8 @@ TraceSpec TraceSpec::parse(std::string_view text) {
       }
     } else if (key == "dump") {
       once(seen_dump);
-      if (value != "0" && value != "1") fail(text, "dump: '" + std::string(value) + "' is not 0 or 1");
+      if (value != "0" && value != "1")
+        fail(text, "dump: '" + std::string(value) + "' is not 0 or 1");
       spec.dump_ = value == "1";
     } else if (key == "dump_cap") {
       once(seen_cap);
@@ -115,11 +121,14 @@ TraceSpec TraceSpec::parse(std::string_view text) {
   auto add = [&](const std::string& field) { t += (t.empty() ? "" : ";") + field; };
   if (!spec.steps_.empty()) add("steps=" + format_ranges(spec.steps_));
   if (spec.scopes_) add("scopes=" + scopes_text);
-  if (!(spec.forward_ && spec.backward_)) add(std::string("phases=") + (spec.forward_ ? "forward" : "backward"));
+  if (!(spec.forward_ && spec.backward_))
+    add(std::string("phases=") + (spec.forward_ ? "forward" : "backward"));
   if (!spec.microbatches_.empty()) add("mb=" + format_ranges(spec.microbatches_));
   if (spec.dump_) add("dump=1");
-  if (spec.dump_ && spec.dump_cap_mib_ != kDefaultDumpCapMiB) add("dump_cap=" + std::to_string(spec.dump_cap_mib_));
-  if (t.empty()) t = "steps=0-" + std::to_string(INT64_MAX);  // every step: still a setting that traces
+  if (spec.dump_ && spec.dump_cap_mib_ != kDefaultDumpCapMiB)
+    add("dump_cap=" + std::to_string(spec.dump_cap_mib_));
+  // every step: still a setting that traces
+  if (t.empty()) t = "steps=0-" + std::to_string(INT64_MAX);
   return spec;
 }
 

@@ -1,4 +1,5 @@
-// launch_stats_kernel<T> for float32, float64, float16 and bfloat16: one file per dtype family (stats_cuda_kernels.cuh).
+// launch_stats_kernel<T> for float32, float64, float16 and bfloat16: one file per dtype family
+// (stats_cuda_kernels.cuh).
 #include "stats_cuda_kernels.cuh"
 
 namespace probe::detail {

@@ -1,4 +1,5 @@
-// launch_stats_kernel<T> for the 1- and 2-byte integer types and bool: one file per dtype family (stats_cuda_kernels.cuh).
+// launch_stats_kernel<T> for the 1- and 2-byte integer types and bool: one file per dtype family
+// (stats_cuda_kernels.cuh).
 #include "stats_cuda_kernels.cuh"
 
 namespace probe::detail {

@@ -1,6 +1,6 @@
 // The fused statistics kernels of stats_cuda.cu and their launcher, compiled once per dtype
-// family (stats_cuda_<family>.cu instantiate launch_stats_kernel<T>): nvcc then builds the families in
-// parallel instead of one file holding every unrolled instantiation (over 3 minutes on its own).
+// family (stats_cuda_<family>.cu instantiate launch_stats_kernel<T>): nvcc then builds the families
+// in parallel instead of one file holding every unrolled instantiation (over 3 minutes on its own).
 // Included only by those files.
 #pragma once
 
@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(tile::kBlockThreads)
   constexpr int kGroup = tile::kGroupElements<T>;
   __shared__ double float8_table[kernels::is_float8(T) ? 256 : 1];
   if constexpr (kernels::is_float8(T)) {
-    float8_table[threadIdx.x] = kernels::float8_to_double(static_cast<std::uint8_t>(threadIdx.x), T);
+    float8_table[threadIdx.x] =
+        kernels::float8_to_double(static_cast<std::uint8_t>(threadIdx.x), T);
     __syncthreads();
   }
   const std::int64_t tile_index = blockIdx.x;
@@ -113,7 +114,8 @@ __global__ void __launch_bounds__(tile::kBlockThreads)
     uint4 group[tile::kGroupsPerThread];
 #pragma unroll
     for (int j = 0; j < tile::kGroupsPerThread; ++j)
-      group[j] = __ldg(reinterpret_cast<const uint4*>(data + tile::group_first<T>(tile_index, t, j)));
+      group[j] =
+          __ldg(reinterpret_cast<const uint4*>(data + tile::group_first<T>(tile_index, t, j)));
 #pragma unroll
     for (int j = 0; j < tile::kGroupsPerThread; ++j) {
       B values[kGroup];  // unpacked with constant shifts, so it stays in registers
@@ -128,12 +130,12 @@ __global__ void __launch_bounds__(tile::kBlockThreads)
     for (int j = 0; j < tile::kGroupsPerThread; ++j) {
       const std::int64_t first = tile::group_first<T>(tile_index, t, j);
       if (first >= layout.numel) break;
-      const int count = static_cast<int>(layout.numel - first < kGroup ? layout.numel - first : kGroup);
+      const int count =
+          static_cast<int>(layout.numel - first < kGroup ? layout.numel - first : kGroup);
       B values[kGroup];
       if (memory.contiguous())
         for (int v = 0; v < count; ++v) values[v] = data[first + v];
-      else
-        tile::load_strided(values, data, memory, first, count);
+      else tile::load_strided(values, data, memory, first, count);
       tile::fold_group<T, kSingleRun>(p, values, count, first, layout, float8_table);
     }
   }
@@ -158,7 +160,8 @@ __global__ void __launch_bounds__(tile::kMergeThreads)
 
 template <kernels::ElementType T>
 void launch_stats_kernel(const PreparedTensor& prepared, const tile::RunLayout& layout,
-                         const tile::MemoryLayout& memory, const at::Tensor& packed, cudaStream_t stream) {
+                         const tile::MemoryLayout& memory, const at::Tensor& packed,
+                         cudaStream_t stream) {
   const auto* data = static_cast<const tile::Bits<T>*>(prepared.data.const_data_ptr());
   const std::int64_t tiles = tile::tile_count<T>(layout.numel);
   TORCH_CHECK(tiles <= std::int64_t{0x7fffffff}, "numprobe: tensor too large for the CUDA kernel");
@@ -172,9 +175,11 @@ void launch_stats_kernel(const PreparedTensor& prepared, const tile::RunLayout& 
   auto* out = packed.mutable_data_ptr<std::int64_t>();
   const dim3 grid(static_cast<unsigned>(tiles));
   if (layout.single_run())
-    tile_stats_kernel<T, true><<<grid, tile::kBlockThreads, 0, stream>>>(data, layout, memory, partials, out);
+    tile_stats_kernel<T, true>
+        <<<grid, tile::kBlockThreads, 0, stream>>>(data, layout, memory, partials, out);
   else
-    tile_stats_kernel<T, false><<<grid, tile::kBlockThreads, 0, stream>>>(data, layout, memory, partials, out);
+    tile_stats_kernel<T, false>
+        <<<grid, tile::kBlockThreads, 0, stream>>>(data, layout, memory, partials, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (tiles > 1) {
     merge_partials_kernel<<<1, tile::kMergeThreads, 0, stream>>>(partials, tiles, out);
@@ -186,7 +191,7 @@ void launch_stats_kernel(const PreparedTensor& prepared, const tile::RunLayout& 
 
 }  // namespace probe::detail
 
-#define PROBE_INSTANTIATE_STATS_KERNEL(name)                                                      \
-  template void launch_stats_kernel<kernels::ElementType::name>(                                 \
-      const PreparedTensor&, const kernels::cuda_tile::RunLayout&,                               \
+#define PROBE_INSTANTIATE_STATS_KERNEL(name)                       \
+  template void launch_stats_kernel<kernels::ElementType::name>(   \
+      const PreparedTensor&, const kernels::cuda_tile::RunLayout&, \
       const kernels::cuda_tile::MemoryLayout&, const at::Tensor&, cudaStream_t);

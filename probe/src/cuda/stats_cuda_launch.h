@@ -13,7 +13,8 @@ namespace probe::detail {
 // Writes `prepared`'s packed figures into `packed` ([kPackedSlots] int64 on its device),
 // asynchronously on `stream`.
 template <kernels::ElementType T>
-void launch_stats_kernel(const PreparedTensor& prepared, const kernels::cuda_tile::RunLayout& layout,
+void launch_stats_kernel(const PreparedTensor& prepared,
+                         const kernels::cuda_tile::RunLayout& layout,
                          const kernels::cuda_tile::MemoryLayout& memory, const at::Tensor& packed,
                          cudaStream_t stream);
 

@@ -27,8 +27,9 @@ StatsPartial block_reduce(StatsPartial* thread) {
 }
 
 template <ElementType T, bool kSingleRun>
-StatsPartial reference_tile(const RunLayout& layout, const Bits<T>* data, const MemoryLayout& memory,
-                            std::int64_t tile, const double* float8_table) {
+StatsPartial reference_tile(const RunLayout& layout, const Bits<T>* data,
+                            const MemoryLayout& memory, std::int64_t tile,
+                            const double* float8_table) {
   StatsPartial thread[kBlockThreads];
   for (int t = 0; t < kBlockThreads; ++t)
     for (int j = 0; j < kGroupsPerThread; ++j) {
@@ -39,8 +40,7 @@ StatsPartial reference_tile(const RunLayout& layout, const Bits<T>* data, const 
       Bits<T> values[kGroupElements<T>];
       if (memory.contiguous())
         for (int v = 0; v < count; ++v) values[v] = data[first + v];
-      else
-        load_strided(values, data, memory, first, count);
+      else load_strided(values, data, memory, first, count);
       fold_group<T, kSingleRun>(thread[t], values, count, first, layout, float8_table);
     }
   return block_reduce<kBlockThreads>(thread);
@@ -63,7 +63,8 @@ StatsPartial reference_partial_typed(const RunLayout& layout, const void* data,
   if (tiles == 1) return blocks[0];
   StatsPartial thread[kMergeThreads];
   for (int t = 0; t < kMergeThreads; ++t)
-    for (std::int64_t i = t; i < tiles; i += kMergeThreads) thread[t].merge(blocks[static_cast<std::size_t>(i)]);
+    for (std::int64_t i = t; i < tiles; i += kMergeThreads)
+      thread[t].merge(blocks[static_cast<std::size_t>(i)]);
   return block_reduce<kMergeThreads>(thread);
 }
 
@@ -72,6 +73,8 @@ StatsPartial reference_partial_typed(const RunLayout& layout, const void* data,
 inline StatsPartial reference_partial(ElementType type, const RunLayout& layout, const void* data,
                                       const MemoryLayout& memory = {}) {
   switch (type) {
+    // One case per element type; the list is laid out by hand.
+    // clang-format off
 #define PROBE_REFERENCE_CASE(name) \
   case ElementType::name: return reference_partial_typed<ElementType::name>(layout, data, memory);
     PROBE_REFERENCE_CASE(float32) PROBE_REFERENCE_CASE(float64) PROBE_REFERENCE_CASE(float16)
@@ -82,6 +85,7 @@ inline StatsPartial reference_partial(ElementType type, const RunLayout& layout,
     PROBE_REFERENCE_CASE(uint16) PROBE_REFERENCE_CASE(int32) PROBE_REFERENCE_CASE(uint32)
     PROBE_REFERENCE_CASE(int64) PROBE_REFERENCE_CASE(uint64) PROBE_REFERENCE_CASE(boolean)
 #undef PROBE_REFERENCE_CASE
+    // clang-format on
   }
   return {};
 }

@@ -66,7 +66,8 @@ inline RunLayout run_layout_of(const ContiguousLayout& layout) {
   r.base_global_index = layout.base_global_index();
   const auto& extent = layout.outer_extent();
   if (extent.size() > static_cast<std::size_t>(kMaxOuterDims))
-    throw std::invalid_argument("numprobe: shard layout has more outer dims than the CUDA kernel takes");
+    throw std::invalid_argument(
+        "numprobe: shard layout has more outer dims than the CUDA kernel takes");
   r.outer_dims = static_cast<int>(extent.size());
   for (std::size_t d = 0; d < extent.size(); ++d) {
     r.outer_extent[d] = extent[d];
@@ -118,20 +119,55 @@ PROBE_HOST_DEVICE inline void load_strided(B* values, const B* data, const Memor
 }
 
 // Storage word of each element type.
-template <ElementType T> struct BitsOf { using type = std::uint8_t; };
-template <> struct BitsOf<ElementType::float32> { using type = std::uint32_t; };
-template <> struct BitsOf<ElementType::int32> { using type = std::uint32_t; };
-template <> struct BitsOf<ElementType::uint32> { using type = std::uint32_t; };
-template <> struct BitsOf<ElementType::float64> { using type = std::uint64_t; };
-template <> struct BitsOf<ElementType::int64> { using type = std::uint64_t; };
-template <> struct BitsOf<ElementType::uint64> { using type = std::uint64_t; };
-template <> struct BitsOf<ElementType::float16> { using type = std::uint16_t; };
-template <> struct BitsOf<ElementType::bfloat16> { using type = std::uint16_t; };
-template <> struct BitsOf<ElementType::int16> { using type = std::uint16_t; };
-template <> struct BitsOf<ElementType::uint16> { using type = std::uint16_t; };
-template <ElementType T> using Bits = typename BitsOf<T>::type;
+template <ElementType T>
+struct BitsOf {
+  using type = std::uint8_t;
+};
+template <>
+struct BitsOf<ElementType::float32> {
+  using type = std::uint32_t;
+};
+template <>
+struct BitsOf<ElementType::int32> {
+  using type = std::uint32_t;
+};
+template <>
+struct BitsOf<ElementType::uint32> {
+  using type = std::uint32_t;
+};
+template <>
+struct BitsOf<ElementType::float64> {
+  using type = std::uint64_t;
+};
+template <>
+struct BitsOf<ElementType::int64> {
+  using type = std::uint64_t;
+};
+template <>
+struct BitsOf<ElementType::uint64> {
+  using type = std::uint64_t;
+};
+template <>
+struct BitsOf<ElementType::float16> {
+  using type = std::uint16_t;
+};
+template <>
+struct BitsOf<ElementType::bfloat16> {
+  using type = std::uint16_t;
+};
+template <>
+struct BitsOf<ElementType::int16> {
+  using type = std::uint16_t;
+};
+template <>
+struct BitsOf<ElementType::uint16> {
+  using type = std::uint16_t;
+};
+template <ElementType T>
+using Bits = typename BitsOf<T>::type;
 
-template <ElementType T> inline constexpr int kGroupElements = kGroupBytes / int(sizeof(Bits<T>));
+template <ElementType T>
+inline constexpr int kGroupElements = kGroupBytes / int(sizeof(Bits<T>));
 template <ElementType T>
 inline constexpr std::int64_t kTileElements =
     std::int64_t{kBlockThreads} * kGroupsPerThread * kGroupElements<T>;
@@ -151,7 +187,8 @@ PROBE_HOST_DEVICE inline double element_value(Bits<T> b, const double* float8_ta
   else if constexpr (T == ElementType::int8) return static_cast<std::int8_t>(b);
   else if constexpr (T == ElementType::int16) return static_cast<std::int16_t>(b);
   else if constexpr (T == ElementType::int32) return static_cast<std::int32_t>(b);
-  else if constexpr (T == ElementType::int64) return static_cast<double>(static_cast<std::int64_t>(b));
+  else if constexpr (T == ElementType::int64)
+    return static_cast<double>(static_cast<std::int64_t>(b));
   else if constexpr (T == ElementType::uint64) return static_cast<double>(b);
   else if constexpr (T == ElementType::uint8 || T == ElementType::boolean ||
                      T == ElementType::uint16 || T == ElementType::uint32)
@@ -176,7 +213,8 @@ PROBE_HOST_DEVICE inline void fold_group(StatsPartial& p, const Bits<T>* values,
   if constexpr (kSingleRun) {
     const std::uint64_t g = layout.base_global_index + static_cast<std::uint64_t>(first);
     for (int v = 0; v < count; ++v)
-      p.add_positional(element_value<T>(values[v], float8_table), element_hash<T>(values[v], g + v));
+      p.add_positional(element_value<T>(values[v], float8_table),
+                       element_hash<T>(values[v], g + v));
   } else {
     std::int64_t run = first / layout.run_length, pos = first % layout.run_length;
     std::uint64_t g = layout.run_first_global_index(run) + static_cast<std::uint64_t>(pos);
@@ -194,8 +232,7 @@ PROBE_HOST_DEVICE inline void fold_group(StatsPartial& p, const Bits<T>* values,
 // Local index of the first element of thread `thread`'s group `j` in tile `tile`.
 template <ElementType T>
 PROBE_HOST_DEVICE inline std::int64_t group_first(std::int64_t tile, int thread, int j) {
-  return tile * kTileElements<T> +
-         (std::int64_t{j} * kBlockThreads + thread) * kGroupElements<T>;
+  return tile * kTileElements<T> + (std::int64_t{j} * kBlockThreads + thread) * kGroupElements<T>;
 }
 
 // The fixed combining tree over `n` (a power of two) partials, leaving the result in v[0]:

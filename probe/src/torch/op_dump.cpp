@@ -38,12 +38,14 @@ c10::IValue dumpable(const c10::IValue& v) {
     return c10::ivalue::Tuple::create(std::move(items));
   }
   if (v.isGenerator()) return c10::IValue(std::string("<generator>"));
-  if (v.isNone() || v.isInt() || v.isDouble() || v.isBool() || v.isString() || v.isComplexDouble()) return v;
+  if (v.isNone() || v.isInt() || v.isDouble() || v.isBool() || v.isString() || v.isComplexDouble())
+    return v;
   if (v.isDevice()) return c10::IValue(v.toDevice().str());
   return c10::IValue("<" + v.tagKind() + ">");  // a type a replay cannot rebuild: said, not dropped
 }
 
-std::vector<char> dump_bytes(const std::string& schema, const std::string& name, std::vector<c10::IValue> arguments,
+std::vector<char> dump_bytes(const std::string& schema, const std::string& name,
+                             std::vector<c10::IValue> arguments,
                              const std::vector<c10::IValue>& outputs) {
   std::vector<c10::IValue> out;
   for (const c10::IValue& v : outputs) out.push_back(dumpable(v));
@@ -57,8 +59,10 @@ DumpWriter::DumpWriter(std::filesystem::path rank_dir, std::int64_t cap_bytes)
 
 void DumpWriter::stop(const std::string& why) {
   stopped_.store(true);
-  std::fprintf(stderr, "numprobe: op dumps in %s stop: %s; the op records go on without dump=, training goes on\n",
-               (rank_dir_ / "dumps").string().c_str(), why.c_str());
+  std::fprintf(
+      stderr,
+      "numprobe: op dumps in %s stop: %s; the op records go on without dump=, training goes on\n",
+      (rank_dir_ / "dumps").string().c_str(), why.c_str());
 }
 
 std::string DumpWriter::save(std::int64_t step, const std::function<std::vector<char>()>& bytes) {
@@ -68,11 +72,13 @@ std::string DumpWriter::save(std::int64_t step, const std::function<std::vector<
     const std::vector<char> data = bytes();
     const auto size = static_cast<std::int64_t>(data.size());
     if (written_ + size > cap_bytes_) {
-      stop("the next one (" + std::to_string(size) + " bytes, step " + std::to_string(step) + ") would pass dump_cap=" +
-           std::to_string(cap_bytes_ >> 20) + " MiB (" + std::to_string(written_) + " bytes written)");
+      stop("the next one (" + std::to_string(size) + " bytes, step " + std::to_string(step) +
+           ") would pass dump_cap=" + std::to_string(cap_bytes_ >> 20) + " MiB (" +
+           std::to_string(written_) + " bytes written)");
       return "";
     }
-    const std::string relative = "dumps/step" + std::to_string(step) + "/" + std::to_string(count_) + ".pt";
+    const std::string relative =
+        "dumps/step" + std::to_string(step) + "/" + std::to_string(count_) + ".pt";
     const std::filesystem::path path = rank_dir_ / relative;
     std::filesystem::create_directories(path.parent_path());
     std::ofstream out(path, std::ios::binary);

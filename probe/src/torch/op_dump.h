@@ -25,15 +25,16 @@ namespace probe::detail {
 std::string schema_of(const at::RecordFunction& fn);
 
 // `v` as a dump holds it: a tensor detached and copied to the host (its values now, whatever
-// an in-place op writes later; an undefined one kUndefinedTensor), a list (of ints, floats, bools, tensors) as a tuple (torch.load
-// refuses c10::List and c10::Dict), a generator as the string "<generator>" (no replay draws
-// from it); numbers, strings, None as they are.
+// an in-place op writes later; an undefined one kUndefinedTensor), a list (of ints, floats, bools,
+// tensors) as a tuple (torch.load refuses c10::List and c10::Dict), a generator as the string
+// "<generator>" (no replay draws from it); numbers, strings, None as they are.
 c10::IValue dumpable(const c10::IValue& v);
 inline constexpr const char* kUndefinedTensor = "<undefined>";  // an undefined tensor's place
 
 // The pickled tuple (schema, record name, arguments, outputs); `schema` is "" where the op has
 // none (a backward node's own call).
-std::vector<char> dump_bytes(const std::string& schema, const std::string& name, std::vector<c10::IValue> arguments,
+std::vector<char> dump_bytes(const std::string& schema, const std::string& name,
+                             std::vector<c10::IValue> arguments,
                              const std::vector<c10::IValue>& outputs);
 
 // A rank's dumps: <rank dir>/dumps/step<S>/<n>.pt, n counting the rank's dumps. Writing stops

@@ -36,8 +36,8 @@ struct NodeFrame {
 struct ThreadTrace {
   std::uint64_t handle = 0;  // this thread's callback while traced frames are open
   int traced_frames = 0;
-  OpContext forward;          // step and microbatch of the traced forward frames
-  int op_depth = 0;           // ops started and not ended inside a traced region
+  OpContext forward;  // step and microbatch of the traced forward frames
+  int op_depth = 0;   // ops started and not ended inside a traced region
   // The lowest sequence number no recorded forward op claimed yet: a node made between ops (a
   // custom autograd Function's, made before its forward runs) belongs to the next recorded op.
   std::int64_t seq_floor = 0;
@@ -51,7 +51,14 @@ ThreadTrace& thread_trace() {
 
 // What a start callback saw, for its end callback.
 struct OpObservation : at::ObserverContext {
-  enum class What : std::uint8_t { evaluate_function, node, nested, skipped, recorded, dataless } what;
+  enum class What : std::uint8_t {
+    evaluate_function,
+    node,
+    nested,
+    skipped,
+    recorded,
+    dataless
+  } what;
   bool pushed_node = false;
   Phase phase = Phase::forward;
   Split split;  // its scope's (forward), its forward op's (backward)
@@ -73,9 +80,11 @@ void report_failure(const std::string& where) {
   try {
     throw;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "numprobe: op trace: %s failed, op records may be missing: %s\n", where.c_str(), e.what());
+    std::fprintf(stderr, "numprobe: op trace: %s failed, op records may be missing: %s\n",
+                 where.c_str(), e.what());
   } catch (...) {
-    std::fprintf(stderr, "numprobe: op trace: %s failed, op records may be missing\n", where.c_str());
+    std::fprintf(stderr, "numprobe: op trace: %s failed, op records may be missing\n",
+                 where.c_str());
   }
 }
 
@@ -105,7 +114,8 @@ std::vector<std::size_t> shard_figures(const OpTracer& tracer, const at::Tensor&
   for (std::size_t d = 0; d < sizes.size(); ++d) {
     std::vector<std::int64_t> whole = sizes;
     whole[d] *= split.size;
-    entries.push_back(tracer.sink().figures(t, Shard::along(std::move(whole), static_cast<int>(d), split.rank * sizes[d])));
+    entries.push_back(tracer.sink().figures(
+        t, Shard::along(std::move(whole), static_cast<int>(d), split.rank * sizes[d])));
   }
   return entries;
 }
@@ -126,7 +136,8 @@ void keep_arguments(const at::RecordFunction& fn, OpObservation& obs) {
   for (const c10::IValue& v : fn.inputs()) obs.arguments.push_back(dumpable(v));
 }
 
-void record_input_tensors(const OpTracer& tracer, const std::vector<at::Tensor>& tensors, OpObservation& obs) {
+void record_input_tensors(const OpTracer& tracer, const std::vector<at::Tensor>& tensors,
+                          OpObservation& obs) {
   obs.inputs.reserve(tensors.size());
   OwnCalls own;
   for (const at::Tensor& t : tensors) {
@@ -143,8 +154,8 @@ void record_inputs(const OpTracer& tracer, const at::RecordFunction& fn, OpObser
 
 // Records of each tensor output: `name`, or `name.<i>` when the op returns several; `dump` the
 // op's dump ("" for none).
-void push_outputs(OpTracer& tracer, const std::vector<at::Tensor>& outputs, const OpObservation& obs,
-                  const std::string& name, const std::string& dump) {
+void push_outputs(OpTracer& tracer, const std::vector<at::Tensor>& outputs,
+                  const OpObservation& obs, const std::string& name, const std::string& dump) {
   OwnCalls own;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     Record r;
@@ -165,7 +176,8 @@ void push_outputs(OpTracer& tracer, const std::vector<at::Tensor>& outputs, cons
   }
 }
 
-void record_outputs(OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs, const std::string& name) {
+void record_outputs(OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs,
+                    const std::string& name) {
   std::vector<at::Tensor> outputs;
   for (const c10::IValue& v : fn.outputs()) append_tensors(outputs, v);
   std::string dump;  // one dump per op, named by each of its output records
@@ -201,7 +213,8 @@ std::unique_ptr<at::ObserverContext> start_op(OpTracer& tracer, const at::Record
       tt.nodes.push_back({});
       obs->pushed_node = true;
     }
-    if (fn.seqNr() >= 0) tt.nodes.back().forward_op = tracer.forward_op_of(fn.forwardThreadId(), fn.seqNr());
+    if (fn.seqNr() >= 0)
+      tt.nodes.back().forward_op = tracer.forward_op_of(fn.forwardThreadId(), fn.seqNr());
     return obs;
   }
   if (name.substr(0, kEvaluateFunction.size()) == kEvaluateFunction) {
@@ -209,18 +222,21 @@ std::unique_ptr<at::ObserverContext> start_op(OpTracer& tracer, const at::Record
     return std::make_unique<OpObservation>(What::evaluate_function);
   }
   // The probe's own operators (numprobe::tap in a compiled graph) record; they compute nothing.
-  if (name.substr(0, kProbeNamespace.size()) == kProbeNamespace) return std::make_unique<OpObservation>(What::dataless);
+  if (name.substr(0, kProbeNamespace.size()) == kProbeNamespace)
+    return std::make_unique<OpObservation>(What::dataless);
   const bool in_backward = !tt.nodes.empty();
   // A compiled graph's run is no op of the model: the ops in it are the compiler's (its node
   // records stand for the model's), and its backward is AOTAutograd's, not traced.
-  if (tt.op_depth == 0 && !in_backward && name.substr(0, kCompiledRegion.size()) == kCompiledRegion) {
+  if (tt.op_depth == 0 && !in_backward &&
+      name.substr(0, kCompiledRegion.size()) == kCompiledRegion) {
     ++tt.op_depth;
     return std::make_unique<OpObservation>(What::skipped);
   }
   const auto& frames = scope_frames();
   // Passed through, not counted as an op: the ops a DTensor op runs on its local tensors are
   // the outermost ones with data, and are recorded in its place.
-  if (tt.op_depth == 0 && has_dataless_tensor(fn.inputs())) return std::make_unique<OpObservation>(What::dataless);
+  if (tt.op_depth == 0 && has_dataless_tensor(fn.inputs()))
+    return std::make_unique<OpObservation>(What::dataless);
   if (tt.op_depth++ > 0) return std::make_unique<OpObservation>(What::nested);
   // An untraced scope inside a traced one, or compiled code (its graph's nodes record instead).
   if (!in_backward && (frames.empty() || !frames.back().traced || frames.back().compiled))
@@ -263,16 +279,13 @@ void end_op(OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs) 
     case What::node:
       if (obs.pushed_node && !tt.nodes.empty()) tt.nodes.pop_back();
       return;
-    case What::dataless:
-      return;
-    case What::nested:
-      --tt.op_depth;
-      return;
+    case What::dataless: return;
+    case What::nested: --tt.op_depth; return;
     case What::skipped:
-      if (--tt.op_depth == 0 && tt.nodes.empty()) tt.seq_floor = static_cast<std::int64_t>(at::sequence_number::peek());
+      if (--tt.op_depth == 0 && tt.nodes.empty())
+        tt.seq_floor = static_cast<std::int64_t>(at::sequence_number::peek());
       return;
-    case What::recorded:
-      break;
+    case What::recorded: break;
   }
   --tt.op_depth;
   if (has_dataless_tensor(fn.outputs())) return;  // a factory op of fake tensors: not numbered
@@ -280,7 +293,8 @@ void end_op(OpTracer& tracer, const at::RecordFunction& fn, OpObservation& obs) 
   if (obs.phase == Phase::forward) {
     const auto seq_end = static_cast<std::int64_t>(at::sequence_number::peek());
     tt.seq_floor = seq_end;
-    if (seq_end > obs.seq_begin) tracer.add_forward_op(fn.threadId(), obs.seq_begin, {seq_end, name, obs.split});
+    if (seq_end > obs.seq_begin)
+      tracer.add_forward_op(fn.threadId(), obs.seq_begin, {seq_end, name, obs.split});
     if (!tracer.spec().traces_forward()) return;
   }
   record_outputs(tracer, fn, obs, name);
@@ -308,10 +322,11 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 }
 
 std::uint64_t add_callback() {
-  return at::addThreadLocalCallback(at::RecordFunctionCallback(&on_start, &on_end)
-                                        .needsInputs(true)
-                                        .needsOutputs(true)
-                                        .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  return at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&on_start, &on_end)
+          .needsInputs(true)
+          .needsOutputs(true)
+          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
 }
 
 }  // namespace
@@ -393,7 +408,8 @@ void OpTracer::record_node(const std::string& op, const std::vector<at::Tensor>&
   obs.split = frames.back().split;
   obs.context = thread_trace().forward;
   record_input_tensors(*this, inputs, obs);
-  push_outputs(*this, outputs, obs, numbered(Phase::forward, obs.context.microbatch, frames.back().name + "/" + op), "");
+  push_outputs(*this, outputs, obs,
+               numbered(Phase::forward, obs.context.microbatch, frames.back().name + "/" + op), "");
 }
 
 OpTracer::OpTracer(TraceSpec spec, Sink sink) : spec_(std::move(spec)), sink_(std::move(sink)) {
@@ -420,7 +436,8 @@ OpTracer::BackwardRegion::~BackwardRegion() {
 
 OpTracer::BackwardRegion OpTracer::backward(std::int64_t step, std::int64_t microbatch) {
   BackwardRegion region;
-  if (!spec_.traces_backward() || !spec_.traces_step(step) || !spec_.traces_microbatch(microbatch)) return region;
+  if (!spec_.traces_backward() || !spec_.traces_step(step) || !spec_.traces_microbatch(microbatch))
+    return region;
   {
     std::lock_guard lock(mutex_);
     if (forward_ops_.empty()) return region;  // no traced forward op made a node to run
@@ -453,8 +470,10 @@ void OpTracer::add_forward_op(std::uint64_t thread, std::int64_t seq_begin, Forw
   forward_ops_[{thread, seq_begin}] = std::move(op);
 }
 
-std::string OpTracer::numbered(Phase phase, std::optional<std::int64_t> mb, const std::string& name) {
-  std::string key = std::to_string(static_cast<int>(phase)) + ":" + (mb ? std::to_string(*mb) : "-") + ":" + name;
+std::string OpTracer::numbered(Phase phase, std::optional<std::int64_t> mb,
+                               const std::string& name) {
+  std::string key =
+      std::to_string(static_cast<int>(phase)) + ":" + (mb ? std::to_string(*mb) : "-") + ":" + name;
   std::lock_guard lock(mutex_);
   return name + "#" + std::to_string(occurrences_[key]++);
 }

@@ -76,7 +76,8 @@ class OpTracer {
     std::function<void(Record, OpEntries entries)> push;
     // Saves an op's dump (`bytes` makes it) of `step`; returns its path relative to the rank's
     // directory, or "" where none was saved (the cap reached, a failure: said once).
-    std::function<std::string(std::int64_t step, const std::function<std::vector<char>()>& bytes)> dump;
+    std::function<std::string(std::int64_t step, const std::function<std::vector<char>()>& bytes)>
+        dump;
     // Whether dumps are still written (not yet stopped by the cap or a failure).
     std::function<bool()> dumping;
   };

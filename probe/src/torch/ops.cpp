@@ -28,7 +28,8 @@ void tap_kernel(c10::string_view name, const at::Tensor& t, c10::IntArrayRef glo
   probe::Shard shard;
   if (!global_shape.empty()) shard = probe::Shard{global_shape.vec(), offset.vec()};
   probe::Partial partial;
-  if (partial_count > 1) partial = probe::Partial::of(partial_index, partial_count, "numprobe::tap '" + tap_name + "'");
+  if (partial_count > 1)
+    partial = probe::Partial::of(partial_index, partial_count, "numprobe::tap '" + tap_name + "'");
   probe::note_compiled();  // eager taps do not come here: a compiled graph calls it
   probe::tap(tap_name, t, shard, partial);
 }
@@ -51,8 +52,9 @@ void node_meta(c10::string_view, at::TensorList, at::TensorList) {}
 }  // namespace
 
 TORCH_LIBRARY(numprobe, m) {
-  m.def("tap(str name, Tensor t, int[] global_shape=[], int[] offset=[], int partial_index=0, "
-        "int partial_count=1) -> ()");
+  m.def(
+      "tap(str name, Tensor t, int[] global_shape=[], int[] offset=[], int partial_index=0, "
+      "int partial_count=1) -> ()");
   m.def("scope_open(str path) -> ()");
   m.def("scope_close(str path) -> ()");
   m.def("node(str op, Tensor[] inputs, Tensor[] outputs) -> ()");

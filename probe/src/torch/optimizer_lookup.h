@@ -17,6 +17,7 @@ std::optional<OptimizerState> optimizer_state_of(const torch::optim::Optimizer& 
 
 // The learning rate of each parameter's group (OptimizerOptions::get_lr()), by TensorImpl: what
 // the update just taken used. Groups whose options do not implement get_lr() are left out.
-std::unordered_map<const c10::TensorImpl*, double> learning_rates(const torch::optim::Optimizer& optimizer);
+std::unordered_map<const c10::TensorImpl*, double> learning_rates(
+    const torch::optim::Optimizer& optimizer);
 
 }  // namespace probe::detail

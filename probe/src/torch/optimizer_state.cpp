@@ -28,36 +28,42 @@ struct Entry {
 // Adam and AdamW keep the same state; max_exp_avg_sq is defined with amsgrad only.
 template <class State>
 OptimizerState adam_like(const State& s) {
-  return {{{"exp_avg", s.exp_avg()}, {"exp_avg_sq", s.exp_avg_sq()}, {"max_exp_avg_sq", s.max_exp_avg_sq()}},
+  return {{{"exp_avg", s.exp_avg()},
+           {"exp_avg_sq", s.exp_avg_sq()},
+           {"max_exp_avg_sq", s.max_exp_avg_sq()}},
           s.step()};
 }
 
 std::map<std::type_index, Entry> built_in_readers() {
   std::map<std::type_index, Entry> readers;
-  auto add = [&]<class OptimizerT, class StateT>(const char* name, OptimizerState (*read)(const StateT&)) {
+  auto add = [&]<class OptimizerT, class StateT>(const char* name,
+                                                 OptimizerState (*read)(const StateT&)) {
     readers.emplace(std::type_index(typeid(OptimizerT)),
                     Entry{name, [read](const torch::optim::OptimizerParamState& s) {
                             return read(static_cast<const StateT&>(s));
                           }});
   };
-  add.operator()<torch::optim::Adam, torch::optim::AdamParamState>("torch::optim::Adam",
-                                                                    adam_like<torch::optim::AdamParamState>);
-  add.operator()<torch::optim::AdamW, torch::optim::AdamWParamState>("torch::optim::AdamW",
-                                                                      adam_like<torch::optim::AdamWParamState>);
+  add.operator()<torch::optim::Adam, torch::optim::AdamParamState>(
+      "torch::optim::Adam", adam_like<torch::optim::AdamParamState>);
+  add.operator()<torch::optim::AdamW, torch::optim::AdamWParamState>(
+      "torch::optim::AdamW", adam_like<torch::optim::AdamWParamState>);
   // SGD keeps no step count; momentum_buffer is defined with momentum != 0 only.
   add.operator()<torch::optim::SGD, torch::optim::SGDParamState>(
-      "torch::optim::SGD",
-      [](const torch::optim::SGDParamState& s) { return OptimizerState{{{"momentum_buffer", s.momentum_buffer()}}, {}}; });
+      "torch::optim::SGD", [](const torch::optim::SGDParamState& s) {
+        return OptimizerState{{{"momentum_buffer", s.momentum_buffer()}}, {}};
+      });
   // momentum_buffer with momentum > 0, grad_avg when centered.
   add.operator()<torch::optim::RMSprop, torch::optim::RMSpropParamState>(
       "torch::optim::RMSprop", [](const torch::optim::RMSpropParamState& s) {
-        return OptimizerState{
-            {{"square_avg", s.square_avg()}, {"momentum_buffer", s.momentum_buffer()}, {"grad_avg", s.grad_avg()}},
-            s.step()};
+        return OptimizerState{{{"square_avg", s.square_avg()},
+                               {"momentum_buffer", s.momentum_buffer()},
+                               {"grad_avg", s.grad_avg()}},
+                              s.step()};
       });
   add.operator()<torch::optim::Adagrad, torch::optim::AdagradParamState>(
-      "torch::optim::Adagrad",
-      [](const torch::optim::AdagradParamState& s) { return OptimizerState{{{"sum", s.sum()}}, s.step()}; });
+      "torch::optim::Adagrad", [](const torch::optim::AdagradParamState& s) {
+        return OptimizerState{{{"sum", s.sum()}}, s.step()};
+      });
   return readers;
 }
 
@@ -78,7 +84,8 @@ void register_optimizer_state(std::type_index optimizer_type, std::string class_
   if (!reader) throw std::invalid_argument("numprobe: register_optimizer_state(): empty reader");
   auto& r = registry();
   std::lock_guard lock(r.mutex);
-  r.readers.insert_or_assign(optimizer_type, Entry{c10::demangle(class_name.c_str()), std::move(reader)});
+  r.readers.insert_or_assign(optimizer_type,
+                             Entry{c10::demangle(class_name.c_str()), std::move(reader)});
 }
 
 OptimizerStateReader optimizer_state_reader(const torch::optim::Optimizer& optimizer) {
@@ -109,7 +116,8 @@ std::optional<OptimizerState> optimizer_state_of(const torch::optim::Optimizer& 
   return reader(*it->second);
 }
 
-std::unordered_map<const c10::TensorImpl*, double> learning_rates(const torch::optim::Optimizer& optimizer) {
+std::unordered_map<const c10::TensorImpl*, double> learning_rates(
+    const torch::optim::Optimizer& optimizer) {
   std::unordered_map<const c10::TensorImpl*, double> lr;
   for (const auto& group : optimizer.param_groups()) {
     if (!group.has_options()) continue;

@@ -39,10 +39,12 @@ void check_microbatch(std::int64_t microbatch) {
                                 ": microbatch ids are >= 0 (the global id of the microbatch)");
 }
 void check_name(const std::string& name, const char* what) {
-  if (name.empty()) throw std::invalid_argument(std::string("numprobe: ") + what + "(): empty name");
+  if (name.empty())
+    throw std::invalid_argument(std::string("numprobe: ") + what + "(): empty name");
 }
 void check_partial(const Partial& partial, const std::string& name) {
-  if (!partial.empty()) Partial::of(partial.index, partial.count, "numprobe: '" + name + "' partial");
+  if (!partial.empty())
+    Partial::of(partial.index, partial.count, "numprobe: '" + name + "' partial");
 }
 // Covered microbatches (docs/log-format.md): none, or at least two ascending ids >= 0 that
 // include the record's own.
@@ -50,19 +52,22 @@ void check_covers(const std::vector<std::int64_t>& covers, std::optional<std::in
                   const std::string& name) {
   if (covers.empty()) return;
   bool ascending = covers.front() >= 0;
-  for (std::size_t i = 1; i < covers.size(); ++i) ascending = ascending && covers[i - 1] < covers[i];
-  const bool has_own = microbatch && std::find(covers.begin(), covers.end(), *microbatch) != covers.end();
+  for (std::size_t i = 1; i < covers.size(); ++i)
+    ascending = ascending && covers[i - 1] < covers[i];
+  const bool has_own =
+      microbatch && std::find(covers.begin(), covers.end(), *microbatch) != covers.end();
   if (covers.size() < 2 || !ascending || !has_own)
-    throw std::invalid_argument("numprobe: '" + name +
-                                "': covered microbatches must be two or more ascending ids >= 0 that include the "
-                                "record's microbatch");
+    throw std::invalid_argument(
+        "numprobe: '" + name +
+        "': covered microbatches must be two or more ascending ids >= 0 that include the "
+        "record's microbatch");
 }
 
 struct WatchedParameter {
   std::string name;
   at::Tensor parameter;
   Shard shard;
-  Partial mb_grad_partial;  // its per-microbatch gradient is this summand of a partial sum
+  Partial mb_grad_partial;         // its per-microbatch gradient is this summand of a partial sum
   MicrobatchCover mb_grad_covers;  // what one backward's gradient covers (unset: its microbatch)
   std::optional<unsigned> hook;
 };
@@ -74,7 +79,7 @@ struct WatchedOptimizer {
 
 struct PendingRecord {
   Record record;
-  Partial partial;  // set on the figures once they are computed
+  Partial partial;                   // set on the figures once they are computed
   std::optional<std::size_t> entry;  // its figures (or scalar value) in the step's StatsBatch
   std::vector<std::optional<std::size_t>> input_entries;  // an op's inputs, for their hashes
   // A split op's output and inputs as shards along each dim (Record::split).
@@ -109,7 +114,7 @@ struct detail::ProbeImpl {
   };
   std::vector<KeySlot> key_slots;
   std::string step_lines;  // end_step's formatted records, reused from step to step
-  std::unique_ptr<detail::OpTracer> tracer;  // only with a trace setting
+  std::unique_ptr<detail::OpTracer> tracer;   // only with a trace setting
   std::unique_ptr<detail::DumpWriter> dumps;  // only with a trace setting that dumps
   std::optional<detail::OpTracer::BackwardRegion> backward_region;  // between begin/end_backward
 
@@ -173,7 +178,8 @@ struct detail::ProbeImpl {
 
   // `covers` (checked): the record's microbatch is the first it covers.
   void add(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
-           const at::Tensor& t, const Shard& shard, Partial partial = {}, std::vector<std::int64_t> covers = {}) {
+           const at::Tensor& t, const Shard& shard, Partial partial = {},
+           std::vector<std::int64_t> covers = {}) {
     if (!wants(kind)) return;
     PendingRecord r;
     r.partial = partial;
@@ -203,7 +209,8 @@ struct detail::ProbeImpl {
     push(std::move(r));
   }
 
-  // A split op record's hashes as shards (all of a tensor's or none: an unsupported dtype has none).
+  // A split op record's hashes as shards (all of a tensor's or none: an unsupported dtype has
+  // none).
   void resolve_shard_hashes(PendingRecord& r) {
     const auto hashes = [this](const std::vector<std::size_t>& entries) {
       std::vector<std::uint64_t> out;
@@ -223,7 +230,8 @@ struct detail::ProbeImpl {
     detail::OpTracer::Sink sink;
     sink.context = [this](Phase phase) {
       std::lock_guard lock(mutex);
-      return detail::OpContext{step, phase == Phase::backward ? backward_microbatch : forward_microbatch};
+      return detail::OpContext{step,
+                               phase == Phase::backward ? backward_microbatch : forward_microbatch};
     };
     sink.figures = [this](const at::Tensor& t, const Shard& shard) {
       at::NoGradGuard no_grad;
@@ -234,7 +242,11 @@ struct detail::ProbeImpl {
     };
     sink.dumping = [this] { return dumps && dumps->open(); };
     sink.push = [this](Record record, detail::OpEntries e) {
-      PendingRecord r{std::move(record), Partial{}, e.output, std::move(e.inputs), std::move(e.output_shards),
+      PendingRecord r{std::move(record),
+                      Partial{},
+                      e.output,
+                      std::move(e.inputs),
+                      std::move(e.output_shards),
                       std::move(e.input_shards)};
       push(std::move(r));
     };
@@ -245,7 +257,8 @@ struct detail::ProbeImpl {
   // the time of the call (a device read is queued on the current stream, before any update).
   void record_parameters() {
     if (!wants(Kind::param)) return;
-    for (const auto& p : snapshot_parameters()) add(Kind::param, p.name, std::nullopt, p.parameter, p.shard);
+    for (const auto& p : snapshot_parameters())
+      add(Kind::param, p.name, std::nullopt, p.parameter, p.shard);
   }
 
   // Each watched optimizer's state of each watched parameter, in parameter order (the state
@@ -270,9 +283,11 @@ struct detail::ProbeImpl {
             if (!t.defined()) continue;  // a state this configuration does not use
             // State shaped like a sharded parameter is sharded like it (ZeRO).
             const bool like_parameter = !p.shard.empty() && t.sizes().equals(p.parameter.sizes());
-            add(Kind::optim, p.name + "." + state_name, std::nullopt, t, like_parameter ? p.shard : Shard{});
+            add(Kind::optim, p.name + "." + state_name, std::nullopt, t,
+                like_parameter ? p.shard : Shard{});
           }
-          if (state->step) add_scalar(p.name + ".step", static_cast<double>(*state->step), {}, Kind::optim);
+          if (state->step)
+            add_scalar(p.name + ".step", static_cast<double>(*state->step), {}, Kind::optim);
         }
         const auto rate = lr[i].find(p.parameter.unsafeGetTensorImpl());
         if (rate != lr[i].end()) add_scalar(p.name + ".lr", rate->second, {}, Kind::optim);
@@ -346,13 +361,15 @@ void Probe::start_op_trace() {
     throw std::invalid_argument(std::string("numprobe: ProbeOptions::trace: ") + e.what());
   }
   if (!spec.enabled() || !impl_->options.kinds.contains(Kind::op)) return;
-  if (spec.dumps()) impl_->dumps = std::make_unique<detail::DumpWriter>(impl_->log_path.parent_path(), spec.dump_cap_bytes());
+  if (spec.dumps())
+    impl_->dumps =
+        std::make_unique<detail::DumpWriter>(impl_->log_path.parent_path(), spec.dump_cap_bytes());
   impl_->tracer = std::make_unique<detail::OpTracer>(std::move(spec), impl_->op_sink());
 }
 
 Probe::~Probe() {
   impl_->backward_region.reset();  // it refers to the tracer
-  impl_->tracer.reset();  // before the records it pushes into go
+  impl_->tracer.reset();           // before the records it pushes into go
   for (auto& p : impl_->parameters)
     if (p.hook) p.parameter.remove_hook(*p.hook);
   Probe* self = this;
@@ -379,7 +396,8 @@ void Probe::watch(const torch::nn::Module& module, const std::string& prefix,
     if (!found)
       throw std::invalid_argument("numprobe: watch(): shard given for '" + shard_name +
                                   "', which is no parameter of the module (names are prefix + "
-                                  "named_parameters() names, prefix '" + prefix + "')");
+                                  "named_parameters() names, prefix '" +
+                                  prefix + "')");
   }
   for (const auto& item : parameters) {
     const std::string name = prefix + item.key();
@@ -394,7 +412,8 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
                             Partial mb_grad_partial, MicrobatchCover mb_grad_covers) {
   if (!enabled()) return;
   if (name.empty()) throw std::invalid_argument("numprobe: watch_parameter(): empty name");
-  if (!shard.empty()) shard.check_fits(parameter.sizes().vec(), "numprobe: parameter '" + name + "'");
+  if (!shard.empty())
+    shard.check_fits(parameter.sizes().vec(), "numprobe: parameter '" + name + "'");
   check_partial(mb_grad_partial, name);
   std::lock_guard lock(impl_->mutex);
   auto& parameters = impl_->parameters;
@@ -413,8 +432,8 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
     same_name->mb_grad_covers = std::move(mb_grad_covers);
     same_name->hook.reset();
   } else {
-    parameters.push_back(
-        WatchedParameter{name, parameter, std::move(shard), mb_grad_partial, std::move(mb_grad_covers), std::nullopt});
+    parameters.push_back(WatchedParameter{name, parameter, std::move(shard), mb_grad_partial,
+                                          std::move(mb_grad_covers), std::nullopt});
     same_name = std::prev(parameters.end());
   }
   // A parameter frozen now gets no mb_grad hook (its .grad() is still recorded at end_step).
@@ -422,29 +441,30 @@ void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter
   const std::size_t index = static_cast<std::size_t>(same_name - parameters.begin());
   // Runs before accumulation into .grad(), once per backward: one microbatch's contribution.
   // Holds the probe weakly: autograd may run a hook after the probe is gone.
-  same_name->hook = parameter.register_hook([weak = std::weak_ptr<detail::ProbeImpl>(impl_), index](const at::Tensor& grad) {
-    const auto impl = weak.lock();
-    if (!impl) return;
-    std::optional<std::int64_t> mb;
-    Shard shard;
-    Partial partial;
-    std::string name;
-    MicrobatchCover cover;
-    {
-      std::lock_guard lock(impl->mutex);
-      if (!impl->wants(Kind::mb_grad)) return;  // a step not recorded: copy nothing
-      mb = impl->gradient_microbatch();
-      const auto& watched = impl->parameters[index];
-      name = watched.name;
-      shard = watched.shard;
-      partial = watched.mb_grad_partial;
-      cover = watched.mb_grad_covers;
-    }
-    // The trainer's function, called without the probe's lock: it may ask the probe things.
-    std::vector<std::int64_t> covers = cover && mb ? cover(*mb) : std::vector<std::int64_t>{};
-    check_covers(covers, mb, name);
-    impl->add(Kind::mb_grad, name, mb, grad, shard, partial, std::move(covers));
-  });
+  same_name->hook = parameter.register_hook(
+      [weak = std::weak_ptr<detail::ProbeImpl>(impl_), index](const at::Tensor& grad) {
+        const auto impl = weak.lock();
+        if (!impl) return;
+        std::optional<std::int64_t> mb;
+        Shard shard;
+        Partial partial;
+        std::string name;
+        MicrobatchCover cover;
+        {
+          std::lock_guard lock(impl->mutex);
+          if (!impl->wants(Kind::mb_grad)) return;  // a step not recorded: copy nothing
+          mb = impl->gradient_microbatch();
+          const auto& watched = impl->parameters[index];
+          name = watched.name;
+          shard = watched.shard;
+          partial = watched.mb_grad_partial;
+          cover = watched.mb_grad_covers;
+        }
+        // The trainer's function, called without the probe's lock: it may ask the probe things.
+        std::vector<std::int64_t> covers = cover && mb ? cover(*mb) : std::vector<std::int64_t>{};
+        check_covers(covers, mb, name);
+        impl->add(Kind::mb_grad, name, mb, grad, shard, partial, std::move(covers));
+      });
 }
 
 void Probe::watch_optimizer(const torch::optim::Optimizer& optimizer) {
@@ -463,7 +483,9 @@ void Probe::begin_step(std::int64_t step) {
 
 void Probe::set_step(std::int64_t step) {
   std::lock_guard lock(impl_->mutex);
-  if (step < 0) throw std::invalid_argument("numprobe: begin_step(" + std::to_string(step) + "): steps are >= 0");
+  if (step < 0)
+    throw std::invalid_argument("numprobe: begin_step(" + std::to_string(step) +
+                                "): steps are >= 0");
   if (impl_->last_ended_step && step <= *impl_->last_ended_step)
     throw std::invalid_argument("numprobe: begin_step(" + std::to_string(step) + ") after step " +
                                 std::to_string(*impl_->last_ended_step) +
@@ -514,7 +536,8 @@ void Probe::end_step() {
       r.record.inputs.push_back(in && in->supported() ? std::optional(in->hash) : std::nullopt);
     }
     if (!r.record.split.empty()) impl.resolve_shard_hashes(r);
-    if (r.entry && r.record.state == Record::State::scalar) r.record.value = impl.batch.scalar(*r.entry);
+    if (r.entry && r.record.state == Record::State::scalar)
+      r.record.value = impl.batch.scalar(*r.entry);
     else if (r.entry) r.record.stats = std::move(impl.batch.stats(*r.entry));
     if (r.record.state == Record::State::tensor) r.record.stats.partial = r.partial;
     log_format::append_record(lines, r.record);
@@ -548,10 +571,12 @@ void Probe::begin_forward(const std::string& name, std::int64_t microbatch,
   if (!enabled()) return;
   check_microbatch(microbatch);
   check_name(name, "forward");
-  if ((!shards.empty() && shards.size() != inputs.size()) || (!partials.empty() && partials.size() != inputs.size()))
-    throw std::invalid_argument("numprobe: forward '" + name + "': " + std::to_string(inputs.size()) +
-                                " inputs but " + std::to_string(shards.size()) + " shards and " +
-                                std::to_string(partials.size()) + " partials (none, or one per input)");
+  if ((!shards.empty() && shards.size() != inputs.size()) ||
+      (!partials.empty() && partials.size() != inputs.size()))
+    throw std::invalid_argument(
+        "numprobe: forward '" + name + "': " + std::to_string(inputs.size()) + " inputs but " +
+        std::to_string(shards.size()) + " shards and " + std::to_string(partials.size()) +
+        " partials (none, or one per input)");
   {
     std::lock_guard lock(impl_->mutex);
     impl_->forward_microbatch = microbatch;
@@ -562,19 +587,24 @@ void Probe::begin_forward(const std::string& name, std::int64_t microbatch,
     const std::string input_name = inputs.size() == 1 ? name : name + "." + std::to_string(i);
     const Partial partial = partials.empty() ? Partial{} : partials[i];
     check_partial(partial, input_name);
-    impl_->add(Kind::input, input_name, microbatch, inputs[i], shards.empty() ? Shard{} : shards[i], partial);
+    impl_->add(Kind::input, input_name, microbatch, inputs[i], shards.empty() ? Shard{} : shards[i],
+               partial);
   }
 }
 
-void Probe::record_output(const std::string& name, std::int64_t microbatch, const at::Tensor& output) {
+void Probe::record_output(const std::string& name, std::int64_t microbatch,
+                          const at::Tensor& output) {
   if (!enabled()) return;
   check_microbatch(microbatch);
   impl_->add(Kind::output, name, microbatch, output, {});
   // A leaf output (a parameter returned as is) would keep every forward's hook for good.
-  if (output.defined() && output.requires_grad() && !output.is_leaf() && impl_->wants(Kind::output_grad)) {
-    output.register_hook([weak = std::weak_ptr<detail::ProbeImpl>(impl_), name, microbatch](const at::Tensor& grad) {
-      if (const auto impl = weak.lock()) impl->add(Kind::output_grad, name, microbatch, grad, {});
-    });
+  if (output.defined() && output.requires_grad() && !output.is_leaf() &&
+      impl_->wants(Kind::output_grad)) {
+    output.register_hook(
+        [weak = std::weak_ptr<detail::ProbeImpl>(impl_), name, microbatch](const at::Tensor& grad) {
+          if (const auto impl = weak.lock())
+            impl->add(Kind::output_grad, name, microbatch, grad, {});
+        });
   }
 }
 
@@ -589,10 +619,8 @@ void Probe::backward(std::int64_t microbatch, const at::Tensor& root, const at::
   // This call's own region: backward() may run on several threads at once.
   std::optional<detail::OpTracer::BackwardRegion> traced;
   if (impl_->tracer) traced.emplace(impl_->tracer->backward(step(), microbatch));
-  if (grad.defined())
-    torch::autograd::backward({root}, {grad});
-  else
-    torch::autograd::backward({root});
+  if (grad.defined()) torch::autograd::backward({root}, {grad});
+  else torch::autograd::backward({root});
 }
 
 void Probe::begin_backward(std::int64_t microbatch) {
@@ -603,7 +631,8 @@ void Probe::begin_backward(std::int64_t microbatch) {
 
 void Probe::end_backward() { impl_->backward_region.reset(); }
 
-void Probe::record_mb_grad(const std::string& name, const at::Tensor& grad, const Shard& shard, Partial partial) {
+void Probe::record_mb_grad(const std::string& name, const at::Tensor& grad, const Shard& shard,
+                           Partial partial) {
   if (!records(Kind::mb_grad)) return;
   check_name(name, "record_mb_grad");
   check_partial(partial, name);
@@ -635,9 +664,13 @@ void Probe::note_compiled() {
   impl_->step_compiled = true;
 }
 
-void Probe::scalar(const std::string& name, double value) { record_scalar(Kind::scalar, name, value); }
+void Probe::scalar(const std::string& name, double value) {
+  record_scalar(Kind::scalar, name, value);
+}
 
-void Probe::scalar(const std::string& name, const at::Tensor& value) { record_scalar(Kind::scalar, name, value); }
+void Probe::scalar(const std::string& name, const at::Tensor& value) {
+  record_scalar(Kind::scalar, name, value);
+}
 
 void Probe::record_scalar(Kind kind, const std::string& name, double value) {
   if (!impl_->wants(kind)) return;
@@ -656,7 +689,8 @@ void Probe::record_scalar(Kind kind, const std::string& name, const at::Tensor& 
 }
 
 void Probe::record(Kind kind, const std::string& name, std::optional<std::int64_t> microbatch,
-                   const at::Tensor& t, const Shard& shard, Partial partial, std::vector<std::int64_t> covers) {
+                   const at::Tensor& t, const Shard& shard, Partial partial,
+                   std::vector<std::int64_t> covers) {
   if (!enabled()) return;
   check_name(name, "record");
   check_partial(partial, name);

@@ -26,8 +26,9 @@ std::int64_t parse_at_least(const char* name, const std::string& v, std::int64_t
   std::int64_t n = 0;
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
   if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n < least || n > most)
-    throw std::invalid_argument(std::string("numprobe: ") + name + "='" + v + "' is not an integer from " +
-                                std::to_string(least) + " to " + std::to_string(most));
+    throw std::invalid_argument(std::string("numprobe: ") + name + "='" + v +
+                                "' is not an integer from " + std::to_string(least) + " to " +
+                                std::to_string(most));
   return n;
 }
 
@@ -60,7 +61,9 @@ ProbeOptions ProbeOptions::from_env(ProbeOptions o) {
     const std::string mode = v;
     if (mode == "report") o.on_error = ProbeOptions::OnError::report;
     else if (mode == "throw") o.on_error = ProbeOptions::OnError::throw_error;
-    else throw std::invalid_argument("numprobe: PROBE_ON_ERROR='" + mode + "' is not 'report' or 'throw'");
+    else
+      throw std::invalid_argument("numprobe: PROBE_ON_ERROR='" + mode +
+                                  "' is not 'report' or 'throw'");
   }
   if (const char* v = env("PROBE_SETUP")) o.setup = v;
   if (const char* v = env("PROBE_TRACE")) {
@@ -72,9 +75,11 @@ ProbeOptions ProbeOptions::from_env(ProbeOptions o) {
     o.trace = v;
   }
   if (o.rank < 0)
-    if (const char* v = env("RANK")) o.rank = static_cast<int>(parse_at_least("RANK", v, 0, kMaxInt));
+    if (const char* v = env("RANK"))
+      o.rank = static_cast<int>(parse_at_least("RANK", v, 0, kMaxInt));
   if (o.world_size < 0)
-    if (const char* v = env("WORLD_SIZE")) o.world_size = static_cast<int>(parse_at_least("WORLD_SIZE", v, 1, kMaxInt));
+    if (const char* v = env("WORLD_SIZE"))
+      o.world_size = static_cast<int>(parse_at_least("WORLD_SIZE", v, 1, kMaxInt));
   return o;
 }
 

@@ -35,7 +35,8 @@ std::filesystem::path next_free_run_dir(const std::filesystem::path& root) {
   const std::string id = launch_id();
   std::error_code ec;
   std::filesystem::create_directories(root, ec);
-  if (ec) throw std::runtime_error("numprobe: cannot create '" + root.string() + "': " + ec.message());
+  if (ec)
+    throw std::runtime_error("numprobe: cannot create '" + root.string() + "': " + ec.message());
   for (int n = 0;; ++n) {
     const auto dir = root / std::to_string(n);
     const auto stamp = dir / ".launch";
@@ -45,12 +46,13 @@ std::filesystem::path next_free_run_dir(const std::filesystem::path& root) {
       std::filesystem::rename(tmp, stamp);
       return dir;
     }
-    if (ec) throw std::runtime_error("numprobe: cannot create '" + dir.string() + "': " + ec.message());
+    if (ec)
+      throw std::runtime_error("numprobe: cannot create '" + dir.string() + "': " + ec.message());
     // Taken: wait briefly for its creator's stamp (it writes it right after mkdir), unless the
     // directory is old: one made by hand or by another tool would cost every launch 2 s.
     std::string owner;
-    const auto age = std::filesystem::file_time_type::clock::now() -
-                     std::filesystem::last_write_time(dir, ec);
+    const auto age =
+        std::filesystem::file_time_type::clock::now() - std::filesystem::last_write_time(dir, ec);
     const bool recent = !ec && age < std::chrono::minutes(1);
     for (int tries = 0; recent && tries < 200 && !std::filesystem::exists(stamp); ++tries)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -43,7 +43,8 @@ void Scope::open(std::string name, bool root, Split split) {
   detail::scope_entered();
   if (at::hasCallbacks()) {
     profiled_ = std::make_unique<Profiled>();
-    if (profiled_->function.isActive()) profiled_->function.before(detail::scope_frames().back().name.c_str());
+    if (profiled_->function.isActive())
+      profiled_->function.before(detail::scope_frames().back().name.c_str());
     else profiled_.reset();
   }
 }

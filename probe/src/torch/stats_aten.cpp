@@ -81,8 +81,9 @@ at::Tensor global_indices(const PreparedTensor& p) {
   for (std::int64_t d = rank - 1; d >= 0; --d) {
     std::vector<std::int64_t> view(static_cast<std::size_t>(rank), 1);
     view[static_cast<std::size_t>(d)] = data.size(d);
-    at::Tensor along = (at::arange(data.size(d), opts) + p.shard.offset[static_cast<std::size_t>(d)]) *
-                       u64(stride);
+    at::Tensor along =
+        (at::arange(data.size(d), opts) + p.shard.offset[static_cast<std::size_t>(d)]) *
+        u64(stride);
     index = index + along.view(view);
     stride *= static_cast<std::uint64_t>(p.shard.global_shape[static_cast<std::size_t>(d)]);
   }
@@ -91,8 +92,10 @@ at::Tensor global_indices(const PreparedTensor& p) {
 
 at::Tensor element_hashes(const PreparedTensor& p) {
   const int size = kernels::element_size(p.type);
-  const at::ScalarType bits_type = size == 1 ? at::kByte : size == 2 ? at::kShort
-                                 : size == 4 ? at::kInt : at::kLong;
+  const at::ScalarType bits_type = size == 1   ? at::kByte
+                                   : size == 2 ? at::kShort
+                                   : size == 4 ? at::kInt
+                                               : at::kLong;
   at::Tensor bits = p.data.view(bits_type).to(at::kLong);
   if (size < 8) bits = band(bits, (1ULL << (8 * size)) - 1);
   at::Tensor seed = global_indices(p);
@@ -113,8 +116,10 @@ at::Tensor element_hashes(const PreparedTensor& p) {
 // kernels::value_term of every element's bits, zero-extended (the order-independent hash).
 at::Tensor value_terms(const PreparedTensor& p) {
   const int size = kernels::element_size(p.type);
-  const at::ScalarType bits_type = size == 1 ? at::kByte : size == 2 ? at::kShort
-                                 : size == 4 ? at::kInt : at::kLong;
+  const at::ScalarType bits_type = size == 1   ? at::kByte
+                                   : size == 2 ? at::kShort
+                                   : size == 4 ? at::kInt
+                                               : at::kLong;
   at::Tensor z = p.data.view(bits_type).to(at::kLong);
   if (size < 8) z = band(z, (1ULL << (8 * size)) - 1);
   z = z + u64(0x9e3779b97f4a7c15ULL);

@@ -10,7 +10,8 @@
 
 // LibTorch >= 2.4 is supported; newer features are used where the version has them.
 #define NUMPROBE_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+  (TORCH_VERSION_MAJOR > (major) ||           \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 #include "core/stats_kernel.h"
 #include "probe/tensor_stats.h"
@@ -19,7 +20,17 @@ namespace probe::detail {
 
 // Slots of the packed int64 figures a device path leaves on the device (doubles bit-cast).
 enum PackedSlot : int {
-  kHash, kSumSquares, kSum, kMin, kMax, kNanCount, kInfCount, kTorchHash, kMhash, kSumAbs, kPackedSlots
+  kHash,
+  kSumSquares,
+  kSum,
+  kMin,
+  kMax,
+  kNanCount,
+  kInfCount,
+  kTorchHash,
+  kMhash,
+  kSumAbs,
+  kPackedSlots
 };
 
 // A tensor made ready for hashing: conj/neg resolved, complex seen as real. It may still be a
@@ -46,7 +57,8 @@ void write_empty_figures(const at::Tensor& out);
 
 // A fused kernel for one device type (the CUDA one registers itself at load time). It writes into
 // `out` asynchronously, on the device's current stream.
-using PackedFiguresFn = void (*)(const PreparedTensor& prepared, bool torch_hash, const at::Tensor& out);
+using PackedFiguresFn = void (*)(const PreparedTensor& prepared, bool torch_hash,
+                                 const at::Tensor& out);
 void register_device_kernel(c10::DeviceType type, PackedFiguresFn fn);
 PackedFiguresFn device_kernel(c10::DeviceType type);
 

@@ -30,7 +30,8 @@ ElementType zeros_type(int element_size) {
 // The hash terms of an all-zero tensor of this element size, shape and shard: one pass of
 // hashing over the dense size (no memory beyond one chunk), remembered per key, since a sparse
 // gradient has the same shape every step.
-std::uint64_t zero_hash(int element_size, const std::vector<std::int64_t>& shape, const Shard& shard) {
+std::uint64_t zero_hash(int element_size, const std::vector<std::int64_t>& shape,
+                        const Shard& shard) {
   std::vector<std::int64_t> key{element_size, static_cast<std::int64_t>(shape.size())};
   key.insert(key.end(), shape.begin(), shape.end());
   key.insert(key.end(), shard.global_shape.begin(), shard.global_shape.end());
@@ -80,10 +81,12 @@ std::string layout_name(c10::Layout layout) {
 
 bool is_sparse(const at::Tensor& t) {
   switch (t.layout()) {
-    case c10::kSparse: case c10::kSparseCsr: case c10::kSparseCsc: case c10::kSparseBsr: case c10::kSparseBsc:
-      return true;
-    default:
-      return false;
+    case c10::kSparse:
+    case c10::kSparseCsr:
+    case c10::kSparseCsc:
+    case c10::kSparseBsr:
+    case c10::kSparseBsc: return true;
+    default: return false;
   }
 }
 
@@ -95,7 +98,8 @@ void sparse_figures(const at::Tensor& t, const Shard& shard, bool torch_hash, Te
     stats.unsupported = "meta tensor (no data)";
     return;
   }
-  if (!shard.empty()) shard.check_fits(stats.shape, "numprobe shard of a sparse " + stats.dtype + " tensor");
+  if (!shard.empty())
+    shard.check_fits(stats.shape, "numprobe shard of a sparse " + stats.dtype + " tensor");
   at::Tensor coo;
   try {
     coo = (t.layout() == c10::kSparse ? t : t.to_sparse()).coalesce();  // sums duplicates
@@ -133,7 +137,9 @@ void sparse_figures(const at::Tensor& t, const Shard& shard, bool torch_hash, Te
   stored.nnz = stats.nnz.value();
   stored.block_elements = block_elements;
   kernels::copy_figures(
-      kernels::sparse_stats(layout, stored, zero_hash(kernels::element_size(*type), shape, dense_shard)), stats);
+      kernels::sparse_stats(layout, stored,
+                            zero_hash(kernels::element_size(*type), shape, dense_shard)),
+      stats);
   if (torch_hash && has_torch_hash_kernel(t.scalar_type())) {
     // XOR of the stored values' bits: the implicit zeros add 0 bits, and so does a stored -0,
     // which is +0 in the dense tensor.

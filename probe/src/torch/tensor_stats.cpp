@@ -125,11 +125,17 @@ bool has_torch_hash_kernel(c10::ScalarType type) {
   using S = c10::ScalarType;
   if (!NUMPROBE_TORCH_AT_LEAST(2, 9)) return false;
   switch (type) {
-    case S::Float: case S::Double: case S::Half: case S::BFloat16: case S::Bool:
-    case S::Char: case S::Byte: case S::Short: case S::Int: case S::Long:
-      return true;
-    default:
-      return false;
+    case S::Float:
+    case S::Double:
+    case S::Half:
+    case S::BFloat16:
+    case S::Bool:
+    case S::Char:
+    case S::Byte:
+    case S::Short:
+    case S::Int:
+    case S::Long: return true;
+    default: return false;
   }
 }
 
@@ -173,7 +179,8 @@ std::optional<PreparedTensor> prepare(const at::Tensor& t, const Shard& shard, T
     meta.unsupported = "tensor subclass without data of its own (record its local tensor)";
     return std::nullopt;
   }
-  if (!t.has_storage()) {  // a backend that keeps its data elsewhere (lazy, XLA, functorch wrappers)
+  // a backend that keeps its data elsewhere (lazy, XLA, functorch wrappers)
+  if (!t.has_storage()) {
     meta.unsupported = "tensor without storage";
     return std::nullopt;
   }
@@ -232,7 +239,8 @@ void cpu_figures(const detail::PreparedTensor& prepared, TensorStats& stats) {
                                    prepared.shard);
   std::vector<kernels::StatsPartial> chunks(static_cast<std::size_t>(layout.chunk_count()));
   at::parallel_for(0, layout.chunk_count(), 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t c = begin; c < end; ++c) chunks[static_cast<std::size_t>(c)] = layout.chunk_stats(c);
+    for (std::int64_t c = begin; c < end; ++c)
+      chunks[static_cast<std::size_t>(c)] = layout.chunk_stats(c);
   });
   TensorStats figures = kernels::finish_stats(chunks, layout.numel());
   figures.dtype = std::move(stats.dtype);
@@ -298,7 +306,8 @@ struct StatsBatch::Impl {
     Chunk& chunk = buffer.chunks[static_cast<std::size_t>(row / rows_per_chunk)];
     // Usually one stream writes everything: these checks then find it first.
     if (std::find(chunk.streams.begin(), chunk.streams.end(), stream) == chunk.streams.end()) {
-      c10::impl::VirtualGuardImpl(device.type()).recordDataPtrOnStream(chunk.rows.storage().data_ptr(), stream);
+      c10::impl::VirtualGuardImpl(device.type())
+          .recordDataPtrOnStream(chunk.rows.storage().data_ptr(), stream);
       chunk.streams.push_back(stream);
     }
     if (std::find(buffer.writers.begin(), buffer.writers.end(), stream) == buffer.writers.end())
@@ -311,7 +320,8 @@ struct StatsBatch::Impl {
   // allocated on `stream`, the usual case).
   static void read_later_on(const at::Tensor& t, const c10::Stream& stream) {
     if (t.has_storage())
-      c10::impl::VirtualGuardImpl(t.device().type()).recordDataPtrOnStream(t.storage().data_ptr(), stream);
+      c10::impl::VirtualGuardImpl(t.device().type())
+          .recordDataPtrOnStream(t.storage().data_ptr(), stream);
   }
 
   static c10::Stream current_stream(c10::Device device) {
@@ -320,7 +330,8 @@ struct StatsBatch::Impl {
 
   // The entry is pushed only once its kernel is launched: a failed launch leaves an unread row,
   // never an entry waiting for figures nobody writes.
-  std::size_t add_on_device(Entry entry, const at::Tensor& t, const detail::PreparedTensor& prepared,
+  std::size_t add_on_device(Entry entry, const at::Tensor& t,
+                            const detail::PreparedTensor& prepared,
                             detail::PackedFiguresFn kernel) {
     entry.torch_hash = options.torch_hash && detail::has_torch_hash_kernel(t.scalar_type());
     const c10::Device device = prepared.data.device();
@@ -353,7 +364,8 @@ struct StatsBatch::Impl {
   }
 };
 
-StatsBatch::StatsBatch(StatsOptions options, std::int64_t rows_per_chunk) : impl_(std::make_unique<Impl>()) {
+StatsBatch::StatsBatch(StatsOptions options, std::int64_t rows_per_chunk)
+    : impl_(std::make_unique<Impl>()) {
   TORCH_CHECK(rows_per_chunk >= 1, "numprobe: StatsBatch rows_per_chunk must be at least 1");
   impl_->options = options;
   impl_->rows_per_chunk = rows_per_chunk;
@@ -371,18 +383,22 @@ std::size_t StatsBatch::add(const at::Tensor& t, const Shard& shard) {
   auto prepared = detail::prepare(t, shard, entry.stats);
   if (prepared && !prepared->data.is_cpu()) {
     auto kernel = detail::device_kernel(prepared->data.device().type());
-    return impl_->add_on_device(std::move(entry), t, *prepared, kernel ? kernel : detail::packed_figures_aten);
+    return impl_->add_on_device(std::move(entry), t, *prepared,
+                                kernel ? kernel : detail::packed_figures_aten);
   }
   // On the CPU, or nothing to read (then the figures are an empty tensor's, or `unsupported`).
-  if (impl_->options.torch_hash && entry.stats.supported() && detail::has_torch_hash_kernel(t.scalar_type()))
-    entry.stats.torch_hash = detail::torch_hash_now(t);  // no read of a device tensor: it is empty here
+  if (impl_->options.torch_hash && entry.stats.supported() &&
+      detail::has_torch_hash_kernel(t.scalar_type()))
+    // no read of a device tensor: it is empty here
+    entry.stats.torch_hash = detail::torch_hash_now(t);
   if (prepared) cpu_figures(*prepared, entry.stats);
   return impl_->push(std::move(entry));
 }
 
 std::size_t StatsBatch::add_scalar(const at::Tensor& value) {
   TORCH_CHECK(value.defined(), "numprobe: a scalar tensor is undefined");
-  TORCH_CHECK(value.numel() == 1, "numprobe: a scalar tensor has ", value.numel(), " elements, not 1");
+  TORCH_CHECK(value.numel() == 1, "numprobe: a scalar tensor has ", value.numel(),
+              " elements, not 1");
   if (!value.is_cpu()) return impl_->add_scalar_on_device(value);
   Impl::Entry entry;
   entry.is_scalar = true;
@@ -399,7 +415,8 @@ void StatsBatch::resolve() {
     for (std::int64_t row = buffer.read; row < buffer.used;) {
       const std::int64_t offset = row % rows_per_chunk;
       const std::int64_t count = std::min(rows_per_chunk - offset, buffer.used - row);
-      parts.push_back(buffer.chunks[static_cast<std::size_t>(row / rows_per_chunk)].rows.narrow(0, offset, count));
+      parts.push_back(buffer.chunks[static_cast<std::size_t>(row / rows_per_chunk)].rows.narrow(
+          0, offset, count));
       row += count;
     }
     // Rows written on other streams (autograd's, a side stream of the trainer's): the copy below
@@ -413,7 +430,8 @@ void StatsBatch::resolve() {
     }
     buffer.writers.clear();
     // The one copy (and sync) for this device.
-    const at::Tensor host = (parts.size() == 1 ? parts[0] : at::cat(parts)).to(at::kCPU).contiguous();
+    const at::Tensor host =
+        (parts.size() == 1 ? parts[0] : at::cat(parts)).to(at::kCPU).contiguous();
     const std::int64_t* words = host.const_data_ptr<std::int64_t>();
     for (auto& entry : impl_->entries) {
       if (entry.device != buffer.device || entry.row < buffer.read) continue;
@@ -440,8 +458,8 @@ TensorStats& StatsBatch::stats(std::size_t index) {
   std::lock_guard lock(impl_->mutex);
   Impl::Entry& entry = impl_->entry(index);
   TORCH_CHECK(!entry.is_scalar, "numprobe: StatsBatch entry ", index, " is a scalar, not a tensor");
-  TORCH_CHECK(!entry.device, "numprobe: StatsBatch entry ", index, " is still on ", entry.device->str(),
-              ": call resolve() first");
+  TORCH_CHECK(!entry.device, "numprobe: StatsBatch entry ", index, " is still on ",
+              entry.device->str(), ": call resolve() first");
   return entry.stats;
 }
 
@@ -449,8 +467,8 @@ double StatsBatch::scalar(std::size_t index) const {
   std::lock_guard lock(impl_->mutex);
   const Impl::Entry& entry = impl_->entry(index);
   TORCH_CHECK(entry.is_scalar, "numprobe: StatsBatch entry ", index, " is a tensor, not a scalar");
-  TORCH_CHECK(!entry.device, "numprobe: StatsBatch entry ", index, " is still on ", entry.device->str(),
-              ": call resolve() first");
+  TORCH_CHECK(!entry.device, "numprobe: StatsBatch entry ", index, " is still on ",
+              entry.device->str(), ": call resolve() first");
   return entry.scalar;
 }
 
@@ -481,7 +499,8 @@ std::size_t StatsBatchAccess::add_through_device_buffer(StatsBatch& batch, const
   return batch.impl_->add_on_device(std::move(entry), t, *prepared, packed_figures_aten);
 }
 
-std::size_t StatsBatchAccess::add_scalar_through_device_buffer(StatsBatch& batch, const at::Tensor& value) {
+std::size_t StatsBatchAccess::add_scalar_through_device_buffer(StatsBatch& batch,
+                                                               const at::Tensor& value) {
   return batch.impl_->add_scalar_on_device(value);
 }
 

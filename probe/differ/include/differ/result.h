@@ -40,12 +40,12 @@ struct PartialSum {
 struct SplitOp {
   // Readers look at `size` first: 0 (no split op record) leaves the other fields unread, so
   // that merging a record of no split scope resets only it.
-  std::int64_t size = 0;    // ranks it is split over; 0: no split op record
-  bool complete = false;    // every rank's record, of one shape, with a hash per dim
-  bool replicated = false;  // every rank computed the same output
-  TensorStats local;        // one rank's figures: the output, were it replicated
-  TensorStats combined;     // every rank's figures combined: the whole's norm, min, max, mean
-  double summand_norms = 0; // the ranks' norms added: were they summands of a partial sum
+  std::int64_t size = 0;     // ranks it is split over; 0: no split op record
+  bool complete = false;     // every rank's record, of one shape, with a hash per dim
+  bool replicated = false;   // every rank computed the same output
+  TensorStats local;         // one rank's figures: the output, were it replicated
+  TensorStats combined;      // every rank's figures combined: the whole's norm, min, max, mean
+  double summand_norms = 0;  // the ranks' norms added: were they summands of a partial sum
   // Per dim d: the whole the ranks' outputs tile when cut along d, and its hash.
   struct Whole {
     std::vector<std::int64_t> shape;
@@ -59,15 +59,16 @@ struct SplitOp {
 
 // One logical record of a run at one step, after its ranks were merged.
 struct Merged {
-  Record record;          // record.name is the canonical name; shards composed to the whole
-  std::string raw_name;   // as logged (first rank)
-  std::vector<int> ranks; // ranks that logged it
+  Record record;           // record.name is the canonical name; shards composed to the whole
+  std::string raw_name;    // as logged (first rank)
+  std::vector<int> ranks;  // ranks that logged it
   HashSource hash_source = HashSource::spec_v1;
   std::string key;  // alignment key: kind, microbatch and canonical name
-  bool replicas_disagree = false;  // ranks holding the same shard (or whole) logged different values
-  std::vector<int> value_ranks;    // when they disagree: the ranks whose records `record` holds
-  PartialSum partial;              // set when its ranks logged summands of the tensor
-  SplitOp split;                   // an op record of a split scope
+  // ranks holding the same shard (or whole) logged different values
+  bool replicas_disagree = false;
+  std::vector<int> value_ranks;  // when they disagree: the ranks whose records `record` holds
+  PartialSum partial;            // set when its ranks logged summands of the tensor
+  SplitOp split;                 // an op record of a split scope
 
   // Member by member, every field (see TensorStats' swap).
   friend void swap(Merged& a, Merged& b) noexcept {
@@ -107,8 +108,8 @@ struct IssueLog {
 
 // How a pair of records compares.
 enum class PairClass : std::uint8_t {
-  equal,          // bitwise equal (hash, or scalar bits)
-  within_tol,     // not bitwise equal, but within --rtol/--atol
+  equal,       // bitwise equal (hash, or scalar bits)
+  within_tol,  // not bitwise equal, but within --rtol/--atol
   different,
   only_base,
   only_test,
@@ -124,7 +125,7 @@ struct SeriesStats {
   std::int64_t base_steps = 0, test_steps = 0, paired = 0, exact = 0;
   std::optional<std::int64_t> first_divergent_step;
   double sum_abs = 0, sum_sq = 0;
-  std::int64_t finite_pairs = 0;     // pairs whose difference entered MAE/RMSE
+  std::int64_t finite_pairs = 0;        // pairs whose difference entered MAE/RMSE
   std::int64_t nonfinite_mismatch = 0;  // NaN/Inf on one side only
   double max_abs = 0;
   std::optional<std::int64_t> max_abs_step;
@@ -147,15 +148,18 @@ struct Side {  // one side of a pair as reported
   bool present = false;
   Merged merged;
   // Its partial sum, or null where the side holds none.
-  const PartialSum* partial() const { return present && !merged.partial.empty() ? &merged.partial : nullptr; }
+  const PartialSum* partial() const {
+    return present && !merged.partial.empty() ? &merged.partial : nullptr;
+  }
 };
 
 // Noise or bug (docs/diff-logs.md, "Noise or bug"): the one explanation a divergent pair gets.
 struct Explanation {
-  bool bug = false;       // a bug-class explanation; false: noise
+  bool bug = false;          // a bug-class explanation; false: noise
   std::optional<Rule> rule;  // unset: the pair has no explanation (equal, or set aside)
-  double bound = 0;       // the noise bound the pair was held to (0: none applied)
-  double roots = 0;       // inherited: the largest relative difference of the noise it descends from
+  double bound = 0;          // the noise bound the pair was held to (0: none applied)
+  // inherited: the largest relative difference of the noise it descends from
+  double roots = 0;
   // Noise: the largest relative difference it may hold, as far as what is computed from it can
   // tell (its figures show a lower bound of its difference; its rule's bound is what is known
   // above): a derived bound for a root, the network's bound of its roots for inherited noise.
@@ -174,9 +178,9 @@ struct Pair {
   Side base, test;
   double rel_diff = 0;  // relative difference of norms (tensors) or values (scalars)
   std::string note;
-  std::string key;        // internal: the series/alignment key
-  std::int64_t order = 0; // internal: its place within its phase and microbatch (pair_up)
-  Explanation why;        // set on divergent pairs
+  std::string key;         // internal: the series/alignment key
+  std::int64_t order = 0;  // internal: its place within its phase and microbatch (pair_up)
+  Explanation why;         // set on divergent pairs
   // Not compared, never a divergence: an op record of one run only, a partial sum against
   // a record that is not the same partial sum (PartialReport), or records covering other
   // microbatches than the other run's (CoveredReport: `covered` says so).
@@ -208,12 +212,12 @@ struct OpFinding {
 };
 // One op record of a replay region: what numprobe_replay loads and links.
 struct ReplayOp {
-  std::string name;        // as its run logged it (an aligned test record takes the base's name)
-  int rank = 0;            // the rank whose record it is
-  std::string dump;        // the dump file (rank directory joined in), "" where none was written
+  std::string name;          // as its run logged it (an aligned test record takes the base's name)
+  int rank = 0;              // the rank whose record it is
+  std::string dump;          // the dump file (rank directory joined in), "" where none was written
   std::uint64_t output = 0;  // its output's hash
   std::vector<std::optional<std::uint64_t>> inputs;  // its tensor inputs' hashes
-  bool split = false;      // ran in a split scope (a piece of a tensor-parallel op)
+  bool split = false;  // ran in a split scope (a piece of a tensor-parallel op)
 };
 
 // Where the runs part (docs/diff-logs.md, "Replay verdict"): from the last values both runs hold
@@ -233,8 +237,8 @@ struct ReplayRegion {
   // inherits the difference): the region is not where the runs part.
   bool inputs_differ = false;
   static constexpr std::size_t kMaxOps = 64;
-  bool too_wide = false;   // a run's ops went past kMaxOps: not all of them are listed
-  bool dumped() const;     // every op has a dump file
+  bool too_wide = false;  // a run's ops went past kMaxOps: not all of them are listed
+  bool dumped() const;    // every op has a dump file
 };
 
 struct OpReport {
@@ -314,8 +318,8 @@ struct Result {
   std::optional<Cause> unexplained_cause;
   NoiseSummary noise;
   bool strict = false;  // --strict: any divergence is a difference, as before noise was told apart
-  std::int64_t summation_order_grads = 0;  // grads matching the summation-order rule
-  std::vector<Pair> top;                  // by rel_diff, largest first
+  std::int64_t summation_order_grads = 0;                 // grads matching the summation-order rule
+  std::vector<Pair> top;                                  // by rel_diff, largest first
   std::vector<std::pair<SeriesKey, SeriesStats>> series;  // first-seen order
   std::vector<std::string> names_only_base, names_only_test;  // kinds below excluded
   // Kinds one run recorded on the steps both runs hold while the other recorded none of them.
@@ -334,7 +338,7 @@ struct Result {
   IssueLog base_issues, test_issues;
   std::int64_t records_compared = 0;
   std::optional<std::int64_t> truncated_at;  // comparison stopped here (a killed rank)
-  bool filtered = false;  // --kinds, --steps or --name restricted the comparison
+  bool filtered = false;                     // --kinds, --steps or --name restricted the comparison
   bool any_divergence() const;
   std::int64_t count(PairClass c) const;  // pairs of that class, every kind
 

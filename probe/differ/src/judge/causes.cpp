@@ -43,14 +43,16 @@ bool mb_grads_equal(const std::string& name, const std::vector<Pair>& pairs) {
 // An mb_grad of the parameter is set aside: a partial sum (sequence parallelism), or a record
 // covering other microbatches than the other run's (expert parallelism).
 bool mb_grads_set_aside(const std::string& name, const std::vector<Pair>& pairs) {
-  return std::any_of(pairs.begin(), pairs.end(),
-                     [&](const Pair& p) { return p.kind == Kind::mb_grad && p.name == name && p.set_aside; });
+  return std::any_of(pairs.begin(), pairs.end(), [&](const Pair& p) {
+    return p.kind == Kind::mb_grad && p.name == name && p.set_aside;
+  });
 }
 
 // An mb_grad of the parameter covers other microbatches than the other run's.
 bool mb_grads_covered(const std::string& name, const std::vector<Pair>& pairs) {
-  return std::any_of(pairs.begin(), pairs.end(),
-                     [&](const Pair& p) { return p.kind == Kind::mb_grad && p.name == name && p.covered; });
+  return std::any_of(pairs.begin(), pairs.end(), [&](const Pair& p) {
+    return p.kind == Kind::mb_grad && p.name == name && p.covered;
+  });
 }
 
 // The summation-order bound of grad g from its mb_grads in the step (explain.h).
@@ -61,7 +63,8 @@ double sum_order_bound(const Pair& g, const std::vector<Pair>& pairs, const Diff
     if (p.kind != Kind::mb_grad || p.name != g.name || !p.base.present) continue;
     ++summands;
     unit = std::max(unit, coarsest_unit_roundoff(p));
-    if (p.base.merged.record.state == Record::State::tensor && std::isfinite(p.base.merged.record.stats.norm))
+    if (p.base.merged.record.state == Record::State::tensor &&
+        std::isfinite(p.base.merged.record.stats.norm))
       norms += p.base.merged.record.stats.norm;
   }
   return summation_order_bound(g, summands, norms, unit, o);
@@ -83,7 +86,8 @@ RngAndInputs rng_and_inputs(const std::vector<Pair>& pairs) {
   RngAndInputs e;
   for (const auto& p : pairs) {
     // A fingerprint absent from one run says nothing about the RNG state (names differ).
-    if (p.kind == Kind::rng && p.pair_class == PairClass::different && !e.first_rng) e.first_rng = &p;
+    if (p.kind == Kind::rng && p.pair_class == PairClass::different && !e.first_rng)
+      e.first_rng = &p;
     if (p.kind == Kind::input) {
       e.inputs_compared += p.base.present && p.test.present;
       if (is_divergence(p.pair_class)) e.inputs_differ = true;
@@ -116,7 +120,8 @@ std::optional<Cause> none_gradient_cause(const DivergentStep& s) {
   for (const auto& p : s.pairs) {
     if (p.kind != Kind::grad) continue;
     ++grads;
-    if (p.pair_class == PairClass::none_one_side) (p.base.merged.record.state == Record::State::none ? none_base : none_test)++;
+    if (p.pair_class == PairClass::none_one_side)
+      (p.base.merged.record.state == Record::State::none ? none_base : none_test)++;
   }
   const bool in_base = first.base.merged.record.state == Record::State::none;
   std::string msg = std::string(kind_name(first.kind)) + " " + first.name + " is none in the " +
@@ -138,12 +143,12 @@ std::optional<Cause> data_cause(const DivergentStep& s) {
   if (!e.first_input || (s.first.kind != Kind::rng && s.first.kind != Kind::input))
     return std::nullopt;
   return Cause{Rule::data, "input " + e.first_input->name + mb_text(*e.first_input) +
-                           " differs at step " + std::to_string(s.step) +
-                           ": the runs were fed different data (data seed, sampler or "
-                           "shuffling, or how the dataset is split over data-parallel ranks)" +
-                           (e.first_rng ? "; the RNG fingerprints differ too: a different seed "
-                                          "would explain both"
-                                        : "")};
+                               " differs at step " + std::to_string(s.step) +
+                               ": the runs were fed different data (data seed, sampler or "
+                               "shuffling, or how the dataset is split over data-parallel ranks)" +
+                               (e.first_rng ? "; the RNG fingerprints differ too: a different seed "
+                                              "would explain both"
+                                            : "")};
 }
 
 std::optional<Cause> rng_cause(const DivergentStep& s) {
@@ -151,12 +156,13 @@ std::optional<Cause> rng_cause(const DivergentStep& s) {
   const RngAndInputs e = rng_and_inputs(s.pairs);
   if (!e.first_rng || e.inputs_differ) return std::nullopt;
   const bool inputs = e.inputs_compared > 0;
-  return Cause{Rule::rng, std::string(inputs ? "inputs are equal but the" : "the") +
-                          " RNG fingerprint " + e.first_rng->name + mb_text(*e.first_rng) +
-                          " differs at step " + std::to_string(s.step) +
-                          (inputs ? "" : " (no input was compared: different inputs are not ruled out)") +
-                          ": dropout/RNG state (seed, generator offset, or RNG consumed in a "
-                          "different order)"};
+  return Cause{Rule::rng,
+               std::string(inputs ? "inputs are equal but the" : "the") + " RNG fingerprint " +
+                   e.first_rng->name + mb_text(*e.first_rng) + " differs at step " +
+                   std::to_string(s.step) +
+                   (inputs ? "" : " (no input was compared: different inputs are not ruled out)") +
+                   ": dropout/RNG state (seed, generator offset, or RNG consumed in a "
+                   "different order)"};
 }
 
 std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
@@ -165,20 +171,22 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
   const Pair& first = s.first;
   const bool base_disagrees = first.base.present && first.base.merged.replicas_disagree;
   const bool test_disagrees = first.test.present && first.test.merged.replicas_disagree;
-  if (first.kind != Kind::grad || !is_divergence(first.pair_class) || !(base_disagrees || test_disagrees) ||
-      !mb_grads_equal(first.name, s.pairs))
+  if (first.kind != Kind::grad || !is_divergence(first.pair_class) ||
+      !(base_disagrees || test_disagrees) || !mb_grads_equal(first.name, s.pairs))
     return std::nullopt;
   // "<which> replicas of the <run> run (ranks ...)": the run whose replicas disagree.
   const auto replicas = [&](const char* which) {
-    return std::string(which) + "replicas of the " + (test_disagrees ? "test" : "base") + " run (ranks " +
+    return std::string(which) + "replicas of the " + (test_disagrees ? "test" : "base") +
+           " run (ranks " +
            format_ranks(test_disagrees ? first.test.merged.ranks : first.base.merged.ranks) + ")";
   };
   std::string message = "grad " + first.name + " differs between ";
   if (mb_grads_covered(first.name, s.pairs))
-    message += replicas("") +
-               " while its mb_grads cover several microbatches each (an expert's gradient from one "
-               "expert-parallel dispatch) and every compared one is bitwise equal: the gradient was not "
-               "all-reduced over the data-parallel replicas of its expert-parallel group";
+    message +=
+        replicas("") +
+        " while its mb_grads cover several microbatches each (an expert's gradient from one "
+        "expert-parallel dispatch) and every compared one is bitwise equal: the gradient was not "
+        "all-reduced over the data-parallel replicas of its expert-parallel group";
   else if (mb_grads_set_aside(first.name, s.pairs))
     message += replicas("") +
                " while its mb_grads are partial sums (each rank's sequence shard) and every "
@@ -196,11 +204,12 @@ std::optional<Cause> unreduced_gradient_cause(const DivergentStep& s) {
 // reduction that only summed in another order from one that got the sum wrong.
 std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOptions& o) {
   const Pair& g = s.first;
-  if (!both_tensors(g) || g.kind != Kind::grad || g.pair_class != PairClass::different) return std::nullopt;
+  if (!both_tensors(g) || g.kind != Kind::grad || g.pair_class != PairClass::different)
+    return std::nullopt;
   // A NaN/Inf makes any norm difference meaningless: the nonfinite rule names it. Elements
   // that moved without changing a figure are no reduction order either.
-  if (!std::isfinite(g.base.merged.record.stats.norm) || !std::isfinite(g.test.merged.record.stats.norm) ||
-      elements_moved(g))
+  if (!std::isfinite(g.base.merged.record.stats.norm) ||
+      !std::isfinite(g.test.merged.record.stats.norm) || elements_moved(g))
     return std::nullopt;
   // Its mb_grads are set aside (partial sums, records covering other microbatches): not
   // compared, nothing to tell the two apart by (the explanation judges it, explain.h).
@@ -213,18 +222,23 @@ std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOpti
   if (mb_grads_equal(g.name, s.pairs)) {
     if (g.rel_diff <= bound)
       return Cause{Rule::summation_order,
-                   "every mb_grad of " + g.name + " is bitwise equal but its grad differs by "
-                   "relative norm " + rel +
-                   ": summation order (the reduction order of a collective: all-reduce vs "
-                   "reduce-scatter, bucket layout)"};
-    return Cause{Rule::wrong_reduction,
-                 "every mb_grad of " + g.name + " is bitwise equal but its grad differs by "
-                 "relative norm " + rel + ", far beyond summation-order size (at most " +
-                 lf::format_double(bound) +
-                 "): the reduction or accumulation of this gradient is wrong (skipped, partial, "
-                 "over the wrong group, or wrongly scaled)"};
+                   "every mb_grad of " + g.name +
+                       " is bitwise equal but its grad differs by "
+                       "relative norm " +
+                       rel +
+                       ": summation order (the reduction order of a collective: all-reduce vs "
+                       "reduce-scatter, bucket layout)"};
+    return Cause{
+        Rule::wrong_reduction,
+        "every mb_grad of " + g.name +
+            " is bitwise equal but its grad differs by "
+            "relative norm " +
+            rel + ", far beyond summation-order size (at most " + lf::format_double(bound) +
+            "): the reduction or accumulation of this gradient is wrong (skipped, partial, "
+            "over the wrong group, or wrongly scaled)"};
   }
-  if (g.rel_diff > bound || has_mb_grad(g.name, s.pairs)) return std::nullopt;  // contributions differ
+  // contributions differ
+  if (g.rel_diff > bound || has_mb_grad(g.name, s.pairs)) return std::nullopt;
   // No mb_grad to rule a different contribution out: say what is likely, and why only that.
   const std::uint32_t mb_grad = 1u << static_cast<unsigned>(Kind::mb_grad);
   const bool one_run = o.kinds_not_recorded & mb_grad;
@@ -232,7 +246,9 @@ std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOpti
   return Cause{Rule::summation_order,
                "grad " + g.name + " differs by relative norm " + rel +
                    ", summation-order size: summation order likely, but mb_grad not compared (" +
-                   (one_run ? "one run recorded none" : filtered ? "--kinds leaves it out" : "none recorded") +
+                   (one_run    ? "one run recorded none"
+                    : filtered ? "--kinds leaves it out"
+                               : "none recorded") +
                    "), so a different gradient contribution is not ruled out"};
 }
 
@@ -257,11 +273,11 @@ std::optional<Cause> nonfinite_cause(std::int64_t step, const std::vector<Pair>&
     if (!p.base.present || !p.test.present || (nb == 0) == (nt == 0)) continue;
     const bool in_test = nt > 0;
     const Record& rec = in_test ? p.test.merged.record : p.base.merged.record;
-    return Cause{Rule::nonfinite, "NaN/Inf appears first at " + std::string(kind_name(p.kind)) + " " +
-                                  p.name + mb_text(p) + " (step " + std::to_string(step) + ", " +
-                                  (in_test ? "test" : "base") +
-                                  " run: nan=" + std::to_string(rec.stats.nan) +
-                                  " inf=" + std::to_string(rec.stats.inf) + ")"};
+    return Cause{Rule::nonfinite, "NaN/Inf appears first at " + std::string(kind_name(p.kind)) +
+                                      " " + p.name + mb_text(p) + " (step " + std::to_string(step) +
+                                      ", " + (in_test ? "test" : "base") +
+                                      " run: nan=" + std::to_string(rec.stats.nan) +
+                                      " inf=" + std::to_string(rec.stats.inf) + ")"};
   }
   return std::nullopt;
 }
@@ -276,17 +292,17 @@ std::optional<Cause> step_range_cause(const Pair& p, const RunInfo& lacking, con
   const std::string lo = o.step_min ? std::to_string(*o.step_min) : "";
   const std::string hi = o.step_max ? std::to_string(*o.step_max) : "";
   if (p.step > *lacking.last_step)
-    return Cause{Rule::step_range, "the " + has + " run goes on to step " + step + ", the " + lacks +
-                                   " run ends at step " + std::to_string(*lacking.last_step) +
-                                   ": compare --steps " + lo + ":" +
-                                   std::to_string(*lacking.last_step)};
+    return Cause{Rule::step_range, "the " + has + " run goes on to step " + step + ", the " +
+                                       lacks + " run ends at step " +
+                                       std::to_string(*lacking.last_step) + ": compare --steps " +
+                                       lo + ":" + std::to_string(*lacking.last_step)};
   if (p.step < *lacking.first_step)
     return Cause{Rule::step_range, "the " + has + " run starts at step " + step + ", the " + lacks +
-                                   " run at step " + std::to_string(*lacking.first_step) +
-                                   ": compare --steps " + std::to_string(*lacking.first_step) +
-                                   ":" + hi};
+                                       " run at step " + std::to_string(*lacking.first_step) +
+                                       ": compare --steps " + std::to_string(*lacking.first_step) +
+                                       ":" + hi};
   return Cause{Rule::step_range, "step " + step + " is in the " + has +
-                                 " run only: the runs log different steps (PROBE_EVERY?)"};
+                                     " run only: the runs log different steps (PROBE_EVERY?)"};
 }
 
 // [kind_not_recorded]: the lacking run recorded none of the first divergence's kind.
@@ -300,8 +316,8 @@ std::optional<Cause> kind_not_recorded_cause(const Pair& p, const std::vector<Ki
     names += (names.empty() ? "" : ", ") + std::string(kind_name(k));
   }
   return Cause{Rule::kind_not_recorded, "the " + lacks + " run recorded no " + names +
-                                        " at all (PROBE_KINDS?); --kinds " +
-                                        kinds_without(drop, o) + " compares the rest"};
+                                            " at all (PROBE_KINDS?); --kinds " +
+                                            kinds_without(drop, o) + " compares the rest"};
 }
 
 }  // namespace
@@ -309,7 +325,8 @@ std::optional<Cause> kind_not_recorded_cause(const Pair& p, const std::vector<Ki
 std::optional<Cause> absence_cause(const Result& r, const DiffOptions& o, bool step_one_sided,
                                    bool series_one_sided) {
   const Pair& p = *r.first_divergence;
-  if (p.pair_class != PairClass::only_base && p.pair_class != PairClass::only_test) return std::nullopt;
+  if (p.pair_class != PairClass::only_base && p.pair_class != PairClass::only_test)
+    return std::nullopt;
   const bool in_base = p.pair_class == PairClass::only_base;
   const std::string has = in_base ? "base" : "test", lacks = in_base ? "test" : "base";
   const RunInfo& lacking = in_base ? r.test : r.base;
@@ -320,21 +337,24 @@ std::optional<Cause> absence_cause(const Result& r, const DiffOptions& o, bool s
                      " of its " + std::to_string(lacking.world_size) +
                      " ranks: the records of the missing ones are absent (missing_rank in RUN "
                      "ISSUES)"};
-  if (auto c = kind_not_recorded_cause(p, in_base ? r.kinds_only_base : r.kinds_only_test, o, lacks))
+  if (auto c =
+          kind_not_recorded_cause(p, in_base ? r.kinds_only_base : r.kinds_only_test, o, lacks))
     return c;
   const std::string what = std::string(kind_name(p.kind)) + " " + p.name;
   const auto& names = in_base ? r.names_only_base : r.names_only_test;
   if (std::find(names.begin(), names.end(), what) != names.end())
     return Cause{Rule::names_differ,
-                 what + " is in the " + has + " run only, at every step: the runs name it "
-                 "differently (a pipeline stage numbering its layers from 0?) or the " + lacks +
-                 " run does not record it; --map REGEX=REPLACEMENT aligns renamed records (see "
-                 "NAMES IN ONE RUN ONLY)"};
+                 what + " is in the " + has +
+                     " run only, at every step: the runs name it "
+                     "differently (a pipeline stage numbering its layers from 0?) or the " +
+                     lacks +
+                     " run does not record it; --map REGEX=REPLACEMENT aligns renamed records (see "
+                     "NAMES IN ONE RUN ONLY)"};
   const std::string record = what + mb_text(p);
   if (series_one_sided)
     return Cause{Rule::missing_record, record + " is in the " + has + " run only, at every step"};
   return Cause{Rule::missing_record, record + " is missing from the " + lacks + " run at step " +
-                                     std::to_string(p.step) + " (other steps have it)"};
+                                         std::to_string(p.step) + " (other steps have it)"};
 }
 
 }  // namespace probe::differ

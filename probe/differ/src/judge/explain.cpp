@@ -22,9 +22,10 @@ bool both_tensors(const Pair& p) {
 }
 
 std::int64_t nonfinite(const Side& s) {
-  return s.present && s.merged.record.state == Record::State::tensor ? s.merged.record.stats.nan + s.merged.record.stats.inf : 0;
+  return s.present && s.merged.record.state == Record::State::tensor
+             ? s.merged.record.stats.nan + s.merged.record.stats.inf
+             : 0;
 }
-
 
 const std::string& dtype_of(const Pair& p) {
   return (p.base.present ? p.base.merged : p.test.merged).record.stats.dtype;
@@ -39,7 +40,8 @@ double root_size(const Pair& p) { return std::max(p.rel_diff, unit_roundoff(dtyp
 // bounds it from below (an element-wise update such as Adam's squares sees elements that moved
 // while the norm did not), so nothing smaller is sound.
 Explanation summation_order(const Pair& p, double bound) {
-  return Explanation{false, Rule::summation_order, bound, root_size(p), std::max(root_size(p), bound), {}};
+  return Explanation{false,        Rule::summation_order,         bound,
+                     root_size(p), std::max(root_size(p), bound), {}};
 }
 
 // Everything a record depends on is equal, yet it differs. Where both runs hold the step's
@@ -65,32 +67,44 @@ Explanation summation_order(const Pair& p, double bound) {
 bool within_roundings(const Pair& p, double r) {
   if (!both_tensors(p)) return false;
   const TensorStats &a = p.base.merged.record.stats, &b = p.test.merged.record.stats;
-  if (a.dtype != b.dtype || a.shape != b.shape || a.nan != b.nan || a.inf != b.inf || a.nan > 0 || a.inf > 0)
+  if (a.dtype != b.dtype || a.shape != b.shape || a.nan != b.nan || a.inf != b.inf || a.nan > 0 ||
+      a.inf > 0)
     return false;
-  auto close = [r](double x, double y) { return std::abs(x - y) <= r * std::max(std::abs(x), std::abs(y)); };
-  const double magnitude = std::max({std::abs(a.min), std::abs(a.max), std::abs(b.min), std::abs(b.max)});
-  return r > 0 && std::isfinite(a.norm) && std::isfinite(b.norm) && close(a.norm, b.norm) && close(a.min, b.min) &&
-         close(a.max, b.max) && (!a.l1 || !b.l1 || close(*a.l1, *b.l1)) && std::abs(a.mean - b.mean) <= r * magnitude;
+  auto close = [r](double x, double y) {
+    return std::abs(x - y) <= r * std::max(std::abs(x), std::abs(y));
+  };
+  const double magnitude =
+      std::max({std::abs(a.min), std::abs(a.max), std::abs(b.min), std::abs(b.max)});
+  return r > 0 && std::isfinite(a.norm) && std::isfinite(b.norm) && close(a.norm, b.norm) &&
+         close(a.min, b.min) && close(a.max, b.max) && (!a.l1 || !b.l1 || close(*a.l1, *b.l1)) &&
+         std::abs(a.mean - b.mean) <= r * magnitude;
 }
 
 // Both runs hold the record alike: logged by the same ranks, as the same partial sum (or none).
 bool held_alike(const Pair& p) {
   if (!(p.base.present && p.test.present)) return true;
-  return p.base.merged.ranks == p.test.merged.ranks && p.base.merged.partial.count == p.test.merged.partial.count;
+  return p.base.merged.ranks == p.test.merged.ranks &&
+         p.base.merged.partial.count == p.test.merged.partial.count;
 }
 
 // What a record whose dependencies are all equal is explained by.
 Explanation equal_inputs(const Pair& p, double amplification, bool layouts_alike, bool same_code) {
   const double bound = amplification * 2 * unit_roundoff(dtype_of(p));
   if ((layouts_alike && same_code) || !within_roundings(p, bound)) return bug(Rule::unexplained);
-  const std::string otherwise =
-      !same_code ? "one run ran the step compiled and the other did not: a fused kernel rounding the same function otherwise"
-                 : "the runs lay the step out otherwise: an op rounding the same values otherwise in another layout";
-  return Explanation{false, Rule::cannot_tell, bound, root_size(p), std::max(root_size(p), bound),
-                     "what it depends on is equal and every figure is within " + lf::format_double(amplification) +
-                         " x 2u = " + lf::format_double(bound) +
-                         " of its own (a rounding of its dtype carried through the rest of its module), and " + otherwise +
-                         ", or a change of the computation that small; the figures cannot tell which"};
+  const std::string otherwise = !same_code ? "one run ran the step compiled and the other did not: "
+                                             "a fused kernel rounding the same function otherwise"
+                                           : "the runs lay the step out otherwise: an op rounding "
+                                             "the same values otherwise in another layout";
+  return Explanation{
+      false,
+      Rule::cannot_tell,
+      bound,
+      root_size(p),
+      std::max(root_size(p), bound),
+      "what it depends on is equal and every figure is within " + lf::format_double(amplification) +
+          " x 2u = " + lf::format_double(bound) +
+          " of its own (a rounding of its dtype carried through the rest of its module), and " +
+          otherwise + ", or a change of the computation that small; the figures cannot tell which"};
 }
 
 // The weights a step starts from carry what the steps before left in them: their measured
@@ -108,21 +122,26 @@ Upstream as_root_of_its_step(const Pair& param) {
 // Inherited noise: within `bound` of the roots it descends from; what is computed from it may
 // inherit up to `ceiling` (the bound of noise grown from those roots, never that of an update
 // it went through: ceilings do not compound from step to step).
-Explanation inherited_noise(Rule rule, const Pair& p, double bound, double roots,
-                            double ceiling, std::string detail = {}) {
+Explanation inherited_noise(Rule rule, const Pair& p, double bound, double roots, double ceiling,
+                            std::string detail = {}) {
   return Explanation{false, rule, bound, roots, std::max(root_size(p), ceiling), std::move(detail)};
 }
 
 // A value one run passes through an op of its own that changed it (one_sided_ops.h).
 Explanation different_ops(const Pair& p, const OneSidedChange& c) {
   const std::string other = c.run == "test" ? "base" : "test";
-  return Explanation{true, Rule::different_ops, c.bound, 0, 0,
-                     std::string(kind_name(p.kind)) + " " + p.name + " is, in the " + c.run + " run, the output of " +
-                         c.op + " (an op of that run only) on " + c.producer + "'s, which the " + other +
-                         " run reads as it is; it moves it by relative norm " + lf::format_double(c.change) +
-                         ", beyond the " + lf::format_double(c.bound) +
-                         " a copy or a rounding of the noise in " + c.producer +
-                         " may: the runs execute different ops"};
+  return Explanation{true,
+                     Rule::different_ops,
+                     c.bound,
+                     0,
+                     0,
+                     std::string(kind_name(p.kind)) + " " + p.name + " is, in the " + c.run +
+                         " run, the output of " + c.op + " (an op of that run only) on " +
+                         c.producer + "'s, which the " + other +
+                         " run reads as it is; it moves it by relative norm " +
+                         lf::format_double(c.change) + ", beyond the " +
+                         lf::format_double(c.bound) + " a copy or a rounding of the noise in " +
+                         c.producer + " may: the runs execute different ops"};
 }
 
 std::string mb_text(const Pair& p) { return p.mb ? " mb " + std::to_string(*p.mb) : ""; }
@@ -139,8 +158,9 @@ double partial_root_of(const Side& s) {
   if (!sum) return 0;
   const TensorStats& st = s.merged.record.stats;
   const double norm = st.unsupported ? 0 : st.norm;
-  const double cancellation =
-      norm > 0 && std::isfinite(norm) && sum->summand_norms > 0 ? std::max(1.0, sum->summand_norms / norm) : 1.0;
+  const double cancellation = norm > 0 && std::isfinite(norm) && sum->summand_norms > 0
+                                  ? std::max(1.0, sum->summand_norms / norm)
+                                  : 1.0;
   return 2.0 * static_cast<double>(sum->count) * unit_roundoff(st.dtype) * cancellation;
 }
 
@@ -185,14 +205,16 @@ std::string setting_words(const std::string& name) {
 double coarsest_unit_roundoff(const Pair& p) {
   double u = 0;
   for (const Side* s : {&p.base, &p.test})
-    if (s->present && s->merged.record.state == Record::State::tensor) u = std::max(u, unit_roundoff(s->merged.record.stats.dtype));
+    if (s->present && s->merged.record.state == Record::State::tensor)
+      u = std::max(u, unit_roundoff(s->merged.record.stats.dtype));
   return u;
 }
 
-double summation_order_bound(const Pair& grad, std::int64_t summands, double summand_norms, double summand_unit,
-                             const DiffOptions& o) {
+double summation_order_bound(const Pair& grad, std::int64_t summands, double summand_norms,
+                             double summand_unit, const DiffOptions& o) {
   const std::string& dtype = dtype_of(grad);
-  if (o.sum_order_fixed || summands == 0) return low_precision(dtype) ? o.sum_order_rtol_lowp : o.sum_order_rtol;
+  if (o.sum_order_fixed || summands == 0)
+    return low_precision(dtype) ? o.sum_order_rtol_lowp : o.sum_order_rtol;
   const double norm = grad.base.present ? grad.base.merged.record.stats.norm : 0;
   // Cancellation: the summands' norms over the sum's, at least 1.
   const double cancellation = norm > 0 ? std::max(1.0, summand_norms / norm) : 1.0;
@@ -204,7 +226,8 @@ double summation_order_bound(const Pair& grad, std::int64_t summands, double sum
 
 bool figures_hide_the_difference(const Pair& p) {
   if (!both_tensors(p) || p.pair_class != PairClass::different) return false;
-  if (p.base.merged.hash_source != HashSource::spec_v1 || p.test.merged.hash_source != HashSource::spec_v1)
+  if (p.base.merged.hash_source != HashSource::spec_v1 ||
+      p.test.merged.hash_source != HashSource::spec_v1)
     return false;
   const TensorStats &a = p.base.merged.record.stats, &b = p.test.merged.record.stats;
   // An Inf or NaN makes the norm (and mean) the same whatever the other elements hold.
@@ -221,7 +244,8 @@ bool elements_moved(const Pair& p) {
 }
 
 bool cannot_tell_moved(const Pair& p) {
-  return figures_hide_the_difference(p) && !(p.base.merged.record.stats.mhash && p.test.merged.record.stats.mhash);
+  return figures_hide_the_difference(p) &&
+         !(p.base.merged.record.stats.mhash && p.test.merged.record.stats.mhash);
 }
 
 bool is_setting(const Pair& p) {
@@ -248,7 +272,8 @@ void Upstream::add(const Upstream& u) {
   roots = std::max(roots, u.roots);
   largest = std::max(largest, u.largest);
   partial_sums += u.partial_sums;
-  if (u.partial_what && (!partial_what || u.partial_root > partial_root)) partial_what = u.partial_what;
+  if (u.partial_what && (!partial_what || u.partial_root > partial_root))
+    partial_what = u.partial_what;
   partial_root = std::max(partial_root, u.partial_root);
 }
 
@@ -265,7 +290,8 @@ Upstream Explainer::carried() const {
 // bound of the noise it descends from; a consequence of a bug when any of it is a bug. Where
 // partial sums are all it depends on that differs (roots where the other run does not sum the
 // same summands alike), partial_sum: the first records after a tensor-parallel reduction.
-Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanation none_upstream) const {
+Explanation Explainer::from_upstream(const Pair& p, const Upstream& up,
+                                     Explanation none_upstream) const {
   if (up.pairs == 0 && up.partial_sums == 0) return none_upstream;
   if (up.bug) return bug(Rule::inherited);
   // Right after a reduction the difference is its rounding carried through the rest of its
@@ -280,7 +306,8 @@ Explanation Explainer::from_upstream(const Pair& p, const Upstream& up, Explanat
   const double bound = after_reduction ? options_.reduction_amplification * roots : network_bound;
   if (p.rel_diff > bound) return Explanation{true, Rule::unexplained, bound, roots, 0, {}};
   if (after_reduction)
-    return inherited_noise(Rule::partial_sum, p, bound, roots, bound, up.partial_what ? *up.partial_what : "");
+    return inherited_noise(Rule::partial_sum, p, bound, roots, bound,
+                           up.partial_what ? *up.partial_what : "");
   return inherited_noise(Rule::inherited, p, bound, roots, network_bound);
 }
 
@@ -299,7 +326,8 @@ Explanation Explainer::from_update(const Pair& p, const Upstream& up) const {
   // What is updated from it may inherit up to the update's bound, capped at the network's
   // bound of its roots: over many steps the ceilings grow to that cap, never past it.
   if (p.rel_diff <= bound)
-    return inherited_noise(Rule::inherited, p, bound, up.roots, std::min(bound, options_.noise_amplification * up.roots));
+    return inherited_noise(Rule::inherited, p, bound, up.roots,
+                           std::min(bound, options_.noise_amplification * up.roots));
   return Explanation{true, Rule::optimizer, bound, up.roots, 0, {}};
 }
 
@@ -333,7 +361,8 @@ Explanation Explainer::explain_grad(const Pair& p) {
   }
   if (it != mb_grads_.end() && it->second.count > 0) {
     const MbGrads& mb = it->second;
-    if (mb.diverging.pairs > 0) return unless_scaled(p, from_upstream(p, mb.diverging, bug(Rule::unexplained)));
+    if (mb.diverging.pairs > 0)
+      return unless_scaled(p, from_upstream(p, mb.diverging, bug(Rule::unexplained)));
     const double bound = grad_bound(p);
     if (p.rel_diff > bound) return unless_scaled(p, bug(Rule::wrong_reduction));
     ++summation_order_grads_;
@@ -342,7 +371,9 @@ Explanation Explainer::explain_grad(const Pair& p) {
   Upstream up = carried();
   up.add(step_so_far_);
   const double bound = grad_bound(p);
-  return unless_scaled(p, from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(Rule::unexplained)));
+  return unless_scaled(
+      p, from_upstream(p, up,
+                       p.rel_diff <= bound ? summation_order(p, bound) : bug(Rule::unexplained)));
 }
 
 double Explainer::grad_bound(const Pair& p) const {
@@ -374,7 +405,8 @@ void Explainer::find_step_grad_scale(const std::vector<Pair>& pairs) {
   for (const auto& p : pairs) {
     if (p.kind != Kind::grad || !both_tensors(p)) continue;
     const TensorStats &b = p.base.merged.record.stats, &t = p.test.merged.record.stats;
-    if (!(b.norm > 0) || !std::isfinite(b.norm) || !std::isfinite(t.norm) || b.shape != t.shape) return;
+    if (!(b.norm > 0) || !std::isfinite(b.norm) || !std::isfinite(t.norm) || b.shape != t.shape)
+      return;
     ratios.push_back(t.norm / b.norm);
     elements += b.numel();
     u = std::max(u, unit_roundoff(dtype_of(p)));
@@ -395,26 +427,34 @@ void Explainer::find_step_grad_scale(const std::vector<Pair>& pairs) {
 // The grad is f times the base run's within its summation-order bound, figure by figure.
 bool Explainer::scaled_alike(const Pair& p, double f) const {
   const TensorStats &b = p.base.merged.record.stats, &t = p.test.merged.record.stats;
-  if (b.dtype != t.dtype || b.nan != t.nan || b.inf != t.inf || b.nan > 0 || b.inf > 0) return false;
+  if (b.dtype != t.dtype || b.nan != t.nan || b.inf != t.inf || b.nan > 0 || b.inf > 0)
+    return false;
   const double tol = grad_bound(p) + 2 * unit_roundoff(dtype_of(p));
   const double magnitude = std::max(std::abs(b.min), std::abs(b.max)) * f;
-  auto close = [tol](double x, double y) { return std::abs(x - y) <= tol * std::max(std::abs(x), std::abs(y)); };
+  auto close = [tol](double x, double y) {
+    return std::abs(x - y) <= tol * std::max(std::abs(x), std::abs(y));
+  };
   return close(t.norm, f * b.norm) && std::abs(t.min - f * b.min) <= tol * magnitude &&
-         std::abs(t.max - f * b.max) <= tol * magnitude && std::abs(t.mean - f * b.mean) <= tol * magnitude &&
+         std::abs(t.max - f * b.max) <= tol * magnitude &&
+         std::abs(t.mean - f * b.mean) <= tol * magnitude &&
          (!b.l1 || !t.l1 || close(*t.l1, f * *b.l1));
 }
 
 Explanation Explainer::unless_scaled(const Pair& p, Explanation otherwise) const {
   if (step_grad_scale_ == 1 || !otherwise.bug || !both_tensors(p)) return otherwise;
   const double scale = std::abs(step_grad_scale_ - 1);
-  return Explanation{false, Rule::cannot_tell, step_grad_scale_bound_, root_size(p),
-                     std::max(root_size(p), scale + grad_bound(p)),
-                     "every gradient of the step is the base run's times one factor, 1 " +
-                         std::string(step_grad_scale_ < 1 ? "- " : "+ ") + lf::format_double(scale) +
-                         ", within " + lf::format_double(step_grad_scale_bound_) +
-                         " of 1: gradient clipping by a total norm each run computes in its own order "
-                         "(a norm of that many elements rounds by up to that much), or a change of "
-                         "every gradient that uniform; the figures cannot tell which"};
+  return Explanation{
+      false,
+      Rule::cannot_tell,
+      step_grad_scale_bound_,
+      root_size(p),
+      std::max(root_size(p), scale + grad_bound(p)),
+      "every gradient of the step is the base run's times one factor, 1 " +
+          std::string(step_grad_scale_ < 1 ? "- " : "+ ") + lf::format_double(scale) + ", within " +
+          lf::format_double(step_grad_scale_bound_) +
+          " of 1: gradient clipping by a total norm each run computes in its own order "
+          "(a norm of that many elements rounds by up to that much), or a change of "
+          "every gradient that uniform; the figures cannot tell which"};
 }
 
 Explanation Explainer::explain_optim(const Pair& p) const {
@@ -423,7 +463,8 @@ Explanation Explainer::explain_optim(const Pair& p) const {
   if (is_setting(p)) return bug(Rule::optimizer);
   const std::string param = parameter_of_state(p.name);
   Upstream up;
-  if (auto it = this_step_by_param_.find(param); it != this_step_by_param_.end()) up.add(it->second);
+  if (auto it = this_step_by_param_.find(param); it != this_step_by_param_.end())
+    up.add(it->second);
   // The step before: the parameter's grad, value and state, kept under the parameter's name.
   if (auto it = previous_by_param_.find(param); it != previous_by_param_.end()) up.add(it->second);
   return from_update(p, up);
@@ -431,10 +472,13 @@ Explanation Explainer::explain_optim(const Pair& p) const {
 
 Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step) {
   // Bug classes a pair shows by itself, whatever it depends on.
-  if (p.pair_class == PairClass::none_one_side) return bug(p.kind == Kind::grad ? Rule::none_gradient : Rule::none);
-  if (p.pair_class == PairClass::only_base || p.pair_class == PairClass::only_test) return bug(Rule::missing_record);
+  if (p.pair_class == PairClass::none_one_side)
+    return bug(p.kind == Kind::grad ? Rule::none_gradient : Rule::none);
+  if (p.pair_class == PairClass::only_base || p.pair_class == PairClass::only_test)
+    return bug(Rule::missing_record);
   if ((nonfinite(p.base) == 0) != (nonfinite(p.test) == 0)) return bug(Rule::nonfinite);
-  if ((p.base.present && p.base.merged.replicas_disagree) || (p.test.present && p.test.merged.replicas_disagree)) {
+  if ((p.base.present && p.base.merged.replicas_disagree) ||
+      (p.test.present && p.test.merged.replicas_disagree)) {
     const auto it = mb_grads_.find(p.name);
     const bool mb_equal = p.kind == Kind::grad && it != mb_grads_.end() && it->second.count > 0 &&
                           it->second.diverging.pairs == 0;
@@ -451,9 +495,10 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
   // they find (the initialization differs, the inputs are equal) is one whichever it is.
   if (!why.bug && cannot_tell_moved(p)) {
     why.rule = Rule::cannot_tell;
-    why.detail = "the hash differs while every figure is bitwise equal, and a log without the "
-                 "order-independent hash (format 8's mhash) cannot tell moved elements from "
-                 "values changed below what the figures resolve";
+    why.detail =
+        "the hash differs while every figure is bitwise equal, and a log without the "
+        "order-independent hash (format 8's mhash) cannot tell moved elements from "
+        "values changed below what the figures resolve";
   }
   return why;
 }
@@ -469,12 +514,14 @@ Explanation Explainer::explain_moved(const Pair& p, std::int64_t step, bool firs
   if (p.kind == Kind::grad) return bug(Rule::elements_moved);
   Explanation why = explain_by_dependencies(p, step, first_step);
   if (why.bug && why.rule == Rule::inherited) return why;
-  if (why.bug || (why.rule != Rule::inherited && why.rule != Rule::partial_sum)) return bug(Rule::elements_moved);
+  if (why.bug || (why.rule != Rule::inherited && why.rule != Rule::partial_sum))
+    return bug(Rule::elements_moved);
   why.rule = Rule::cannot_tell;
-  why.detail = "the same values in other places (both runs' order-independent hashes agree) while what it "
-               "depends on differs by noise: values that repeat (an update of +-lr, zeros, a clipped "
-               "tensor) trade places where noise moves a tiny input; the figures cannot tell that from "
-               "a permutation";
+  why.detail =
+      "the same values in other places (both runs' order-independent hashes agree) while what it "
+      "depends on differs by noise: values that repeat (an update of +-lr, zeros, a clipped "
+      "tensor) trade places where noise moves a tiny input; the figures cannot tell that from "
+      "a permutation";
   return why;
 }
 
@@ -488,7 +535,8 @@ Explanation Explainer::explain_by_dependencies(const Pair& p, std::int64_t step,
       Upstream up = carried();
       up.add(step_so_far_);
       const double bound = summation_order_bound(p, 0, 0, 0, options_);
-      return from_upstream(p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(Rule::unexplained));
+      return from_upstream(
+          p, up, p.rel_diff <= bound ? summation_order(p, bound) : bug(Rule::unexplained));
     }
     default: {
       // Forward and backward records of a microbatch: its weights and its records before.
@@ -498,7 +546,8 @@ Explanation Explainer::explain_by_dependencies(const Pair& p, std::int64_t step,
       } else {
         up.add(step_so_far_);
       }
-      return from_upstream(p, up, equal_inputs(p, options_.reduction_amplification, layouts_alike_, same_code_));
+      return from_upstream(
+          p, up, equal_inputs(p, options_.reduction_amplification, layouts_alike_, same_code_));
     }
   }
 }
@@ -511,7 +560,8 @@ void Explainer::add_covered_pieces(const Pair& p, MbGrads& mb) {
     if (!s.present || s.merged.record.state != Record::State::tensor) continue;
     const PartialSum* sum = s.partial();
     const bool summands = sum && sum->index < 0;
-    const auto microbatches = std::max<std::int64_t>(1, static_cast<std::int64_t>(s.merged.record.covers.size()));
+    const auto microbatches =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(s.merged.record.covers.size()));
     mb.covered_pieces[run] += microbatches * (summands ? sum->count : 1);
     const double norms = summands ? sum->summand_norms : s.merged.record.stats.norm;
     if (std::isfinite(norms)) mb.covered_norms[run] += norms;
@@ -568,8 +618,8 @@ const std::string* Explainer::partial_words(const Pair& p) {
     text = "the sum of " + std::to_string(b->count) + summands + what(p) +
            " in both runs, each run's reduction adding them in its own order";
   else if (b && t)
-    text = "the sums of " + std::to_string(b->count) + " and " + std::to_string(t->count) + summands + what(p) +
-           " in the base and test runs, added in other orders";
+    text = "the sums of " + std::to_string(b->count) + " and " + std::to_string(t->count) +
+           summands + what(p) + " in the base and test runs, added in other orders";
   else
     text = "the sum of " + std::to_string((b ? b : t)->count) + summands + what(p) + " in the " +
            (b ? "base" : "test") + " run, added in another order than" + one_rank;
@@ -590,7 +640,8 @@ void Explainer::note_partial_root(const Pair& p) {
   if (p.kind == Kind::grad) this_step_by_param_[p.name].add(root);
 }
 
-void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pair>& pairs, bool same_code) {
+void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pair>& pairs,
+                             bool same_code) {
   step_params_ = {};
   step_so_far_ = {};
   by_mb_.clear();
@@ -635,7 +686,8 @@ void Explainer::carry_to_next_step(std::int64_t step, const std::vector<Pair>& p
   previous_by_param_ = std::move(this_step_by_param_);
   this_step_by_param_.clear();
   for (const auto& p : pairs)
-    if (p.kind == Kind::optim && is_divergence(p.pair_class)) previous_by_param_[parameter_of_state(p.name)].add(p);
+    if (p.kind == Kind::optim && is_divergence(p.pair_class))
+      previous_by_param_[parameter_of_state(p.name)].add(p);
   earlier_.add(step_so_far_);
   previous_step_ = step;
 }
@@ -643,19 +695,24 @@ void Explainer::carry_to_next_step(std::int64_t step, const std::vector<Pair>& p
 Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
   const std::string rel = lf::format_double(p.rel_diff);
   const std::string s = std::to_string(step);
-  std::vector<Evidence> ev = {{"step", step}, {"kind", std::string(kind_name(p.kind))}, {"name", p.name}};
+  std::vector<Evidence> ev = {
+      {"step", step}, {"kind", std::string(kind_name(p.kind))}, {"name", p.name}};
   if (p.mb) ev.push_back({"mb", *p.mb});
   ev.push_back({"rel_diff", rel});
   const Rule rule = p.why.rule.value_or(Rule::unexplained);
-  if (rule == Rule::unexplained)  // the factor of the bound it broke: the reduction's or the network's
-    return unexplained_cause(p, s, rel, std::move(ev), p.why.roots > 0 ? p.why.bound / p.why.roots : options_.noise_amplification);
+  // the factor of the bound it broke: the reduction's or the network's
+  if (rule == Rule::unexplained)
+    return unexplained_cause(
+        p, s, rel, std::move(ev),
+        p.why.roots > 0 ? p.why.bound / p.why.roots : options_.noise_amplification);
   if (rule == Rule::optimizer && p.why.roots > 0) {
     ev.push_back({"noise_roots", lf::format_double(p.why.roots)});
     ev.push_back({"bound", lf::format_double(p.why.bound)});
     return Cause{rule,
                  what(p) + " differs by relative norm " + rel + " at step " + s +
                      ", beyond what the noise in the gradients, weights and state it is updated "
-                     "from explains (at most " + lf::format_double(p.why.bound) +
+                     "from explains (at most " +
+                     lf::format_double(p.why.bound) +
                      "): the optimizer update differs (learning rate, weight decay, epsilon, "
                      "fused/foreach vs per-tensor kernels, optimizer state)",
                  std::move(ev)};
@@ -664,13 +721,15 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
     ev.push_back({"base", lf::format_double(p.base.merged.record.value)});
     ev.push_back({"test", lf::format_double(p.test.merged.record.value)});
     return Cause{rule,
-                 what(p) + " is " + lf::format_double(p.base.merged.record.value) + " in the base run and " +
-                     lf::format_double(p.test.merged.record.value) + " in the test run at step " + s +
-                     ": the optimizer update of step " + s + " reads another " + setting_words(p.name) +
+                 what(p) + " is " + lf::format_double(p.base.merged.record.value) +
+                     " in the base run and " + lf::format_double(p.test.merged.record.value) +
+                     " in the test run at step " + s + ": the optimizer update of step " + s +
+                     " reads another " + setting_words(p.name) +
                      " (a schedule, a warmup or a group's setting that differs)",
                  std::move(ev)};
   }
-  if (rule == Rule::different_ops) return Cause{rule, p.why.detail + " (step " + s + ")", std::move(ev)};
+  if (rule == Rule::different_ops)
+    return Cause{rule, p.why.detail + " (step " + s + ")", std::move(ev)};
   if (rule == Rule::elements_moved)
     return Cause{rule,
                  what(p) + " holds other elements at step " + s +
@@ -683,12 +742,14 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
     ev.push_back({"ranks", format_ranks((in_test ? p.test : p.base).merged.ranks)});
     return Cause{rule,
                  what(p) + " differs between replicas of the " + (in_test ? "test" : "base") +
-                     " run at step " + s + ": ranks that hold the same values logged different ones",
+                     " run at step " + s +
+                     ": ranks that hold the same values logged different ones",
                  std::move(ev)};
   }
   if (rule == Rule::missing_record)
     return Cause{rule,
-                 what(p) + " is in the " + (p.pair_class == PairClass::only_base ? "base" : "test") +
+                 what(p) + " is in the " +
+                     (p.pair_class == PairClass::only_base ? "base" : "test") +
                      " run only at step " + s,
                  std::move(ev)};
   if (rule == Rule::nonfinite) {

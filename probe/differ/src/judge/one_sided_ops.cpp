@@ -27,7 +27,8 @@ const Side& side(const Pair& p, bool test) { return test ? p.test : p.base; }
 // A record that holds its whole tensor, on one rank or replicated: no partial sum, no piece of a
 // split scope (a shard's norm is not the whole's).
 bool whole(const Side& s) {
-  return s.present && s.merged.record.state == Record::State::tensor && s.merged.partial.empty() && s.merged.split.size == 0;
+  return s.present && s.merged.record.state == Record::State::tensor && s.merged.partial.empty() &&
+         s.merged.split.size == 0;
 }
 
 bool takes(const Merged& op, std::uint64_t hash) {
@@ -46,7 +47,8 @@ void OneSidedOps::start_step(const std::vector<Pair>& pairs) {
   for (const Pair& p : pairs) {
     if (p.kind != Kind::op || in_both(p)) continue;
     const bool test = p.test.present;
-    if (whole(side(p, test))) one_sided_[test].try_emplace(side(p, test).merged.record.stats.hash, &p);
+    if (whole(side(p, test)))
+      one_sided_[test].try_emplace(side(p, test).merged.record.stats.hash, &p);
   }
 }
 
@@ -56,21 +58,25 @@ void OneSidedOps::note_paired(const Pair& p) {
     if (whole(side(p, test))) paired_[test].try_emplace(side(p, test).merged.record.stats.hash, &p);
 }
 
-std::optional<OneSidedChange> OneSidedOps::through(std::uint64_t own, std::uint64_t other, bool in_test) const {
+std::optional<OneSidedChange> OneSidedOps::through(std::uint64_t own, std::uint64_t other,
+                                                   bool in_test) const {
   const auto q = one_sided_[in_test].find(own);
   const auto r = paired_[!in_test].find(other);
   if (q == one_sided_[in_test].end() || r == paired_[!in_test].end()) return std::nullopt;
   const Pair &one_sided = *q->second, &producer = *r->second;
   // Q takes R's output of its own run.
-  if (!whole(side(producer, in_test)) || !takes(side(one_sided, in_test).merged, side(producer, in_test).merged.record.stats.hash))
+  if (!whole(side(producer, in_test)) ||
+      !takes(side(one_sided, in_test).merged, side(producer, in_test).merged.record.stats.hash))
     return std::nullopt;
   double c = 0;
   if (is_divergence(producer.pair_class)) {
     if (!producer.why.rule || producer.why.bug) return std::nullopt;  // a bug upstream: inherited
     c = std::max(producer.why.ceiling, producer.rel_diff);
   }
-  const TensorStats &changed = side(one_sided, in_test).merged.record.stats, &fed = side(producer, !in_test).merged.record.stats;
-  if (!(fed.norm > 0) || !std::isfinite(fed.norm) || !std::isfinite(changed.norm)) return std::nullopt;
+  const TensorStats &changed = side(one_sided, in_test).merged.record.stats,
+                    &fed = side(producer, !in_test).merged.record.stats;
+  if (!(fed.norm > 0) || !std::isfinite(fed.norm) || !std::isfinite(changed.norm))
+    return std::nullopt;
   const double u = std::max(unit_roundoff(changed.dtype), unit_roundoff(fed.dtype));
   const double bound = c + 2 * u;
   // The comparator's relative difference (over the larger norm) is at most the one above.
@@ -82,7 +88,8 @@ std::optional<OneSidedChange> OneSidedOps::through(std::uint64_t own, std::uint6
 std::optional<OneSidedChange> OneSidedOps::change(const Pair& p) const {
   if (!in_both(p)) return std::nullopt;
   if (p.kind == Kind::op) {
-    if (p.base.merged.record.inputs.size() != p.test.merged.record.inputs.size()) return std::nullopt;
+    if (p.base.merged.record.inputs.size() != p.test.merged.record.inputs.size())
+      return std::nullopt;
     std::vector<std::uint64_t> base_scratch, test_scratch;
     for (std::size_t i = 0; i < p.base.merged.record.inputs.size(); ++i) {
       if (same_input(p.base.merged, p.test.merged, i)) continue;
@@ -90,14 +97,18 @@ std::optional<OneSidedChange> OneSidedOps::change(const Pair& p) const {
       const auto& t = input_hashes(p.test.merged, i, test_scratch);
       if (b.empty() || t.empty()) continue;
       for (bool in_test : {true, false})
-        if (auto c = through(in_test ? t.front() : b.front(), in_test ? b.front() : t.front(), in_test)) return c;
+        if (auto c =
+                through(in_test ? t.front() : b.front(), in_test ? b.front() : t.front(), in_test))
+          return c;
     }
     return std::nullopt;
   }
   if (p.kind != Kind::tap && p.kind != Kind::output) return std::nullopt;
   if (!whole(p.base) || !whole(p.test)) return std::nullopt;
   for (bool in_test : {true, false})
-    if (auto c = through(side(p, in_test).merged.record.stats.hash, side(p, !in_test).merged.record.stats.hash, in_test)) return c;
+    if (auto c = through(side(p, in_test).merged.record.stats.hash,
+                         side(p, !in_test).merged.record.stats.hash, in_test))
+      return c;
   return std::nullopt;
 }
 

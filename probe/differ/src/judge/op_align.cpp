@@ -78,7 +78,8 @@ std::string producer_of(const Producers& from, const Merged& m, std::size_t i) {
 OpFinding root_cause_finding(std::int64_t step, const Pair& p) {
   const Phase phase = phase_of(p);
   return {step, p.mb, phase, p.name,
-          p.name + " (" + where(step, p.mb, phase) + "): its inputs agree with the other run, its output differs" +
+          p.name + " (" + where(step, p.mb, phase) +
+              "): its inputs agree with the other run, its output differs" +
               (p.note.empty() ? "" : " (" + p.note + ")")};
 }
 
@@ -86,14 +87,15 @@ OpFinding root_cause_finding(std::int64_t step, const Pair& p) {
 std::string made_by_text(const std::string& base_producer, const std::string& test_producer) {
   if (base_producer.empty() && test_producer.empty()) return ", made outside the traced ops";
   if (base_producer == test_producer) return ", made by " + base_producer;
-  return ", made by " + (base_producer.empty() ? "an untraced op" : base_producer) + " in base and " +
-         (test_producer.empty() ? "an untraced op" : test_producer) + " in test";
+  return ", made by " + (base_producer.empty() ? "an untraced op" : base_producer) +
+         " in base and " + (test_producer.empty() ? "an untraced op" : test_producer) + " in test";
 }
 
 // Where the runs ran different ops, no op pair has agreeing inputs and a differing output: the
 // op of one run only that made `p`'s differing input `input` is the root cause.
 std::optional<OpFinding> one_sided_root_cause(std::int64_t step, const Pair& p, std::size_t input,
-                                              const std::string& base_producer, const std::string& test_producer,
+                                              const std::string& base_producer,
+                                              const std::string& test_producer,
                                               const StepOps& ops) {
   for (const Pair* q : ops.one_sided) {
     if (q->name != test_producer && q->name != base_producer) continue;
@@ -115,16 +117,18 @@ std::optional<OpFinding> one_sided_root_cause(std::int64_t step, const Pair& p, 
     base_ops += more(base_count);
     test_ops += more(test_count);
     return OpFinding{step, q->mb, phase, q->name,
-                     "the runs execute different ops in " + scope + " (" + where(step, q->mb, phase) +
-                         "): base runs [" + base_ops + "], test runs [" + test_ops + "]; " + q->name +
-                         "'s output feeds " + p.name + ", whose input " + std::to_string(input) + " differs"};
+                     "the runs execute different ops in " + scope + " (" +
+                         where(step, q->mb, phase) + "): base runs [" + base_ops +
+                         "], test runs [" + test_ops + "]; " + q->name + "'s output feeds " +
+                         p.name + ", whose input " + std::to_string(input) + " differs"};
   }
   return std::nullopt;
 }
 
 // An op whose output differs and whose inputs already differ; may find the root cause among the
 // one-sided ops that fed it.
-OpFinding inherited_finding(std::int64_t step, const Pair& p, const StepOps& ops, OpReport& report) {
+OpFinding inherited_finding(std::int64_t step, const Pair& p, const StepOps& ops,
+                            OpReport& report) {
   const Record &b = p.base.merged.record, &t = p.test.merged.record;
   const Phase phase = phase_of(p);
   std::string msg = p.name + " (" + where(step, p.mb, phase) + "): ";
@@ -134,27 +138,33 @@ OpFinding inherited_finding(std::int64_t step, const Pair& p, const StepOps& ops
     return {step, p.mb, phase, p.name, msg};
   }
   const std::size_t i = first_differing_input(p.base.merged, p.test.merged);
-  msg += "input " + std::to_string(i) + " already differs (base " + input_text(p.base.merged, i) + ", test " +
-         input_text(p.test.merged, i) + ")";
-  const std::string pb = producer_of(ops.base, p.base.merged, i), pt = producer_of(ops.test, p.test.merged, i);
+  msg += "input " + std::to_string(i) + " already differs (base " + input_text(p.base.merged, i) +
+         ", test " + input_text(p.test.merged, i) + ")";
+  const std::string pb = producer_of(ops.base, p.base.merged, i),
+                    pt = producer_of(ops.test, p.test.merged, i);
   msg += made_by_text(pb, pt);
   // Where the difference is noise (a reduction's rounding carried along), the ops of one run only
   // that made the input (the reduction) are no cause.
-  if (!report.root_cause && p.why.bug) report.root_cause = one_sided_root_cause(step, p, i, pb, pt, ops);
+  if (!report.root_cause && p.why.bug)
+    report.root_cause = one_sided_root_cause(step, p, i, pb, pt, ops);
   return {step, p.mb, phase, p.name, msg};
 }
 
 // Inputs that differ by noise only and an output that differs beyond what that noise explains
 // (the explainer's verdict on the pair): where every op already carries noise (after a
 // row-parallel sum), the first op that adds a difference of its own.
-bool beyond_noise(const Pair& p) { return p.why.bug && p.why.rule == Rule::unexplained && p.why.roots > 0; }
+bool beyond_noise(const Pair& p) {
+  return p.why.bug && p.why.rule == Rule::unexplained && p.why.roots > 0;
+}
 
 OpFinding beyond_noise_finding(std::int64_t step, const Pair& p) {
   const Phase phase = phase_of(p);
   return {step, p.mb, phase, p.name,
-          p.name + " (" + where(step, p.mb, phase) + "): its inputs differ from the other run's by noise only (" +
+          p.name + " (" + where(step, p.mb, phase) +
+              "): its inputs differ from the other run's by noise only (" +
               log_format::format_double(p.why.roots) + " relative at its roots), its output by " +
-              log_format::format_double(p.rel_diff) + ", beyond the " + log_format::format_double(p.why.bound) +
+              log_format::format_double(p.rel_diff) + ", beyond the " +
+              log_format::format_double(p.why.bound) +
               " that noise explains: the first op adding a difference of its own"};
 }
 
@@ -165,7 +175,8 @@ bool set_aside_op(const Pair& p, OpReport& report) {
   const bool base = p.base.present;
   auto& list = base ? report.only_base : report.only_test;
   ++(base ? report.only_base_count : report.only_test_count);
-  if (list.size() < OpReport::kListed) list.push_back(where(p.step, p.mb, phase_of(p)) + " " + p.name);
+  if (list.size() < OpReport::kListed)
+    list.push_back(where(p.step, p.mb, phase_of(p)) + " " + p.name);
   return true;
 }
 
@@ -197,16 +208,19 @@ void OpAnalysis::add_step(std::int64_t step, const std::vector<Pair>& pairs, OpR
           report.region->root_cause = report.root_cause->name;
         }
       }
-      if (!agree && !report.beyond_noise && beyond_noise(p)) report.beyond_noise = beyond_noise_finding(step, p);
+      if (!agree && !report.beyond_noise && beyond_noise(p))
+        report.beyond_noise = beyond_noise_finding(step, p);
     }
     note_outputs(p, ops.base, ops.test);
   }
   if (report.root_cause) report.beyond_noise.reset();  // only where no op's inputs agree
   note_replay_op(step, pairs, report);
-  done_ = (report.root_cause || report.inherited || report.beyond_noise) && (replay_op_.empty() || report.region);
+  done_ = (report.root_cause || report.inherited || report.beyond_noise) &&
+          (replay_op_.empty() || report.region);
 }
 
-void OpAnalysis::note_replay_op(std::int64_t step, const std::vector<Pair>& pairs, OpReport& report) const {
+void OpAnalysis::note_replay_op(std::int64_t step, const std::vector<Pair>& pairs,
+                                OpReport& report) const {
   if (replay_op_.empty() || report.region) return;
   for (std::size_t k = 0; k < pairs.size(); ++k)
     if (pairs[k].kind == Kind::op && pairs[k].name == replay_op_ && in_both(pairs[k])) {
@@ -219,8 +233,7 @@ std::optional<std::string> scope_regex_for(Kind kind, const std::string& raw_nam
   // A repeated key's "#k" is the probe's numbering, not part of the scope.
   const std::string name = raw_name.substr(0, raw_name.find('#'));
   switch (kind) {
-    case Kind::tap:
-      return "^" + escape_regex(name) + "(\\.|$)";
+    case Kind::tap: return "^" + escape_regex(name) + "(\\.|$)";
     case Kind::mb_grad:
     case Kind::grad: {
       // A parameter's module (its name without the last component), the module's own scopes
@@ -243,29 +256,28 @@ std::optional<std::string> scope_regex_for(Kind kind, const std::string& raw_nam
     case Kind::input:
     case Kind::output:
     case Kind::output_grad:
-    case Kind::scalar:
-      return std::string();  // somewhere in the model: every scope
+    case Kind::scalar: return std::string();  // somewhere in the model: every scope
     case Kind::rng:
     case Kind::op:
     case Kind::param:  // weights and optimizer state differ before any op runs: init, optimizer
-    case Kind::optim:
-      return std::nullopt;
+    case Kind::optim: return std::nullopt;
   }
   return std::nullopt;
 }
 
-void OpAnalysis::suggest_trace(const Pair& first, const std::vector<Pair>& pairs, std::optional<std::uint32_t> kinds,
-                               OpReport& report) const {
+void OpAnalysis::suggest_trace(const Pair& first, const std::vector<Pair>& pairs,
+                               std::optional<std::uint32_t> kinds, OpReport& report) const {
   if (report.trace_hint) return;
-  // A record one run lacks, or `none` in one, is no numerical difference for ops to explain; a comparison that
-  // leaves op records out (--kinds) is not looking at them.
+  // A record one run lacks, or `none` in one, is no numerical difference for ops to explain; a
+  // comparison that leaves op records out (--kinds) is not looking at them.
   if (first.pair_class != PairClass::different) return;
   if (kinds && !(*kinds & (1u << static_cast<unsigned>(Kind::op)))) return;
   const auto scopes = scope_regex_for(first.kind, first.name);
   if (!scopes) return;
   const std::regex re(scopes->empty() ? std::string(".*") : *scopes);
   for (const Pair& p : pairs)
-    if (p.kind == Kind::op && std::regex_search(scope_of(p.name), re)) return;  // ops there were traced
+    // ops there were traced
+    if (p.kind == Kind::op && std::regex_search(scope_of(p.name), re)) return;
   std::string hint = "steps=" + std::to_string(first.step);
   if (!scopes->empty()) hint += ";scopes=" + *scopes;
   if (first.mb) hint += ";mb=" + std::to_string(*first.mb);
@@ -275,8 +287,11 @@ void OpAnalysis::suggest_trace(const Pair& first, const std::vector<Pair>& pairs
 void OpAnalysis::add_causes(const OpReport& report, std::vector<Cause>& causes) const {
   std::vector<Cause> found;
   if (report.root_cause) found.push_back({Rule::op_root_cause, report.root_cause->message});
-  else if (report.beyond_noise) found.push_back({Rule::op_beyond_noise, report.beyond_noise->message});
-  if (report.inherited) found.push_back({Rule::op_inherited, "the first op whose inputs already differ: " + report.inherited->message});
+  else if (report.beyond_noise)
+    found.push_back({Rule::op_beyond_noise, report.beyond_noise->message});
+  if (report.inherited)
+    found.push_back({Rule::op_inherited,
+                     "the first op whose inputs already differ: " + report.inherited->message});
   causes.insert(causes.begin(), found.begin(), found.end());
 }
 

@@ -20,7 +20,9 @@ std::unordered_set<std::uint64_t> common_values(const std::vector<Pair>& pairs, 
   std::unordered_set<std::uint64_t> common;
   std::vector<std::uint64_t> hashes;
   for (const Pair& p : pairs) {
-    if (p.kind != Kind::op || !in_both(p) || !same_place(p, at) || !outputs_agree(p.base.merged, p.test.merged)) continue;
+    if (p.kind != Kind::op || !in_both(p) || !same_place(p, at) ||
+        !outputs_agree(p.base.merged, p.test.merged))
+      continue;
     output_hashes(p.base.merged, hashes);
     common.insert(hashes.begin(), hashes.end());
   }
@@ -32,7 +34,8 @@ struct RunOps {
   bool base = true;
   std::unordered_map<std::uint64_t, std::vector<std::size_t>> producers;
   const Side& side(const Pair& p) const { return base ? p.base : p.test; }
-  const std::vector<std::optional<std::uint64_t>>& inputs(std::size_t k, const std::vector<Pair>& pairs) const {
+  const std::vector<std::optional<std::uint64_t>>& inputs(std::size_t k,
+                                                          const std::vector<Pair>& pairs) const {
     return side(pairs[k]).merged.record.inputs;
   }
   // The op that made `value` for the op `consumer`: not the consumer itself, and not an op that
@@ -58,7 +61,9 @@ RunOps run_ops(const std::vector<Pair>& pairs, const Pair& at, bool base) {
   std::vector<std::uint64_t> hashes;
   for (std::size_t k = 0; k < pairs.size(); ++k) {
     const Pair& p = pairs[k];
-    if (p.kind != Kind::op || !ops.side(p).present || !same_place(p, at) || (p.set_aside && in_both(p))) continue;
+    if (p.kind != Kind::op || !ops.side(p).present || !same_place(p, at) ||
+        (p.set_aside && in_both(p)))
+      continue;
     output_hashes(ops.side(p).merged, hashes);
     for (std::uint64_t h : hashes) ops.producers[h].push_back(k);
   }
@@ -103,8 +108,7 @@ struct Walk {
       return;
     }
     seen.insert(*k);
-    if (*k == stop)
-      inputs_of_stop();
+    if (*k == stop) inputs_of_stop();
     else
       for (const auto& in : ops.inputs(*k, pairs))
         if (in) from(*in, k);
@@ -136,8 +140,10 @@ std::optional<std::size_t> end_after(const std::vector<Pair>& pairs, std::size_t
   return std::nullopt;
 }
 
-void finish_side(const Walk& w, const RunOps& ops, std::vector<ReplayOp>& region, std::vector<std::uint64_t>& inputs) {
-  for (std::size_t k : w.order) region.push_back(replay_op_of(w.pairs[k], ops.side(w.pairs[k]).merged));
+void finish_side(const Walk& w, const RunOps& ops, std::vector<ReplayOp>& region,
+                 std::vector<std::uint64_t>& inputs) {
+  for (std::size_t k : w.order)
+    region.push_back(replay_op_of(w.pairs[k], ops.side(w.pairs[k]).merged));
   inputs = w.inputs;
   std::sort(inputs.begin(), inputs.end());
   inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
@@ -145,7 +151,8 @@ void finish_side(const Walk& w, const RunOps& ops, std::vector<ReplayOp>& region
 
 }  // namespace
 
-ReplayRegion replay_region(std::int64_t step, const std::vector<Pair>& pairs, std::size_t start, bool starts_here) {
+ReplayRegion replay_region(std::int64_t step, const std::vector<Pair>& pairs, std::size_t start,
+                           bool starts_here) {
   const Pair& s = pairs[start];
   ReplayRegion region;
   region.step = step;
@@ -157,8 +164,10 @@ ReplayRegion replay_region(std::int64_t step, const std::vector<Pair>& pairs, st
   // An op whose inputs agree starts the region; otherwise it ends it, and the region is what
   // made its differing input.
   const bool starts = starts_here || (in_both(s) && inputs_agree(s.base.merged, s.test.merged));
-  const std::optional<std::size_t> end = starts ? end_after(pairs, start) : std::optional<std::size_t>(start);
-  Walk base{pairs, base_ops, common, starts ? std::optional(start) : std::nullopt, {}, {}, {}, false, false};
+  const std::optional<std::size_t> end =
+      starts ? end_after(pairs, start) : std::optional<std::size_t>(start);
+  Walk base{pairs, base_ops, common, starts ? std::optional(start) : std::nullopt, {}, {},
+            {},    false,    false};
   Walk test{pairs, test_ops, common, base.stop, {}, {}, {}, false, false};
   if (end) {
     const Pair& e = pairs[*end];

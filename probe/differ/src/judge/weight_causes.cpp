@@ -45,12 +45,14 @@ std::optional<Cause> update_differs(std::int64_t step, const StepDigest& previou
                     " differs (learning rate, weight decay, epsilon, fused/foreach vs per-tensor "
                     "kernels, optimizer state)";
   if (previous.optim_compared > 0)
-    msg += "; the optimizer state after that update is bitwise equal (" +
-           std::to_string(previous.optim_compared) +
-           " optim records): the update's hyperparameters or kernels differ, not the state it keeps";
+    msg +=
+        "; the optimizer state after that update is bitwise equal (" +
+        std::to_string(previous.optim_compared) +
+        " optim records): the update's hyperparameters or kernels differ, not the state it keeps";
   else
     msg += "; no optim records of step " + s + " to compare (Probe::watch_optimizer records them)";
-  return Cause{Rule::optimizer, msg,
+  return Cause{Rule::optimizer,
+               msg,
                {{"update_step", previous.step},
                 {"param_step", step},
                 {"first_param", first.name},
@@ -62,7 +64,8 @@ std::optional<Cause> update_differs(std::int64_t step, const StepDigest& previou
 }
 
 // First divergence: an optimizer state tensor of step s while step s's gradients agree.
-std::optional<Cause> state_differs(std::int64_t step, const std::vector<Pair>& pairs, const Pair& first) {
+std::optional<Cause> state_differs(std::int64_t step, const std::vector<Pair>& pairs,
+                                   const Pair& first) {
   const StepDigest digest = digest_step(step, pairs);
   const KindCount grads = count_kind(pairs, Kind::grad);
   if (digest.grads_compared == 0 || grads.differing > 0) return std::nullopt;
@@ -71,7 +74,8 @@ std::optional<Cause> state_differs(std::int64_t step, const std::vector<Pair>& p
   return Cause{Rule::optimizer,
                "grads of step " + s + " agree " + agreement(digest.grads_within_tol) +
                    " but optimizer state " + first.name + " differs after the update of step " + s +
-                   " (" + std::to_string(states.differing) + " of " + std::to_string(states.compared) +
+                   " (" + std::to_string(states.differing) + " of " +
+                   std::to_string(states.compared) +
                    " optim records differ): the optimizer's state update differs (betas, amsgrad, "
                    "momentum, the step count, or state loaded differently)",
                {{"update_step", step},
@@ -101,19 +105,21 @@ StepDigest digest_step(std::int64_t step, const std::vector<Pair>& pairs) {
 
 std::optional<Cause> init_cause(std::int64_t step, bool first_step, const std::vector<Pair>& pairs,
                                 const Pair& first) {
-  if (!first_step || first.kind != Kind::param || first.pair_class != PairClass::different) return std::nullopt;
+  if (!first_step || first.kind != Kind::param || first.pair_class != PairClass::different)
+    return std::nullopt;
   const KindCount params = count_kind(pairs, Kind::param);
   const std::string s = std::to_string(step);
-  return Cause{Rule::init,
-               "param " + first.name + " differs at step " + s +
-                   ", the first recorded step, before any update (" + std::to_string(params.differing) +
-                   " of " + std::to_string(params.compared) +
-                   " parameters differ): initialization, its seed, or checkpoint loading differ" +
-                   (step > 0 ? " (the runs start at step " + s + ": a checkpoint loaded differently?)" : ""),
-               {{"step", step},
-                {"first_param", first.name},
-                {"params_differing", params.differing},
-                {"params_compared", params.compared}}};
+  return Cause{
+      Rule::init,
+      "param " + first.name + " differs at step " + s +
+          ", the first recorded step, before any update (" + std::to_string(params.differing) +
+          " of " + std::to_string(params.compared) +
+          " parameters differ): initialization, its seed, or checkpoint loading differ" +
+          (step > 0 ? " (the runs start at step " + s + ": a checkpoint loaded differently?)" : ""),
+      {{"step", step},
+       {"first_param", first.name},
+       {"params_differing", params.differing},
+       {"params_compared", params.compared}}};
 }
 
 std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<StepDigest>& previous,
@@ -123,7 +129,8 @@ std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<Step
   if (first.kind == Kind::optim && is_setting(first)) return std::nullopt;
   if (first.kind == Kind::optim) return state_differs(step, pairs, first);
   // The update between two recorded steps: only when nothing ran unrecorded in between.
-  if (first.kind == Kind::param && previous && previous->step == step - 1 && previous->grads_compared > 0)
+  if (first.kind == Kind::param && previous && previous->step == step - 1 &&
+      previous->grads_compared > 0)
     return update_differs(step, *previous, pairs, first);
   return std::nullopt;
 }

@@ -19,12 +19,10 @@ namespace probe::differ {
 bool same_record(const Record& a, const Record& b) {
   if (a.state != b.state) return false;
   switch (a.state) {
-    case Record::State::none:
-      return true;
+    case Record::State::none: return true;
     case Record::State::scalar:
       return a.value == b.value || (std::isnan(a.value) && std::isnan(b.value));
-    case Record::State::tensor:
-      break;
+    case Record::State::tensor: break;
   }
   const auto &x = a.stats, &y = b.stats;
   if (x.unsupported != y.unsupported || x.dtype != y.dtype || x.shape != y.shape) return false;
@@ -91,8 +89,10 @@ void combine_shards_into(const std::vector<const TensorStats*>& shards, TensorSt
     }
     out.hash += s->hash;
     sum_sq += s->norm * s->norm;
-    if (!std::isnan(s->min) && !(s->min >= out.min)) out.min = std::isnan(out.min) ? s->min : std::min(out.min, s->min);
-    if (!std::isnan(s->max) && !(s->max <= out.max)) out.max = std::isnan(out.max) ? s->max : std::max(out.max, s->max);
+    if (!std::isnan(s->min) && !(s->min >= out.min))
+      out.min = std::isnan(out.min) ? s->min : std::min(out.min, s->min);
+    if (!std::isnan(s->max) && !(s->max <= out.max))
+      out.max = std::isnan(out.max) ? s->max : std::max(out.max, s->max);
     out.nan += s->nan;
     out.inf += s->inf;
     const std::int64_t n = s->numel() - s->nan;
@@ -100,10 +100,8 @@ void combine_shards_into(const std::vector<const TensorStats*>& shards, TensorSt
       weighted_mean += s->mean * static_cast<double>(n);
       non_nan += n;
     }
-    if (s->torch_hash)
-      torch_hash ^= *s->torch_hash;
-    else
-      all_torch_hash = false;
+    if (s->torch_hash) torch_hash ^= *s->torch_hash;
+    else all_torch_hash = false;
     // The order-independent figures are sums over the elements: the shards' add up.
     if (s->mhash) mhash += *s->mhash;
     all_mhash = all_mhash && s->mhash;
@@ -162,7 +160,8 @@ void mismatch(Merged& m, Kind kind, const MergeContext& ctx, std::string message
   m.replicas_disagree = true;
   if (!ctx.compared) return;
   ctx.issues->hint(replica_mismatch_hint(kind));
-  ctx.issues->add({Issue::Severity::error, "replica_mismatch", *ctx.label, ctx.step, std::move(message)});
+  ctx.issues->add(
+      {Issue::Severity::error, "replica_mismatch", *ctx.label, ctx.step, std::move(message)});
 }
 
 std::string disagreement(const MergeContext& ctx, const Group& g, const Part& a, const Part& b,
@@ -179,13 +178,13 @@ void check_replicas(Merged& m, const Group& g, MergeContext& ctx) {
   for (const auto& p : g.parts) {
     const Part* rep = nullptr;
     for (const Part* r : ctx.reps) {
-      if (r->record->stats.shard == p.record->stats.shard && r->record->stats.partial == p.record->stats.partial) {
+      if (r->record->stats.shard == p.record->stats.shard &&
+          r->record->stats.partial == p.record->stats.partial) {
         rep = r;
         break;
       }
     }
-    if (!rep)
-      ctx.reps.push_back(&p);
+    if (!rep) ctx.reps.push_back(&p);
     else if (!same_record(*rep->record, *p.record))
       mismatch(m, g.kind, ctx, disagreement(ctx, g, *rep, p, " has "));
   }
@@ -200,10 +199,8 @@ const Part* split_whole_and_shards(Merged& m, const Group& g, MergeContext& ctx)
   for (const Part* b : ctx.reps) {
     if (b->record->state == Record::State::tensor && !b->record->stats.shard.empty())
       ctx.shards.push_back(&b->record->stats);
-    else if (!whole)
-      whole = b;
-    else
-      mismatch(m, g.kind, ctx, disagreement(ctx, g, *whole, *b, " has "));
+    else if (!whole) whole = b;
+    else mismatch(m, g.kind, ctx, disagreement(ctx, g, *whole, *b, " has "));
   }
   if (ctx.partial_view && ctx.reps.size() == 1 && !ctx.shards.empty()) {
     // One rank's view of the run: its shard is compared as logged, not composed into a
@@ -237,7 +234,9 @@ void compose_into(const Merged& m, const Group& g, MergeContext& ctx, Record& ou
                                   : "shards do not tile: " + c.error;
 }
 
-bool is_summand(const Record& r) { return r.state == Record::State::tensor && !r.stats.partial.empty(); }
+bool is_summand(const Record& r) {
+  return r.state == Record::State::tensor && !r.stats.partial.empty();
+}
 
 std::string summand_text(const Partial& p) {
   return std::to_string(p.index) + "/" + std::to_string(p.count);
@@ -254,8 +253,8 @@ std::vector<int> ranks_of(const Group& g, bool summands) {
 }
 
 // Into `out`: an unsupported record of the group's key saying why its parts are not merged.
-void unsupported_record(const Group& g, const MergeContext& ctx, const TensorStats& like, std::string why,
-                        Record& out) {
+void unsupported_record(const Group& g, const MergeContext& ctx, const TensorStats& like,
+                        std::string why, Record& out) {
   log_format::reset_record(out);
   out.step = ctx.step;
   out.kind = g.kind;
@@ -268,8 +267,9 @@ void unsupported_record(const Group& g, const MergeContext& ctx, const TensorSta
 
 void partial_issue(const Group& g, const MergeContext& ctx, const std::string& what) {
   if (!ctx.compared) return;
-  ctx.issues->add({Issue::Severity::error, "partial_sum", *ctx.label, ctx.step,
-                   "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": " + what});
+  ctx.issues->add(
+      {Issue::Severity::error, "partial_sum", *ctx.label, ctx.step,
+       "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": " + what});
 }
 
 // Why the summands (ctx.reps, every one a summand, sorted by index) cannot be summed, or empty.
@@ -284,17 +284,17 @@ SumError count_error(const MergeContext& ctx) {
   const TensorStats& first = ctx.reps[0]->record->stats;
   for (const Part* r : ctx.reps)
     if (r->record->stats.partial.count != first.partial.count)
-      return {"summands disagree on their count (rank " + std::to_string(ctx.reps[0]->rank) + " has partial=" +
-                  summand_text(first.partial) + ", rank " + std::to_string(r->rank) + " partial=" +
-                  summand_text(r->record->stats.partial) + ")"};
+      return {"summands disagree on their count (rank " + std::to_string(ctx.reps[0]->rank) +
+              " has partial=" + summand_text(first.partial) + ", rank " + std::to_string(r->rank) +
+              " partial=" + summand_text(r->record->stats.partial) + ")"};
   return {};
 }
 
 // Summand `index` whole, out of its buckets ctx.reps[begin, end): the one logged whole, or its
 // shards composed (an expert shard under sequence parallelism is a shard of its rank's summand).
 // A whole copy next to shards must equal their composition (a replica mismatch otherwise).
-SumError whole_summand(Merged& m, const Group& g, MergeContext& ctx, std::size_t begin, std::size_t end,
-                       TensorStats& composed) {
+SumError whole_summand(Merged& m, const Group& g, MergeContext& ctx, std::size_t begin,
+                       std::size_t end, TensorStats& composed) {
   const Part* whole = nullptr;
   ctx.shards.clear();
   for (std::size_t i = begin; i < end; ++i) {
@@ -316,7 +316,8 @@ SumError whole_summand(Merged& m, const Group& g, MergeContext& ctx, std::size_t
     }
     return {"summand " + std::to_string(index) + ": " + c.error, c.gap, !c.gap};
   }
-  if (whole && (whole->record->stats.hash != composed.hash || whole->record->stats.shape != composed.shape))
+  if (whole &&
+      (whole->record->stats.hash != composed.hash || whole->record->stats.shape != composed.shape))
     mismatch(m, g.kind, ctx,
              "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": rank " +
                  std::to_string(whole->rank) + " has summand " + std::to_string(index) + " whole " +
@@ -331,13 +332,14 @@ SumError whole_summands(Merged& m, const Group& g, MergeContext& ctx) {
   ctx.summands.clear();
   std::size_t indices = 0;
   for (std::size_t i = 0; i < ctx.reps.size(); ++i)
-    indices += i == 0 || ctx.reps[i]->record->stats.partial.index != ctx.reps[i - 1]->record->stats.partial.index;
+    indices += i == 0 || ctx.reps[i]->record->stats.partial.index !=
+                             ctx.reps[i - 1]->record->stats.partial.index;
   // Sized once: ctx.summands points into it.
   if (ctx.composed_summands.size() < indices) ctx.composed_summands.resize(indices);
   for (std::size_t begin = 0, k = 0; begin < ctx.reps.size(); ++k) {
     std::size_t end = begin + 1;
-    while (end < ctx.reps.size() &&
-           ctx.reps[end]->record->stats.partial.index == ctx.reps[begin]->record->stats.partial.index)
+    while (end < ctx.reps.size() && ctx.reps[end]->record->stats.partial.index ==
+                                        ctx.reps[begin]->record->stats.partial.index)
       ++end;
     SumError e = whole_summand(m, g, ctx, begin, end, ctx.composed_summands[k]);
     if (!e.text.empty()) return e;
@@ -347,15 +349,18 @@ SumError whole_summands(Merged& m, const Group& g, MergeContext& ctx) {
   for (std::size_t k = 1; k < ctx.summands.size(); ++k) {
     const TensorStats& s = *ctx.summands[k];
     if (s.dtype != first.dtype || s.shape != first.shape)
-      return {"summands disagree on dtype or shape (summand 0: " + first.dtype + dims_text(first.shape) +
-              ", summand " + std::to_string(k) + ": " + s.dtype + dims_text(s.shape) + ")"};
+      return {"summands disagree on dtype or shape (summand 0: " + first.dtype +
+              dims_text(first.shape) + ", summand " + std::to_string(k) + ": " + s.dtype +
+              dims_text(s.shape) + ")"};
   }
   const auto count = static_cast<std::size_t>(ctx.reps[0]->record->stats.partial.count);
   if (indices == count) return {};
   std::string present;
   for (std::size_t i = 0; i < ctx.reps.size(); ++i)
-    if (i == 0 || ctx.reps[i]->record->stats.partial.index != ctx.reps[i - 1]->record->stats.partial.index)
-      present += (present.empty() ? "" : ", ") + std::to_string(ctx.reps[i]->record->stats.partial.index);
+    if (i == 0 ||
+        ctx.reps[i]->record->stats.partial.index != ctx.reps[i - 1]->record->stats.partial.index)
+      present +=
+          (present.empty() ? "" : ", ") + std::to_string(ctx.reps[i]->record->stats.partial.index);
   return {"summands " + present + " of " + std::to_string(count) + " present (ranks " +
               format_ranks(ranks_of(g, true)) + "): summands missing",
           true};
@@ -376,7 +381,8 @@ std::uint64_t mix64(std::uint64_t x) {
 // no others); the norm is that of the sum were the summands uncorrelated, sqrt(sum of squared
 // norms); mean adds exactly (every summand has the sum's shape); min and max add to bounds of the
 // sum's; NaN/Inf counts add.
-void combine_summands_into(const MergeContext& ctx, std::int64_t count, TensorStats& out, double& summand_norms) {
+void combine_summands_into(const MergeContext& ctx, std::int64_t count, TensorStats& out,
+                           double& summand_norms) {
   const TensorStats& first = *ctx.summands[0];
   out.dtype = first.dtype;
   out.shape = first.shape;
@@ -414,7 +420,8 @@ bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
   const TensorStats& like = ctx.reps[0]->record->stats;
   if (summands != ctx.reps.size()) {
     const std::string why = "summands of a partial sum (ranks " + format_ranks(ranks_of(g, true)) +
-                            ") next to records that are not (ranks " + format_ranks(ranks_of(g, false)) + ")";
+                            ") next to records that are not (ranks " +
+                            format_ranks(ranks_of(g, false)) + ")";
     partial_issue(g, ctx, why + "; not merged");
     unsupported_record(g, ctx, like, why, m.record);
     return true;
@@ -442,12 +449,14 @@ bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
     const bool missing = error.gap && ctx.missing_ranks;
     if (!missing && error.tiling && ctx.compared)
       ctx.issues->add({Issue::Severity::error, "shard_tiling", *ctx.label, ctx.step,
-                       "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": " +
-                           error.text + " (ranks " + format_ranks(m.ranks) + "); not composed"});
-    else if (!missing)
-      partial_issue(g, ctx, error.text + "; not summed");
-    unsupported_record(g, ctx, like,
-                       missing ? "summands missing: a rank's log is missing (missing_rank)" : error.text, m.record);
+                       "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) +
+                           ": " + error.text + " (ranks " + format_ranks(m.ranks) +
+                           "); not composed"});
+    else if (!missing) partial_issue(g, ctx, error.text + "; not summed");
+    unsupported_record(
+        g, ctx, like,
+        missing ? "summands missing: a rank's log is missing (missing_rank)" : error.text,
+        m.record);
     return true;
   }
   log_format::reset_record(m.record);
@@ -467,7 +476,8 @@ bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
 // `m`, where parts disagree.
 bool covers_agree(Merged& m, const Group& g, MergeContext& ctx) {
   ctx.covers = g.parts[0].record->covers;
-  if (std::all_of(g.parts.begin(), g.parts.end(), [&](const Part& p) { return p.record->covers == ctx.covers; }))
+  if (std::all_of(g.parts.begin(), g.parts.end(),
+                  [&](const Part& p) { return p.record->covers == ctx.covers; }))
     return true;
   std::vector<std::pair<const std::vector<std::int64_t>*, std::vector<int>>> ranks_by_covers;
   for (const auto& p : g.parts) {
@@ -484,8 +494,8 @@ bool covers_agree(Merged& m, const Group& g, MergeContext& ctx) {
   }
   if (ctx.compared)
     ctx.issues->add({Issue::Severity::error, "covers_mismatch", *ctx.label, ctx.step,
-                     "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": " + what +
-                         "; not merged"});
+                     "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) +
+                         ": " + what + "; not merged"});
   const Record& first = *g.parts[0].record;
   TensorStats like;
   if (first.state == Record::State::tensor) like = first.stats;
@@ -499,7 +509,7 @@ bool covers_agree(Merged& m, const Group& g, MergeContext& ctx) {
 void merge_group(Group& g, MergeContext& ctx, Merged& m) {
   m.raw_name = g.raw_name;
   // NumericsLogger's param records come from weights.log: a hash without a norm.
-  m.hash_source = !ctx.python ? HashSource::spec_v1
+  m.hash_source = !ctx.python             ? HashSource::spec_v1
                   : g.kind == Kind::param ? HashSource::torch_hash_alone
                                           : HashSource::torch_only;
   m.ranks.clear();

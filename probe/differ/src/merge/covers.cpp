@@ -25,14 +25,16 @@ std::string side_words(const char* run, const Side& s, const Pair& p) {
   const std::string name(run);
   if (!s.present) return name + " covers it within a record of several microbatches";
   if (s.merged.record.covers.empty()) return name + " " + covered_text({}, p.mb);
-  return name + " covers " + covered_text(s.merged.record.covers, p.mb) + " (one expert-parallel dispatch)";
+  return name + " covers " + covered_text(s.merged.record.covers, p.mb) +
+         " (one expert-parallel dispatch)";
 }
 
 std::string example(const Pair& p) {
   const bool base_first = covering(p.base) || !covering(p.test);
   const std::string base = side_words("base", p.base, p), test = side_words("test", p.test, p);
   return "step " + std::to_string(p.step) + " " + std::string(kind_name(p.kind)) + " " + p.name +
-         (p.mb ? " mb " + std::to_string(*p.mb) : "") + ": " + (base_first ? base + ", " + test : test + ", " + base);
+         (p.mb ? " mb " + std::to_string(*p.mb) : "") + ": " +
+         (base_first ? base + ", " + test : test + ", " + base);
 }
 
 }  // namespace
@@ -65,7 +67,9 @@ bool CoveredMicrobatches::covered_by_other_run(const Pair& p) const {
   const auto it = covered_[other].find(series_key(p));
   if (it == covered_[other].end()) return false;
   const Record& r = (p.base.present ? p.base : p.test).merged.record;
-  const auto covered = [&](std::int64_t mb) { return std::binary_search(it->second.begin(), it->second.end(), mb); };
+  const auto covered = [&](std::int64_t mb) {
+    return std::binary_search(it->second.begin(), it->second.end(), mb);
+  };
   if (!r.covers.empty()) return std::any_of(r.covers.begin(), r.covers.end(), covered);
   return r.microbatch && covered(*r.microbatch);
 }

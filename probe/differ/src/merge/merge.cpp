@@ -44,7 +44,8 @@ bool Run::next_step(std::int64_t& step, std::vector<Merged>& records) {
   ctx.shards.reserve(ranks_.size());
   // Merged into the records of the previous step: their buffers are reused.
   records.resize(sg.in_order.size());
-  for (std::size_t i = 0; i < records.size(); ++i) merge_group(sg.groups[sg.in_order[i]], ctx, records[i]);
+  for (std::size_t i = 0; i < records.size(); ++i)
+    merge_group(sg.groups[sg.in_order[i]], ctx, records[i]);
   for (auto& src : ranks_) src->release_step_records();
   return true;
 }
@@ -131,10 +132,8 @@ void Run::group_step(std::int64_t step) {
       const std::uint32_t hint = at < src->step_groups.size() ? src->step_groups[at] : UINT32_MAX;
       const std::uint32_t gi = group_of(r, src->rank, hint);
       auto [g, added] = sg.touch(gi);
-      if (at < src->step_groups.size())
-        src->step_groups[at] = gi;
-      else
-        src->step_groups.push_back(gi);
+      if (at < src->step_groups.size()) src->step_groups[at] = gi;
+      else src->step_groups.push_back(gi);
       // Execution order: ranks ascending in forward and step end, descending in backward
       // (pipeline stages run backward last stage first), then the rank's own line order.
       const std::int64_t rank_order =
@@ -192,8 +191,9 @@ void Run::add_to_group(std::int64_t step, RankSource& src, std::int64_t order, G
     g.parts.push_back({src.rank, &r});
     return;
   }
-  std::string msg = src.reader ? src.reader->path().string() + ":" + std::to_string(src.ahead_line) + ": "
-                               : std::string();
+  std::string msg = src.reader
+                        ? src.reader->path().string() + ":" + std::to_string(src.ahead_line) + ": "
+                        : std::string();
   msg += "duplicate record " + key_text(r.kind, r.name, r.microbatch) + " at step " +
          std::to_string(step);
   if (!options_.lenient) throw InputError(msg);

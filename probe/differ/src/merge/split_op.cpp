@@ -33,7 +33,8 @@ bool replicated(const std::vector<Part>& parts) {
   const Record& first = *parts[0].record;
   for (const Part& p : parts) {
     const Record& r = *p.record;
-    if (r.state != first.state || (is_tensor(r) && (r.stats.hash != first.stats.hash || r.stats.shape != first.stats.shape)))
+    if (r.state != first.state ||
+        (is_tensor(r) && (r.stats.hash != first.stats.hash || r.stats.shape != first.stats.shape)))
       return false;
   }
   return true;
@@ -59,7 +60,8 @@ void compose_wholes(const std::vector<Part>& parts, SplitOp& s) {
   for (std::size_t i = 0; i < parts.size(); ++i) {
     pieces.push_back(parts[i].record->stats);
     pieces.back().hash = parts[i].record->split.output[0];
-    pieces.back().shard = Shard::along(s.wholes[0].shape, 0, static_cast<std::int64_t>(i) * shape[0]);
+    pieces.back().shard =
+        Shard::along(s.wholes[0].shape, 0, static_cast<std::int64_t>(i) * shape[0]);
   }
   std::vector<const TensorStats*> ptrs;
   for (const auto& p : pieces) ptrs.push_back(&p);
@@ -74,11 +76,13 @@ void input_wholes(const std::vector<Part>& parts, bool all_ranks, SplitOp& s) {
     std::vector<std::uint64_t> hashes;
     bool same = true;
     for (const Part& p : parts)
-      same = same && i < p.record->inputs.size() && p.record->inputs[i] && p.record->inputs[i] == first.inputs[i];
+      same = same && i < p.record->inputs.size() && p.record->inputs[i] &&
+             p.record->inputs[i] == first.inputs[i];
     if (same) hashes.push_back(*first.inputs[i]);
     std::size_t dims = i < first.split.inputs.size() ? first.split.inputs[i].size() : 0;
     for (const Part& p : parts)
-      dims = std::min(dims, i < p.record->split.inputs.size() ? p.record->split.inputs[i].size() : 0);
+      dims =
+          std::min(dims, i < p.record->split.inputs.size() ? p.record->split.inputs[i].size() : 0);
     for (std::size_t d = 0; all_ranks && d < dims; ++d) {
       std::uint64_t h = 0;
       for (const Part& p : parts) h += p.record->split.inputs[i][d];
@@ -102,7 +106,8 @@ void shapes_of(const Merged& m, std::vector<const std::vector<std::int64_t>*>& o
   for (const auto& w : m.split.wholes) out.push_back(&w.shape);
 }
 
-void take_view(Merged& m, const TensorStats& figures, const std::vector<std::int64_t>& shape, std::uint64_t hash) {
+void take_view(Merged& m, const TensorStats& figures, const std::vector<std::int64_t>& shape,
+               std::uint64_t hash) {
   m.record.stats = figures;
   m.record.stats.shape = shape;
   m.record.stats.hash = hash;
@@ -113,13 +118,16 @@ bool close(double a, double b, double scale) { return std::fabs(a - b) <= 1e-12 
 // The same elements (min, max, counts bitwise; norm and mean up to the rounding of combining
 // the pieces' figures in float64) in other places.
 bool same_elements_elsewhere(const TensorStats& whole, const TensorStats& other) {
-  if (whole.hash == other.hash || whole.dtype != other.dtype || whole.nan != other.nan || whole.inf != other.inf ||
-      !same_bits(whole.min, other.min) || !same_bits(whole.max, other.max))
+  if (whole.hash == other.hash || whole.dtype != other.dtype || whole.nan != other.nan ||
+      whole.inf != other.inf || !same_bits(whole.min, other.min) ||
+      !same_bits(whole.max, other.max))
     return false;
-  if (!std::isfinite(other.norm) || !std::isfinite(other.mean)) return false;  // Inf hides what moved
+  // Inf hides what moved
+  if (!std::isfinite(other.norm) || !std::isfinite(other.mean)) return false;
   const double n = static_cast<double>(std::max<std::int64_t>(other.numel(), 1));
   return close(whole.norm, other.norm, std::fabs(other.norm)) &&
-         close(whole.mean, other.mean, std::fabs(other.mean) + std::fabs(other.norm) / std::sqrt(n));
+         close(whole.mean, other.mean,
+               std::fabs(other.mean) + std::fabs(other.norm) / std::sqrt(n));
 }
 
 // The whole of the other's shape, or null (cut along two dims, the wholes' shapes differ).
@@ -190,13 +198,15 @@ bool views_of_both(Merged& b, Merged& t) {
 }  // namespace
 
 bool is_split_op_group(const Group& g) {
-  return g.kind == Kind::op &&
-         std::any_of(g.parts.begin(), g.parts.end(), [](const Part& p) { return !p.record->split.empty(); });
+  return g.kind == Kind::op && std::any_of(g.parts.begin(), g.parts.end(),
+                                           [](const Part& p) { return !p.record->split.empty(); });
 }
 
 void merge_split_op(Group& g, MergeContext& ctx, Merged& m) {
   auto& parts = g.parts;
-  std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.record->split.rank < b.record->split.rank; });
+  std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) {
+    return a.record->split.rank < b.record->split.rank;
+  });
   SplitOp& s = m.split;  // every field set: a Merged is reused across steps
   s.size = std::max<std::int64_t>(parts.back().record->split.size, 1);
   s.wholes.clear();
@@ -209,17 +219,21 @@ void merge_split_op(Group& g, MergeContext& ctx, Merged& m) {
   if (s.complete) compose_wholes(parts, s);
   else s.combined = s.local;
   if (!s.complete && ctx.compared && ctx.issues)
-    ctx.issues->add({Issue::Severity::warning, "split_incomplete", *ctx.label, ctx.step,
-                     "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": " +
-                         std::to_string(parts.size()) + " record(s) of a split scope over " + std::to_string(s.size) +
-                         " ranks (each rank once, alike in shape, with a hash per dim, makes the whole): " +
-                         "compared as one rank's record"});
+    ctx.issues->add(
+        {Issue::Severity::warning, "split_incomplete", *ctx.label, ctx.step,
+         "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) + ": " +
+             std::to_string(parts.size()) + " record(s) of a split scope over " +
+             std::to_string(s.size) +
+             " ranks (each rank once, alike in shape, with a hash per dim, makes the whole): " +
+             "compared as one rank's record"});
   input_wholes(parts, s.complete, s);
   swap(m.record, *parts[0].record);
-  if (!s.replicated && !s.wholes.empty()) take_view(m, s.combined, s.wholes[0].shape, s.wholes[0].hash);
+  if (!s.replicated && !s.wholes.empty())
+    take_view(m, s.combined, s.wholes[0].shape, s.wholes[0].hash);
 }
 
-const std::vector<std::uint64_t>& input_hashes(const Merged& m, std::size_t i, std::vector<std::uint64_t>& scratch) {
+const std::vector<std::uint64_t>& input_hashes(const Merged& m, std::size_t i,
+                                               std::vector<std::uint64_t>& scratch) {
   if (!m.split.empty() && i < m.split.inputs.size()) return m.split.inputs[i];
   scratch.clear();
   if (i < m.record.inputs.size() && m.record.inputs[i]) scratch.push_back(*m.record.inputs[i]);
@@ -228,7 +242,8 @@ const std::vector<std::uint64_t>& input_hashes(const Merged& m, std::size_t i, s
 
 bool same_input(const Merged& a, const Merged& b, std::size_t i) {
   if (a.split.empty() && b.split.empty())
-    return i < a.record.inputs.size() && i < b.record.inputs.size() && a.record.inputs[i] == b.record.inputs[i];
+    return i < a.record.inputs.size() && i < b.record.inputs.size() &&
+           a.record.inputs[i] == b.record.inputs[i];
   std::vector<std::uint64_t> sa, sb;
   return shares_hash(input_hashes(a, i, sa), input_hashes(b, i, sb));
 }
@@ -277,7 +292,8 @@ bool choose_views(Merged& base, Merged& test) {
   if (base.split.empty() && test.split.empty()) return true;
   if (!is_tensor(base.record) || !is_tensor(test.record)) return true;
   if (!base.split.empty() && !test.split.empty()) return views_of_both(base, test);
-  return !test.split.empty() ? view_against(test, base.record.stats) : view_against(base, test.record.stats);
+  return !test.split.empty() ? view_against(test, base.record.stats)
+                             : view_against(base, test.record.stats);
 }
 
 }  // namespace probe::differ

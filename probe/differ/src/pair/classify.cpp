@@ -16,14 +16,14 @@ bool Comparator::agree(double base, double test, double scale) const {
   if (exact()) return same_bits(base, test);
   if (base == test) return true;
   if (!std::isfinite(base) || !std::isfinite(test)) return false;
-  const double magnitude = std::isfinite(scale) ? std::max(std::fabs(base), scale) : std::fabs(base);
+  const double magnitude =
+      std::isfinite(scale) ? std::max(std::fabs(base), scale) : std::fabs(base);
   return std::fabs(test - base) <= atol + rtol * magnitude;
 }
 
 std::string_view pair_class_name(PairClass c) {
   static constexpr std::array<std::string_view, kPairClassCount> kNames = {
-      "equal", "within_tol", "different", "only_base", "only_test", "none_one_side",
-      "unsupported"};
+      "equal", "within_tol", "different", "only_base", "only_test", "none_one_side", "unsupported"};
   return kNames[static_cast<std::size_t>(c)];
 }
 
@@ -70,14 +70,16 @@ std::string disagreeing_figures(const TensorStats& s, const TensorStats& t, bool
 void classify_without_common_hash(Pair& p, const std::string& disagree, const Comparator& cmp) {
   if (!disagree.empty()) {
     p.pair_class = PairClass::different;
-    p.note = std::string("no common hash; ") + (cmp.exact() ? "differs in: " : "beyond tolerance: ") + disagree;
+    p.note = std::string("no common hash; ") +
+             (cmp.exact() ? "differs in: " : "beyond tolerance: ") + disagree;
   } else if (!cmp.exact()) {
     p.pair_class = PairClass::within_tol;
     p.note = "no common hash; the figures are within tolerance";
   } else {
     p.pair_class = PairClass::unsupported;
-    p.note = "no common hash: the figures agree, bitwise equality cannot be checked (switch on "
-             "the probe's torch-compatible hash to compare with Python logs)";
+    p.note =
+        "no common hash: the figures agree, bitwise equality cannot be checked (switch on "
+        "the probe's torch-compatible hash to compare with Python logs)";
   }
 }
 
@@ -89,8 +91,9 @@ void classify_hash_alone(Pair& p, std::optional<bool> hashes_equal) {
     return;
   }
   p.pair_class = PairClass::unsupported;
-  p.note = "no common hash: a NumericsLogger weights.log holds torch.hash_tensor values only "
-           "(switch on the probe's torch-compatible hash to compare with it)";
+  p.note =
+      "no common hash: a NumericsLogger weights.log holds torch.hash_tensor values only "
+      "(switch on the probe's torch-compatible hash to compare with it)";
 }
 
 void classify_tensors(Pair& p, const Comparator& cmp) {
@@ -118,10 +121,8 @@ void classify_tensors(Pair& p, const Comparator& cmp) {
     return;
   }
   std::optional<bool> hashes_equal;
-  if (!python)
-    hashes_equal = s.hash == t.hash;
-  else if (s.torch_hash && t.torch_hash)
-    hashes_equal = *s.torch_hash == *t.torch_hash;
+  if (!python) hashes_equal = s.hash == t.hash;
+  else if (s.torch_hash && t.torch_hash) hashes_equal = *s.torch_hash == *t.torch_hash;
   if (hashes_equal == true) {
     p.pair_class = PairClass::equal;
     return;
@@ -133,8 +134,9 @@ void classify_tensors(Pair& p, const Comparator& cmp) {
     p.pair_class = PairClass::different;
     if (p.kind == Kind::rng) return;  // the figures of RNG state bytes add nothing to its hash
     if (!disagree.empty()) p.note = "differs in: hash, " + disagree;
-    else p.note = python ? "differs in the hash alone; the norms are equal"
-                         : "differs in the hash alone; norm, min, max and mean are bitwise equal";
+    else
+      p.note = python ? "differs in the hash alone; the norms are equal"
+                      : "differs in the hash alone; norm, min, max and mean are bitwise equal";
     return;
   }
   p.pair_class = disagree.empty() ? PairClass::within_tol : PairClass::different;
@@ -157,9 +159,10 @@ void classify(Pair& p, const Comparator& cmp) {
   }
   if (x.state == S::tensor) return classify_tensors(p, cmp);
   p.rel_diff = rel_diff(x.value, y.value);
-  const bool bitwise =
-      same_bits(x.value, y.value) || (std::isnan(x.value) && std::isnan(y.value));
-  p.pair_class = bitwise ? PairClass::equal : cmp.agree(x.value, y.value) ? PairClass::within_tol : PairClass::different;
+  const bool bitwise = same_bits(x.value, y.value) || (std::isnan(x.value) && std::isnan(y.value));
+  p.pair_class = bitwise                       ? PairClass::equal
+                 : cmp.agree(x.value, y.value) ? PairClass::within_tol
+                                               : PairClass::different;
 }
 
 }  // namespace probe::differ

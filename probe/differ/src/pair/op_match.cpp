@@ -30,7 +30,8 @@ std::string_view prefix_of(const std::string& name) {
 
 std::string type_of(const std::string& name) {
   const auto slash = name.rfind('/');
-  const std::string_view last = std::string_view(name).substr(slash == std::string::npos ? 0 : slash + 1);
+  const std::string_view last =
+      std::string_view(name).substr(slash == std::string::npos ? 0 : slash + 1);
   const auto hash = last.rfind('#');
   if (hash == std::string_view::npos) return std::string(last);
   std::string type(last.substr(0, hash));
@@ -59,24 +60,28 @@ std::string sequence_key(const Merged& m, std::string_view prefix) {
 
 // How well two records align: 0 not at all (another op type, no shape in common); more for
 // the same inputs (the same computation), and for the same output.
-int affinity(const Merged& b, const Merged& t, const std::string& type_b, const std::string& type_t) {
+int affinity(const Merged& b, const Merged& t, const std::string& type_b,
+             const std::string& type_t) {
   if (type_b != type_t || !shapes_compatible(b, t)) return 0;
   return 1 + (inputs_agree(b, t) ? 4 : 0) + (outputs_agree(b, t) ? 1 : 0);
 }
 
-bool same_names(const std::vector<Merged>& base, const std::vector<std::size_t>& bi, const std::vector<Merged>& test,
-                const std::vector<std::size_t>& ti) {
+bool same_names(const std::vector<Merged>& base, const std::vector<std::size_t>& bi,
+                const std::vector<Merged>& test, const std::vector<std::size_t>& ti) {
   if (bi.size() != ti.size()) return false;
   for (std::size_t k = 0; k < bi.size(); ++k)
-    if (base[bi[k]].record.name != test[ti[k]].record.name || !base[bi[k]].split.empty() || !test[ti[k]].split.empty())
+    if (base[bi[k]].record.name != test[ti[k]].record.name || !base[bi[k]].split.empty() ||
+        !test[ti[k]].split.empty())
       return false;
   return true;
 }
 
 // The order-keeping alignment of most affinity (a longest common subsequence, weighted): pairs
 // of indices into bi and ti.
-std::vector<std::pair<std::size_t, std::size_t>> align(const std::vector<Merged>& base, const std::vector<std::size_t>& bi,
-                                                       const std::vector<Merged>& test, const std::vector<std::size_t>& ti) {
+std::vector<std::pair<std::size_t, std::size_t>> align(const std::vector<Merged>& base,
+                                                       const std::vector<std::size_t>& bi,
+                                                       const std::vector<Merged>& test,
+                                                       const std::vector<std::size_t>& ti) {
   const std::size_t n = bi.size(), m = ti.size();
   std::vector<std::string> base_types(n), test_types(m);
   for (std::size_t i = 0; i < n; ++i) base_types[i] = type_of(base[bi[i]].record.name);
@@ -89,7 +94,8 @@ std::vector<std::pair<std::size_t, std::size_t>> align(const std::vector<Merged>
     for (std::size_t j = 1; j <= m; ++j) {
       const int a = affinity_of[(i - 1) * m + (j - 1)] =
           affinity(base[bi[i - 1]], test[ti[j - 1]], base_types[i - 1], test_types[j - 1]);
-      best[at(i, j)] = std::max({best[at(i - 1, j)], best[at(i, j - 1)], a > 0 ? best[at(i - 1, j - 1)] + a : 0});
+      best[at(i, j)] = std::max(
+          {best[at(i - 1, j)], best[at(i, j - 1)], a > 0 ? best[at(i - 1, j - 1)] + a : 0});
     }
   std::vector<std::pair<std::size_t, std::size_t>> pairs;
   for (std::size_t i = n, j = m; i > 0 && j > 0;) {
@@ -126,7 +132,8 @@ std::unordered_map<std::uint64_t, std::size_t> producers(const std::vector<Merge
 constexpr double kSameNorm = 1e-3;
 
 bool same_tensor_up_to_rounding(const Merged& a, const Merged& b) {
-  if (a.record.state != Record::State::tensor || b.record.state != Record::State::tensor || !shapes_compatible(a, b))
+  if (a.record.state != Record::State::tensor || b.record.state != Record::State::tensor ||
+      !shapes_compatible(a, b))
     return false;
   const double x = a.record.stats.norm, y = b.record.stats.norm;
   if (!std::isfinite(x) || !std::isfinite(y)) return false;
@@ -136,8 +143,7 @@ bool same_tensor_up_to_rounding(const Merged& a, const Merged& b) {
 class OpMatcher {
  public:
   OpMatcher(std::vector<Merged>& base, std::vector<Merged>& test)
-      : base_(base), test_(test),
-        partner_(test.size(), kNone) {}
+      : base_(base), test_(test), partner_(test.size(), kNone) {}
 
   void run() {
     // Forward first: a test backward op's sequence is named after its forward op's partner.
@@ -174,12 +180,14 @@ class OpMatcher {
 
   // The same names in the same order (and no split record) pair by name, as every record does;
   // so do sequences too long to align (kMaxCells). Only the others are aligned, and checked.
-  void match(const std::vector<std::size_t>& bi, const std::vector<std::size_t>& ti, std::vector<std::size_t>& matched) {
+  void match(const std::vector<std::size_t>& bi, const std::vector<std::size_t>& ti,
+             std::vector<std::size_t>& matched) {
     if (same_names(base_, bi, test_, ti) || bi.size() * ti.size() > kMaxCells) {
       std::unordered_map<std::string_view, std::size_t> by_name;
       for (std::size_t k : bi) by_name.emplace(base_[k].record.name, k);
       for (std::size_t l : ti)
-        if (auto it = by_name.find(test_[l].record.name); it != by_name.end()) partner_[l] = it->second;
+        if (auto it = by_name.find(test_[l].record.name); it != by_name.end())
+          partner_[l] = it->second;
       return;
     }
     for (const auto& [k, l] : align(base_, bi, test_, ti)) {
@@ -237,11 +245,13 @@ class OpMatcher {
   void name_forward_ops() {
     for (std::size_t ti = 0; ti < test_.size(); ++ti) {
       const Merged& t = test_[ti];
-      if (t.record.kind != Kind::op || t.record.phase.value_or(Phase::forward) != Phase::forward) continue;
+      if (t.record.kind != Kind::op || t.record.phase.value_or(Phase::forward) != Phase::forward)
+        continue;
       const std::string op = op_of(t.record.name);
       forward_ops_.insert(op);
       // An op's first output aligned names it (its other outputs may align with other ops').
-      if (partner_[ti] != kNone) forward_names_.try_emplace(op, op_of(base_[partner_[ti]].record.name));
+      if (partner_[ti] != kNone)
+        forward_names_.try_emplace(op, op_of(base_[partner_[ti]].record.name));
     }
   }
 
@@ -284,7 +294,8 @@ class OpMatcher {
 
 void match_ops(std::vector<Merged>& base, std::vector<Merged>& test) {
   const auto has_op = [](const std::vector<Merged>& run) {
-    return std::any_of(run.begin(), run.end(), [](const Merged& m) { return m.record.kind == Kind::op; });
+    return std::any_of(run.begin(), run.end(),
+                       [](const Merged& m) { return m.record.kind == Kind::op; });
   };
   if (!has_op(base) || !has_op(test)) return;
   OpMatcher(base, test).run();

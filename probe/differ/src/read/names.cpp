@@ -26,8 +26,8 @@ std::string format_ranks(const std::vector<int>& ranks) {
 }
 
 namespace {
-constexpr std::array<std::string_view, 4> kWrappers = {
-    "module.", "_fsdp_wrapped_module.", "_orig_mod.", "_checkpoint_wrapped_module."};
+constexpr std::array<std::string_view, 4> kWrappers = {"module.", "_fsdp_wrapped_module.",
+                                                       "_orig_mod.", "_checkpoint_wrapped_module."};
 }
 
 std::string strip_wrapper_prefixes(const std::string& name) {
@@ -98,12 +98,14 @@ std::string expand_replacement(const std::smatch& m, const std::string& repl) {
       ++i;
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       std::size_t j = i + 1, g = 0;
-      while (j < repl.size() && std::isdigit(static_cast<unsigned char>(repl[j]))) g = g * 10 + static_cast<std::size_t>(repl[j++] - '0');
+      while (j < repl.size() && std::isdigit(static_cast<unsigned char>(repl[j])))
+        g = g * 10 + static_cast<std::size_t>(repl[j++] - '0');
       if (g < m.size()) out += m.str(g);
       i = j - 1;
     } else if (c == '{') {
       const auto close = repl.find('}', i);
-      if (close == std::string::npos) throw InputError("--map replacement '" + repl + "': unclosed ${");
+      if (close == std::string::npos)
+        throw InputError("--map replacement '" + repl + "': unclosed ${");
       const std::string body = repl.substr(i + 2, close - i - 2);
       std::size_t used = 0;
       long long delta = 0;
@@ -125,8 +127,8 @@ std::string expand_replacement(const std::smatch& m, const std::string& repl) {
         long long v = 0;
         auto [p, ec] = std::from_chars(group.data(), group.data() + group.size(), v);
         if (ec != std::errc() || p != group.data() + group.size())
-          throw InputError("--map replacement '" + repl + "': group " + std::to_string(g) +
-                           " ('" + group + "') is not a number");
+          throw InputError("--map replacement '" + repl + "': group " + std::to_string(g) + " ('" +
+                           group + "') is not a number");
         out += std::to_string(v + delta);
       } else {
         out += group;

@@ -94,7 +94,8 @@ std::optional<PythonLine> parse_python_line(std::string_view line) {
 namespace {
 
 // "mb<N> <what>" (how NumericsLogger's callers name what they log of microbatch N): N and what.
-std::optional<std::pair<std::int64_t, std::string_view>> microbatch_prefix(std::string_view prefix) {
+std::optional<std::pair<std::int64_t, std::string_view>> microbatch_prefix(
+    std::string_view prefix) {
   if (prefix.substr(0, 2) != "mb") return std::nullopt;
   const char* digits = prefix.data() + 2;
   const char* end = prefix.data() + prefix.size();
@@ -141,15 +142,14 @@ std::optional<PythonLine> read_line(const std::string& line, std::string& error)
 
 }  // namespace
 
-std::vector<Record> load_python_log(const std::filesystem::path& p, bool lenient,
-                                    IssueLog& issues, const std::string& label,
-                                    const std::string& model_name) {
+std::vector<Record> load_python_log(const std::filesystem::path& p, bool lenient, IssueLog& issues,
+                                    const std::string& label, const std::string& model_name) {
   errno = 0;
   std::ifstream in(p, std::ios::binary);
   if (!in) {
     const int err = errno;
-    throw InputError("cannot open log file '" + p.string() + "': " +
-                     (err ? std::strerror(err) : "unknown reason"));
+    throw InputError("cannot open log file '" + p.string() +
+                     "': " + (err ? std::strerror(err) : "unknown reason"));
   }
   std::vector<Record> out;
   std::unordered_map<std::string, std::int64_t> occurrences;

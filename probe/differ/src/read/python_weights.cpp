@@ -16,7 +16,8 @@ namespace {
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -46,13 +47,16 @@ std::uint64_t fnv1a(std::string_view s) {
 void parse_hash(std::string_view text, PythonWeightLine& out) {
   text = trim(text);
   std::string_view value = text;
-  while (value.substr(0, 8) == "DTensor(" && value.back() == ')') value = value.substr(8, value.size() - 9);
+  while (value.substr(0, 8) == "DTensor(" && value.back() == ')')
+    value = value.substr(8, value.size() - 9);
   std::uint64_t u = 0;
   std::int64_t i = 0;
   const char* end = value.data() + value.size();
-  if (auto [p, ec] = std::from_chars(value.data(), end, u); ec == std::errc() && p == end && !value.empty()) {
+  if (auto [p, ec] = std::from_chars(value.data(), end, u);
+      ec == std::errc() && p == end && !value.empty()) {
     out.hash = u;
-  } else if (auto [p2, ec2] = std::from_chars(value.data(), end, i); ec2 == std::errc() && p2 == end && !value.empty()) {
+  } else if (auto [p2, ec2] = std::from_chars(value.data(), end, i);
+             ec2 == std::errc() && p2 == end && !value.empty()) {
     out.hash = static_cast<std::uint64_t>(i);
   } else {
     if (text.empty()) throw lf::ParseError("empty hash=");
@@ -78,8 +82,8 @@ std::optional<PythonWeightLine> parse_python_weight_line(std::string_view line) 
 
 bool is_python_weights_line(std::string_view line) { return trim(line).substr(0, 5) == "name="; }
 
-std::vector<Record> load_python_weights(const std::filesystem::path& path, bool lenient, IssueLog& issues,
-                                        const std::string& label) {
+std::vector<Record> load_python_weights(const std::filesystem::path& path, bool lenient,
+                                        IssueLog& issues, const std::string& label) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("cannot open log file '" + path.string() + "'");
   std::vector<Record> out;

@@ -64,7 +64,8 @@ bool ReadAhead::fill(Batch& batch) {
     if (batch.size == batch.events.size()) batch.events.emplace_back();
     ReadEvent& event = batch.events[batch.size++];
     read_event(reader_, event);
-    if (event.type == ReadEvent::Type::end || event.type == ReadEvent::Type::read_error) return false;
+    if (event.type == ReadEvent::Type::end || event.type == ReadEvent::Type::read_error)
+      return false;
   }
   return true;
 }

@@ -14,15 +14,13 @@ std::string dims_text(const std::vector<std::int64_t>& dims) {
 
 std::string record_brief(const Record& r) {
   switch (r.state) {
-    case Record::State::none:
-      return "none";
-    case Record::State::scalar:
-      return "value=" + lf::format_double(r.value);
-    case Record::State::tensor:
-      break;
+    case Record::State::none: return "none";
+    case Record::State::scalar: return "value=" + lf::format_double(r.value);
+    case Record::State::tensor: break;
   }
   if (r.stats.unsupported) return "unsupported=" + *r.stats.unsupported;
-  std::string s = "hash=" + lf::format_hash(r.stats.hash) + " norm=" + lf::format_double(r.stats.norm);
+  std::string s =
+      "hash=" + lf::format_hash(r.stats.hash) + " norm=" + lf::format_double(r.stats.norm);
   if (r.stats.nan || r.stats.inf)
     s += " nan=" + std::to_string(r.stats.nan) + " inf=" + std::to_string(r.stats.inf);
   return s;

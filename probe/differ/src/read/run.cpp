@@ -35,9 +35,11 @@ RankFiles rank_files_of_directory(const fs::path& path) {
     if (fs::exists(entry.path() / "diff.log")) files.emplace_back(r, entry.path() / "diff.log");
   }
   if (ec) throw InputError("cannot list '" + path.string() + "': " + ec.message());
-  if (files.empty() && fs::is_regular_file(path / "diff.log")) files.emplace_back(-1, path / "diff.log");
+  if (files.empty() && fs::is_regular_file(path / "diff.log"))
+    files.emplace_back(-1, path / "diff.log");
   // A NumericsLogger directory that logged weights only.
-  if (files.empty() && fs::is_regular_file(path / "weights.log")) files.emplace_back(-1, path / "weights.log");
+  if (files.empty() && fs::is_regular_file(path / "weights.log"))
+    files.emplace_back(-1, path / "weights.log");
   if (files.empty())
     throw InputError("'" + path.string() +
                      "' holds no logs (expected rank<R>/diff.log files, a diff.log or a "
@@ -49,7 +51,8 @@ RankFiles rank_files_of_directory(const fs::path& path) {
 // After a failed std::ifstream::open: the path and why (errno, which open(2) set).
 std::string open_error(const fs::path& p) {
   const int err = errno;
-  return "cannot open log file '" + p.string() + "': " + (err ? std::strerror(err) : "unknown reason");
+  return "cannot open log file '" + p.string() +
+         "': " + (err ? std::strerror(err) : "unknown reason");
 }
 
 bool is_numprobe_log(const fs::path& p) {
@@ -93,10 +96,8 @@ Run::Run(const fs::path& path, RunOptions options)
   if (!fs::exists(path, ec)) throw InputError("'" + path.string() + "' does not exist");
   const RankFiles files =
       fs::is_directory(path, ec) ? rank_files_of_directory(path) : RankFiles{{-1, path}};
-  if (files.size() == 1 && is_python_log(files[0].second))
-    open_python_log(files[0].second);
-  else
-    open_rank_logs(files);
+  if (files.size() == 1 && is_python_log(files[0].second)) open_python_log(files[0].second);
+  else open_rank_logs(files);
 }
 
 Run::~Run() = default;
@@ -111,8 +112,8 @@ void Run::open_python_log(const fs::path& file) {
   if (is_python_weights_line(first)) {
     src->python = load_python_weights(file, options_.lenient, issues_, options_.label);
   } else {
-    src->python = load_python_log(file, options_.lenient, issues_, options_.label,
-                                  options_.model_name);
+    src->python =
+        load_python_log(file, options_.lenient, issues_, options_.label, options_.model_name);
     // NumericsLogger writes weights.log beside its diff.log: its blocks are `param` records.
     const fs::path weights = file.parent_path() / "weights.log";
     if (file.filename() != "weights.log" && fs::is_regular_file(weights)) {
@@ -130,7 +131,8 @@ void Run::open_python_log(const fs::path& file) {
 void Run::open_rank_logs(const RankFiles& files) {
   // More ranks than files to hold open: the first max_open - 1 stay open, the others are opened
   // for each step and closed again, one at a time (that one descriptor is the last of the budget).
-  const int max_open = options_.max_open_files > 0 ? options_.max_open_files : default_max_open_files();
+  const int max_open =
+      options_.max_open_files > 0 ? options_.max_open_files : default_max_open_files();
   const std::size_t keep_open = files.size() <= static_cast<std::size_t>(max_open)
                                     ? files.size()
                                     : static_cast<std::size_t>(std::max(max_open - 1, 0));
@@ -156,24 +158,27 @@ void Run::open_rank_logs(const RankFiles& files) {
       first = false;
     } else {
       if (h.world_size != world_size_)
-        throw InputError(file.string() + ":1: header says world_size=" + std::to_string(h.world_size) +
-                         " but " + files[0].second.string() + " says " + std::to_string(world_size_));
+        throw InputError(file.string() +
+                         ":1: header says world_size=" + std::to_string(h.world_size) + " but " +
+                         files[0].second.string() + " says " + std::to_string(world_size_));
       if (h.hash_spec_version != hash_spec_version_)
-        throw InputError(file.string() + ":1: hash spec version " + std::to_string(h.hash_spec_version) +
-                         " differs from the run's other ranks (" + std::to_string(hash_spec_version_) + ")");
+        throw InputError(
+            file.string() + ":1: hash spec version " + std::to_string(h.hash_spec_version) +
+            " differs from the run's other ranks (" + std::to_string(hash_spec_version_) + ")");
     }
     if (dir_rank >= 0 && dir_rank != h.rank)
       throw InputError(file.string() + ":1: header says rank=" + std::to_string(h.rank) +
                        " but the directory says rank" + std::to_string(dir_rank));
     if (seen[static_cast<std::size_t>(h.rank)])
-      throw InputError(file.string() + ":1: rank " + std::to_string(h.rank) + " appears twice in the run");
+      throw InputError(file.string() + ":1: rank " + std::to_string(h.rank) +
+                       " appears twice in the run");
     seen[static_cast<std::size_t>(h.rank)] = true;
     src->rank = h.rank;
     ranks_.push_back(std::move(src));
   }
   note_missing_ranks(files, seen);
-  const bool read_ahead = options_.read_ahead && pooled_ranks_ == 0 &&
-                          ranks_.size() <= RunOptions::kMaxReadAheadRanks;
+  const bool read_ahead =
+      options_.read_ahead && pooled_ranks_ == 0 && ranks_.size() <= RunOptions::kMaxReadAheadRanks;
   for (auto& src : ranks_) {
     if (read_ahead) src->read_ahead = std::make_unique<ReadAhead>(*src->reader);
     advance(*src);
@@ -223,8 +228,7 @@ void Run::advance(RankSource& src) {
         if (!options_.lenient) throw InputError(event.message);
         issues_.add({Issue::Severity::warning, "skipped_line", options_.label, -1, event.message});
         continue;
-      case ReadEvent::Type::record:
-        break;
+      case ReadEvent::Type::record: break;
     }
     Record& r = event.record;
     if (r.step < src.last_step) {
@@ -274,7 +278,8 @@ void Run::note_truncation(const RankSource& src) {
     // Format 3: the probe could not write step `stop->step` and said why.
     from = std::max(stop->step, src.last_step + 1);
     where = reader.path().string() + ":" + std::to_string(stop->line);
-    what = "the probe stopped recording at step " + std::to_string(stop->step) + ": " + stop->reason;
+    what =
+        "the probe stopped recording at step " + std::to_string(stop->step) + ": " + stop->reason;
   } else if (auto open = reader.unterminated()) {
     // Format 2: the step without its end is the incomplete one (when none of its lines
     // parsed, the step after the last complete one).
@@ -318,8 +323,9 @@ std::filesystem::path Run::rank_dir(int rank) const {
 }
 
 bool Run::step_compiled(std::int64_t step) const {
-  return std::any_of(ranks_.begin(), ranks_.end(),
-                     [step](const auto& src) { return src->reader && src->reader->step_compiled(step); });
+  return std::any_of(ranks_.begin(), ranks_.end(), [step](const auto& src) {
+    return src->reader && src->reader->step_compiled(step);
+  });
 }
 
 }  // namespace probe::differ

@@ -46,7 +46,8 @@ int verdict_rank(GridCell::Verdict v) {
 int severity(std::uint8_t code) {
   // Index: the code (PairClass values, kNonfinite); kAbsent below all.
   static constexpr std::array<int, kPairClassCount + 1> kRank = {
-      /*equal*/ 1, /*within_tol*/ 3, /*different*/ 4, /*only_base*/ 5, /*only_test*/ 5,
+      /*equal*/ 1,         /*within_tol*/ 3,  /*different*/ 4,
+      /*only_base*/ 5,     /*only_test*/ 5,
       /*none_one_side*/ 6, /*unsupported*/ 2, /*nonfinite*/ 7};
   return code < kRank.size() ? kRank[code] : 0;
 }

@@ -39,7 +39,8 @@ nlohmann::json figures_json(const std::optional<ReplayRunFigures>& f) {
           {"element", f->element},
           {"recorded", number_json(f->recorded)},
           {"reference", number_json(f->reference)},
-          {"replays_bitwise", f->replays_bitwise ? nlohmann::json(*f->replays_bitwise) : nlohmann::json(nullptr)},
+          {"replays_bitwise",
+           f->replays_bitwise ? nlohmann::json(*f->replays_bitwise) : nlohmann::json(nullptr)},
           {"replay_note", f->replay_note},
           {"families", f->families}};
 }
@@ -72,12 +73,12 @@ std::optional<T> optional_of(const nlohmann::json& j) {
   else return j.get<T>();
 }
 
-
 // Why a verdict file is about another region than the comparison's, "" where it is about it.
 std::string other_region(const ReplayVerdict& v, const ReplayRegion& region) {
   if (v.root_cause != region.root_cause || v.step != region.step || v.mb != region.mb)
-    return "it is about " + v.root_cause + " at step " + std::to_string(v.step) + ", the comparison's region about " +
-           region.root_cause + " at step " + std::to_string(region.step);
+    return "it is about " + v.root_cause + " at step " + std::to_string(v.step) +
+           ", the comparison's region about " + region.root_cause + " at step " +
+           std::to_string(region.step);
   if (v.base_output != region.base_output || v.test_output != region.test_output)
     return "its runs' values differ from these runs' (the runs were made again since)";
   return "";
@@ -86,8 +87,10 @@ std::string other_region(const ReplayVerdict& v, const ReplayRegion& region) {
 }  // namespace
 
 std::string shell_quoted(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@") ==
-                        std::string::npos)
+  if (!s.empty() &&
+      s.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@") ==
+          std::string::npos)
     return s;
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -113,25 +116,26 @@ void describe_region(const ReplayRegion& region, ReplayVerdict& v) {
 }
 
 std::string replay_verdict_json(const ReplayVerdict& v) {
-  nlohmann::json j = {
-      {"schema", kSchema},
-      {"verdict", v.verdict},
-      {"reason", v.reason},
-      {"evidence", v.evidence},
-      {"runs", {{"base", v.base_run}, {"test", v.test_run}}},
-      {"region",
-       {{"step", v.step},
-        {"mb", optional_json(v.mb)},
-        {"phase", v.phase},
-        {"root_cause", v.root_cause},
-        {"base_ops", v.base_ops},
-        {"test_ops", v.test_ops},
-        {"base_output", log_format::format_hash(v.base_output)},
-        {"test_output", log_format::format_hash(v.test_output)}}},
-      {"base", figures_json(v.base)},
-      {"test", figures_json(v.test)},
-      {"references", {{"rel_diff", optional_json(v.references_rel_diff)}, {"bound", optional_json(v.references_bound)}}},
-      {"wall_seconds", v.wall_seconds}};
+  nlohmann::json j = {{"schema", kSchema},
+                      {"verdict", v.verdict},
+                      {"reason", v.reason},
+                      {"evidence", v.evidence},
+                      {"runs", {{"base", v.base_run}, {"test", v.test_run}}},
+                      {"region",
+                       {{"step", v.step},
+                        {"mb", optional_json(v.mb)},
+                        {"phase", v.phase},
+                        {"root_cause", v.root_cause},
+                        {"base_ops", v.base_ops},
+                        {"test_ops", v.test_ops},
+                        {"base_output", log_format::format_hash(v.base_output)},
+                        {"test_output", log_format::format_hash(v.test_output)}}},
+                      {"base", figures_json(v.base)},
+                      {"test", figures_json(v.test)},
+                      {"references",
+                       {{"rel_diff", optional_json(v.references_rel_diff)},
+                        {"bound", optional_json(v.references_bound)}}},
+                      {"wall_seconds", v.wall_seconds}};
   return j.dump(2) + "\n";
 }
 
@@ -139,7 +143,8 @@ ReplayVerdict parse_replay_verdict(const std::string& text, const std::string& f
   try {
     const auto j = nlohmann::json::parse(text);
     if (j.value("schema", "") != kSchema)
-      throw InputError(file + ": not a " + std::string(kSchema) + " document (schema \"" + j.value("schema", "") + "\")");
+      throw InputError(file + ": not a " + std::string(kSchema) + " document (schema \"" +
+                       j.value("schema", "") + "\")");
     ReplayVerdict v;
     v.file = file;
     v.verdict = j.at("verdict").get<std::string>();
@@ -191,7 +196,8 @@ void attach_replay_verdict(Result& r) {
     }
   }
   if (region.dumped())
-    r.replay_command = "numprobe_replay " + shell_quoted(r.base.path) + " " + shell_quoted(r.test.path);
+    r.replay_command =
+        "numprobe_replay " + shell_quoted(r.base.path) + " " + shell_quoted(r.test.path);
 }
 
 }  // namespace probe::differ

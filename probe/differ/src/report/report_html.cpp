@@ -20,7 +20,7 @@ using nlohmann::json;
 // Heat map row groups, in display order.
 int row_group(Kind k) {
   switch (k) {
-    case Kind::param: return 0;    // a parameter's value, its grad, its mb_grads together
+    case Kind::param: return 0;  // a parameter's value, its grad, its mb_grads together
     case Kind::grad: return 0;
     case Kind::mb_grad: return 0;  // beside its parameter's grad
     case Kind::rng: return 1;
@@ -96,8 +96,8 @@ json cell_of(const Result& r, const PairGrid& grid, const std::vector<std::size_
 }
 
 // A cell's code byte on the page: the class in the low 3 bits, the explanation (GridCell::why,
-// at most one per rule and category: kExplanationCount) above them; 255 stays "no record". The verdict costs no byte:
-// a 1,000 x 1,000 page stays under 20 MB.
+// at most one per rule and category: kExplanationCount) above them; 255 stays "no record". The
+// verdict costs no byte: a 1,000 x 1,000 page stays under 20 MB.
 static_assert(kPairClassCount <= 8, "a pair class fits the code byte's low 3 bits");
 static_assert(kExplanationCount < 31, "an explanation fits above them, below the absent code 255");
 std::uint8_t packed_code(const GridCell& c) {
@@ -158,8 +158,10 @@ json curves_json(const Result& r, const PairGrid& grid) {
       if (c.code == GridCell::kAbsent) continue;
       steps.push_back(c.step);
       // null: that side has no value (absent or none); NaN/Inf as strings.
-      base.push_back(std::isnan(c.base) && c.code != GridCell::kNonfinite ? json(nullptr) : num(c.base));
-      test.push_back(std::isnan(c.test) && c.code != GridCell::kNonfinite ? json(nullptr) : num(c.test));
+      base.push_back(std::isnan(c.base) && c.code != GridCell::kNonfinite ? json(nullptr)
+                                                                          : num(c.base));
+      test.push_back(std::isnan(c.test) && c.code != GridCell::kNonfinite ? json(nullptr)
+                                                                          : num(c.test));
     }
     list.push_back({{"series", s}, {"steps", steps}, {"base", base}, {"test", test}});
   }
@@ -172,10 +174,8 @@ std::string script_safe(const std::string& text) {
   std::string out;
   out.reserve(text.size());
   for (char c : text) {
-    if (c == '<')
-      out += "\\u003c";
-    else
-      out += c;
+    if (c == '<') out += "\\u003c";
+    else out += c;
   }
   return out;
 }
@@ -223,7 +223,8 @@ std::vector<std::size_t> heat_map_rows(const Result& r) {
   for (std::size_t i = 0; i < r.series.size(); ++i) {
     const SeriesKey& k = r.series[i].first;
     Key key{row_group(k.kind), 0, 0, 0, k.mb.value_or(-1), i};
-    const bool of_parameter = k.kind == Kind::grad || k.kind == Kind::mb_grad || k.kind == Kind::param;
+    const bool of_parameter =
+        k.kind == Kind::grad || k.kind == Kind::mb_grad || k.kind == Kind::param;
     if (of_parameter && param_order.count(k.name)) {
       key.name = param_order.at(k.name);
       key.kind = k.kind == Kind::param ? 0 : k.kind == Kind::grad ? 1 : 2;
@@ -249,7 +250,8 @@ std::vector<std::size_t> curve_series(const Result& r, std::size_t max_scalars,
     if (std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
   };
   if (r.first_divergence)
-    if (auto s = series_of(r, *r.first_divergence); s && r.first_divergence->kind != Kind::rng) add(*s);
+    if (auto s = series_of(r, *r.first_divergence); s && r.first_divergence->kind != Kind::rng)
+      add(*s);
   std::size_t scalars = 0;
   for (std::size_t i = 0; i < r.series.size() && scalars < max_scalars; ++i)
     if (r.series[i].first.kind == Kind::scalar) {
@@ -261,7 +263,8 @@ std::vector<std::size_t> curve_series(const Result& r, std::size_t max_scalars,
   std::vector<std::size_t> tensors;
   for (std::size_t i = 0; i < r.series.size(); ++i) {
     const auto& [k, s] = r.series[i];
-    if (k.kind != Kind::scalar && k.kind != Kind::rng && s.first_divergent_step) tensors.push_back(i);
+    if (k.kind != Kind::scalar && k.kind != Kind::rng && s.first_divergent_step)
+      tensors.push_back(i);
   }
   std::stable_sort(tensors.begin(), tensors.end(), [&](std::size_t a, std::size_t b) {
     return *r.series[a].second.first_divergent_step < *r.series[b].second.first_divergent_step;
@@ -304,7 +307,8 @@ void write_html(const Result& r, const DiffOptions& opt, const PairGrid& grid, s
       << "<script type=\"application/json\" id=\"numprobe-data\">"
       << script_safe(html_data_json(r, opt, grid)) << "</script>\n";
   // Licences travel with the libraries (shown at the page's foot by the script).
-  out << "<script type=\"text/plain\" id=\"license-chartjs\">" << html_escape(html_assets::chartjs_license)
+  out << "<script type=\"text/plain\" id=\"license-chartjs\">"
+      << html_escape(html_assets::chartjs_license)
       << "</script>\n<script type=\"text/plain\" id=\"license-d3\">"
       << html_escape(html_assets::d3_license) << "</script>\n";
   // Errors anywhere (a library, the page's script) land in the DOM: a headless browser's
@@ -313,14 +317,17 @@ void write_html(const Result& r, const DiffOptions& opt, const PairGrid& grid, s
          "window.numprobeErrors = [];\n"
          "function numprobeError(msg) {\n"
          "  window.numprobeErrors.push(msg);\n"
-         "  document.body.setAttribute('data-script-errors', String(window.numprobeErrors.length));\n"
+         "  document.body.setAttribute('data-script-errors', "
+         "String(window.numprobeErrors.length));\n"
          "  var box = document.getElementById('script-errors');\n"
          "  box.hidden = false; box.textContent += 'Script error: ' + msg + '\\n';\n"
          "}\n"
          "window.addEventListener('error', function (e) {\n"
-         "  numprobeError((e.message || String(e.error || e)) + (e.lineno ? ' (line ' + e.lineno + ')' : ''));\n"
+         "  numprobeError((e.message || String(e.error || e)) + (e.lineno ? ' (line ' + e.lineno + "
+         "')' : ''));\n"
          "});\n"
-         "window.addEventListener('unhandledrejection', function (e) { numprobeError('unhandled rejection: ' + e.reason); });\n"
+         "window.addEventListener('unhandledrejection', function (e) { numprobeError('unhandled "
+         "rejection: ' + e.reason); });\n"
          "(function () {\n"
          "  var original = console.error;\n"
          "  console.error = function () {\n"

@@ -30,19 +30,17 @@ nlohmann::json side_json(const Side& s) {
   }
   j["raw_name"] = s.merged.raw_name;
   switch (r.state) {
-    case Record::State::none:
-      j["state"] = "none";
-      return j;
+    case Record::State::none: j["state"] = "none"; return j;
     case Record::State::scalar:
       j["state"] = "scalar";
       j["value"] = num_json(r.value);
       return j;
-    case Record::State::tensor:
-      j["state"] = "tensor";
+    case Record::State::tensor: j["state"] = "tensor";
   }
   const auto& t = r.stats;
   if (t.unsupported) j["unsupported"] = *t.unsupported;
-  if (s.merged.hash_source == HashSource::spec_v1 && !t.unsupported) j["hash"] = lf::format_hash(t.hash);
+  if (s.merged.hash_source == HashSource::spec_v1 && !t.unsupported)
+    j["hash"] = lf::format_hash(t.hash);
   if (t.torch_hash) j["torch_hash"] = lf::format_hash(*t.torch_hash);
   j["norm"] = num_json(t.norm);
   if (s.merged.hash_source == HashSource::spec_v1) {
@@ -56,7 +54,8 @@ nlohmann::json side_json(const Side& s) {
   }
   if (r.kind == Kind::op) {  // the op's input hashes, argument order; null: an input without one
     auto& inputs = j["inputs"] = nlohmann::json::array();
-    for (const auto& h : r.inputs) inputs.push_back(h ? nlohmann::json(lf::format_hash(*h)) : nlohmann::json(nullptr));
+    for (const auto& h : r.inputs)
+      inputs.push_back(h ? nlohmann::json(lf::format_hash(*h)) : nlohmann::json(nullptr));
   }
   return j;
 }
@@ -74,7 +73,8 @@ nlohmann::json pair_json(const Pair& p) {
   j["test"] = side_json(p.test);
   if (!p.note.empty()) j["note"] = p.note;
   if (p.why.rule) {
-    j["explanation"] = {{"category", p.why.bug ? "bug" : "noise"}, {"rule", rule_name(*p.why.rule)}};
+    j["explanation"] = {{"category", p.why.bug ? "bug" : "noise"},
+                        {"rule", rule_name(*p.why.rule)}};
     if (p.why.bound > 0) j["explanation"]["bound"] = num_json(p.why.bound);
     if (p.why.roots > 0) j["explanation"]["noise_roots"] = num_json(p.why.roots);
     if (!p.why.detail.empty()) j["explanation"]["detail"] = p.why.detail;
@@ -196,7 +196,8 @@ nlohmann::json region_json(const std::optional<ReplayRegion>& region) {
   if (!region) return nullptr;
   const auto ops_of = [](const std::vector<ReplayOp>& ops) {
     auto list = nlohmann::json::array();
-    for (const auto& op : ops) list.push_back({{"name", op.name}, {"rank", op.rank}, {"dump", op.dump}});
+    for (const auto& op : ops)
+      list.push_back({{"name", op.name}, {"rank", op.rank}, {"dump", op.dump}});
     return list;
   };
   return {{"step", region->step},
@@ -210,15 +211,16 @@ nlohmann::json region_json(const std::optional<ReplayRegion>& region) {
 }
 
 nlohmann::json ops_json(const OpReport& ops) {
-  return {{"root_cause", op_finding_json(ops.root_cause)},
-          {"region", region_json(ops.region)},
-          {"inherited", op_finding_json(ops.inherited)},
-          {"beyond_noise", op_finding_json(ops.beyond_noise)},
-          {"only_base", ops.only_base},
-          {"only_base_count", ops.only_base_count},
-          {"only_test", ops.only_test},
-          {"only_test_count", ops.only_test_count},
-          {"trace_hint", ops.trace_hint ? nlohmann::json(*ops.trace_hint) : nlohmann::json(nullptr)}};
+  return {
+      {"root_cause", op_finding_json(ops.root_cause)},
+      {"region", region_json(ops.region)},
+      {"inherited", op_finding_json(ops.inherited)},
+      {"beyond_noise", op_finding_json(ops.beyond_noise)},
+      {"only_base", ops.only_base},
+      {"only_base_count", ops.only_base_count},
+      {"only_test", ops.only_test},
+      {"only_test_count", ops.only_test_count},
+      {"trace_hint", ops.trace_hint ? nlohmann::json(*ops.trace_hint) : nlohmann::json(nullptr)}};
 }
 
 nlohmann::json set_aside_json(const SetAsideReport& report) {
@@ -247,7 +249,8 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   j["truncated_at"] = optional_json(r.truncated_at);
   j["records_compared"] = r.records_compared;
   j["summary"] = summary_json(r);
-  j["first_divergence"] = r.first_divergence ? pair_json(*r.first_divergence) : nlohmann::json(nullptr);
+  j["first_divergence"] =
+      r.first_divergence ? pair_json(*r.first_divergence) : nlohmann::json(nullptr);
   auto& causes = j["likely_causes"] = nlohmann::json::array();
   for (const auto& c : r.causes) causes.push_back(cause_json(c));
   // The first divergence with a bug-class explanation (null when every difference is noise),
@@ -264,9 +267,11 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   for (const auto& p : r.top) top.push_back(pair_json(p));
   j["op_trace"] = ops_json(r.ops);
   // numprobe_replay's verdict on the region (its numprobe.replay/1 document), or the command.
-  j["replay"] = r.replay ? nlohmann::json::parse(replay_verdict_json(*r.replay)) : nlohmann::json(nullptr);
+  j["replay"] =
+      r.replay ? nlohmann::json::parse(replay_verdict_json(*r.replay)) : nlohmann::json(nullptr);
   if (r.replay) j["replay"]["file"] = r.replay->file;
-  j["replay_command"] = r.replay_command ? nlohmann::json(*r.replay_command) : nlohmann::json(nullptr);
+  j["replay_command"] =
+      r.replay_command ? nlohmann::json(*r.replay_command) : nlohmann::json(nullptr);
   j["replay_note"] = r.replay_note;
   // Pairs with a partial sum on one side and none of the same count on the other: set aside.
   j["partial_records"] = set_aside_json(r.partial);

@@ -51,12 +51,8 @@ std::string side_text(const Side& s, Kind kind) {
   const Record& r = s.merged.record;
   std::string out, extra;
   switch (r.state) {
-    case Record::State::none:
-      out = "none";
-      break;
-    case Record::State::scalar:
-      out = "value=" + num(r.value);
-      break;
+    case Record::State::none: out = "none"; break;
+    case Record::State::scalar: out = "value=" + num(r.value); break;
     case Record::State::tensor: {
       const auto& t = r.stats;
       if (t.unsupported) {
@@ -74,7 +70,8 @@ std::string side_text(const Side& s, Kind kind) {
         // The hash a NumericsLogger log is compared by, where the probe wrote it too.
         if (t.torch_hash) out += " torch_hash=" + lf::format_hash(*t.torch_hash);
         extra = "min=" + num(t.min) + " max=" + num(t.max) + " mean=" + num(t.mean);
-        if (t.nan || t.inf) extra += " nan=" + std::to_string(t.nan) + " inf=" + std::to_string(t.inf);
+        if (t.nan || t.inf)
+          extra += " nan=" + std::to_string(t.nan) + " inf=" + std::to_string(t.inf);
       }
       if (!t.dtype.empty()) {
         out += " " + t.dtype + dims_text(t.shape);
@@ -90,10 +87,12 @@ std::string side_text(const Side& s, Kind kind) {
 // The relative norm (or value) difference, or why there is none.
 std::string rel_diff_text(const Pair& p) {
   auto nan_side = [](const Side& s) {
-    return s.present && s.merged.record.state == Record::State::tensor && std::isnan(s.merged.record.stats.norm);
+    return s.present && s.merged.record.state == Record::State::tensor &&
+           std::isnan(s.merged.record.stats.norm);
   };
   const bool nb = nan_side(p.base), nt = nan_side(p.test);
-  if (nb || nt) return std::string("n/a (NaN in ") + (nb && nt ? "both" : nb ? "base" : "test") + ")";
+  if (nb || nt)
+    return std::string("n/a (NaN in ") + (nb && nt ? "both" : nb ? "base" : "test") + ")";
   return num(p.rel_diff);
 }
 
@@ -109,13 +108,13 @@ std::string where(const Pair& p) {
 
 std::string run_line(const char* label, const RunInfo& i) {
   std::string s = std::string(label) + ": " + i.path;
-  if (i.python)
-    s += "  (NumericsLogger log)";
+  if (i.python) s += "  (NumericsLogger log)";
   else
     s += "  (" + std::to_string(i.ranks_found) + "/" + std::to_string(i.world_size) + " ranks" +
          (i.setup.empty() ? "" : ", " + i.setup) + ")";
   s += "  steps " + std::to_string(i.steps);
-  if (i.first_step) s += " [" + std::to_string(*i.first_step) + ".." + std::to_string(*i.last_step) + "]";
+  if (i.first_step)
+    s += " [" + std::to_string(*i.first_step) + ".." + std::to_string(*i.last_step) + "]";
   s += ", " + std::to_string(i.records) + " records";
   return s;
 }
@@ -125,14 +124,12 @@ std::string result_text(const Result& r) {
   const std::string not_compared =
       unsupported ? " (" + std::to_string(unsupported) + " unsupported pair(s) not compared)" : "";
   switch (r.verdict()) {
-    case Result::Verdict::different:
-      return "differences found";
+    case Result::Verdict::different: return "differences found";
     case Result::Verdict::noise:
       return "differences found, every one explained as noise (" +
              std::to_string(r.noise.all.pairs) + " pair(s), largest relative difference " +
              num(r.noise.all.max_rel_diff) + "); --strict counts them as differences";
-    case Result::Verdict::run_errors:
-      return "the runs agree, but a run has errors (RUN ISSUES)";
+    case Result::Verdict::run_errors: return "the runs agree, but a run has errors (RUN ISSUES)";
     case Result::Verdict::incomplete: {
       const std::int64_t at = *r.truncated_at;
       return "incomplete: " +
@@ -147,14 +144,14 @@ std::string result_text(const Result& r) {
         return "nothing compared: all " + std::to_string(r.records_compared) +
                " pairs are unsupported (see the notes above and in --json)";
       if (r.kinds_left_out && !r.filtered)
-        return "nothing compared: the runs share no kind (KINDS IN ONE RUN ONLY); --kinds all compares them";
+        return "nothing compared: the runs share no kind (KINDS IN ONE RUN ONLY); --kinds all "
+               "compares them";
       return r.filtered ? "nothing compared: no record passes --kinds, --steps and --name"
                         : "nothing compared: the runs hold no records";
     case Result::Verdict::within_tolerance:
       return "equal within tolerance (" + std::to_string(r.count(PairClass::within_tol)) +
              " pair(s) not bitwise equal)" + not_compared;
-    case Result::Verdict::equal:
-      break;
+    case Result::Verdict::equal: break;
   }
   return "equal" + not_compared;
 }
@@ -173,7 +170,9 @@ std::vector<std::size_t> tensor_series_order(const Result& r) {
   return order;
 }
 
-bool mismatching(const SeriesStats& s) { return s.exact != s.paired || s.base_steps != s.test_steps; }
+bool mismatching(const SeriesStats& s) {
+  return s.exact != s.paired || s.base_steps != s.test_steps;
+}
 
 std::string series_title(const SeriesKey& k) {
   std::string title = std::string(kind_name(k.kind)) + " " + k.name;
@@ -194,7 +193,8 @@ void print_runs(const Result& r, std::ostream& out, const Paint& paint) {
   out << "paired steps " << r.paired_steps << ", records compared " << r.records_compared << "\n";
   if (r.truncated_at)
     out << paint(kYellow, "a rank's log ends early (killed?): steps from " +
-                              std::to_string(*r.truncated_at) + " on are read but not compared (RUN ISSUES)")
+                              std::to_string(*r.truncated_at) +
+                              " on are read but not compared (RUN ISSUES)")
         << "\n";
   out << "\n";
 }
@@ -203,15 +203,19 @@ void print_runs(const Result& r, std::ostream& out, const Paint& paint) {
 std::vector<Kind> kinds_in_step_order() {
   std::vector<Kind> kinds;
   for (int k = 0; k < kKindCount; ++k) kinds.push_back(static_cast<Kind>(k));
-  std::stable_sort(kinds.begin(), kinds.end(), [](Kind a, Kind b) { return phase_of(a) < phase_of(b); });
+  std::stable_sort(kinds.begin(), kinds.end(),
+                   [](Kind a, Kind b) { return phase_of(a) < phase_of(b); });
   return kinds;
 }
 
 std::string evidence_text(const Evidence& e) {
-  return e.key + "=" + std::visit([](const auto& v) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>) return v;
-    else return std::to_string(v);
-  }, e.value);
+  return e.key + "=" +
+         std::visit(
+             [](const auto& v) {
+               if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>) return v;
+               else return std::to_string(v);
+             },
+             e.value);
 }
 
 void print_summary(const Result& r, std::ostream& out, const Paint& paint) {
@@ -242,13 +246,14 @@ void print_summary(const Result& r, std::ostream& out, const Paint& paint) {
 
 void print_pair(const char* title, const Pair& p, const std::string& label, std::ostream& out,
                 const Paint& paint) {
-  out << paint(kBold, title) << "  " << paint(kRed, where(p)) << "  [" << pair_class_name(p.pair_class) << "]"
-      << label << "\n";
+  out << paint(kBold, title) << "  " << paint(kRed, where(p)) << "  ["
+      << pair_class_name(p.pair_class) << "]" << label << "\n";
   out << "  base: " << side_text(p.base, p.kind) << "\n";
   out << "  test: " << side_text(p.test, p.kind) << "\n";
   if (p.rel_diff > 0 && p.kind != Kind::rng) {
     const bool values = p.base.present && p.base.merged.record.state == Record::State::scalar;
-    out << (values ? "  relative difference: " : "  relative norm difference: ") << rel_diff_text(p) << "\n";
+    out << (values ? "  relative difference: " : "  relative norm difference: ") << rel_diff_text(p)
+        << "\n";
   }
   if (!p.note.empty()) out << "  note: " << p.note << "\n";
 }
@@ -270,8 +275,7 @@ std::string noise_label(const Pair& p) {
   std::string s = "  noise: " + std::string(rule_name(*p.why.rule));
   if (!p.why.detail.empty())
     s += " (" + p.why.detail + (p.why.bound > 0 ? "; within " + num(p.why.bound) : "") + ")";
-  else if (p.why.bound > 0)
-    s += " (within " + num(p.why.bound) + ")";
+  else if (p.why.bound > 0) s += " (within " + num(p.why.bound) + ")";
   return s;
 }
 
@@ -280,7 +284,8 @@ bool same_pair(const Pair& a, const Pair& b) { return a.step == b.step && a.key 
 // The headline: the first divergence with a bug-class explanation (unless --strict), then the
 // first divergence of any kind with its noise explanation.
 // `with_cause`: its cause even where the likely causes below it list it (the headline alone).
-void print_first_unexplained(const Result& r, std::ostream& out, const Paint& paint, bool with_cause = false) {
+void print_first_unexplained(const Result& r, std::ostream& out, const Paint& paint,
+                             bool with_cause = false) {
   if (r.strict || !r.first_divergence) return;
   if (!r.first_unexplained) {
     out << paint(kBold, "FIRST UNEXPLAINED DIVERGENCE") << "  "
@@ -291,10 +296,10 @@ void print_first_unexplained(const Result& r, std::ostream& out, const Paint& pa
   // Where the headline is the first divergence and its cause is among the likely causes
   // printed right below, it is said once.
   const Cause* c = r.unexplained_cause ? &*r.unexplained_cause : nullptr;
-  const bool listed = c && r.first_divergence && same_pair(*r.first_divergence, *r.first_unexplained) &&
-                      std::any_of(r.causes.begin(), r.causes.end(), [&](const Cause& l) {
-                        return l.rule == c->rule && l.message == c->message;
-                      });
+  const bool listed =
+      c && r.first_divergence && same_pair(*r.first_divergence, *r.first_unexplained) &&
+      std::any_of(r.causes.begin(), r.causes.end(),
+                  [&](const Cause& l) { return l.rule == c->rule && l.message == c->message; });
   if (c && (!listed || with_cause)) print_cause(*c, out);
   out << "\n";
 }
@@ -304,13 +309,15 @@ void print_first_divergence(const Result& r, std::ostream& out, const Paint& pai
   const bool headlined = !r.strict && r.first_divergence && r.first_unexplained &&
                          same_pair(*r.first_divergence, *r.first_unexplained);
   if (r.first_divergence && !headlined) {
-    print_pair("FIRST DIVERGENCE", *r.first_divergence, r.strict ? "" : noise_label(*r.first_divergence),
-               out, paint);
+    print_pair("FIRST DIVERGENCE", *r.first_divergence,
+               r.strict ? "" : noise_label(*r.first_divergence), out, paint);
   } else if (!r.first_divergence) {
     out << paint(kBold, "FIRST DIVERGENCE") << "  " << paint(kGreen, "none") << "\n";
   }
   if (!r.causes.empty()) {
-    out << paint(kBold, headlined || r.strict ? "LIKELY CAUSE" : "LIKELY CAUSE OF THE FIRST DIVERGENCE") << "\n";
+    out << paint(kBold,
+                 headlined || r.strict ? "LIKELY CAUSE" : "LIKELY CAUSE OF THE FIRST DIVERGENCE")
+        << "\n";
     for (const auto& c : r.causes) print_cause(c, out);
   }
   if (r.summation_order_grads > 0)
@@ -324,10 +331,12 @@ void print_first_divergence(const Result& r, std::ostream& out, const Paint& pai
 // not line up yet (docs/diff-logs.md, Op traces): said, so that no one trusts them.
 void print_trace_hint(const Result& r, std::ostream& out, const Paint& paint) {
   if (!r.ops.trace_hint) return;
-  out << paint(kBold, "OP TRACE") << "  the runs diverge where no op was recorded; to find the op, re-run both with\n"
+  out << paint(kBold, "OP TRACE")
+      << "  the runs diverge where no op was recorded; to find the op, re-run both with\n"
       << "  PROBE_TRACE='" << *r.ops.trace_hint << "'\n";
   if (r.covered.pairs > 0)
-    out << "  (a run sends tokens to experts on other ranks: op traces of an expert-parallel layout are not aligned\n"
+    out << "  (a run sends tokens to experts on other ranks: op traces of an expert-parallel "
+           "layout are not aligned\n"
         << "  with another layout's yet; trace it against a run of the same layout)\n";
   out << "\n";
 }
@@ -337,7 +346,8 @@ void print_replay(const Result& r, std::ostream& out, const Paint& paint) {
   if (r.replay) {
     const ReplayVerdict& v = *r.replay;
     const bool ok = v.verdict == "noise";
-    out << paint(kBold, "REPLAY VERDICT") << "  " << paint(ok ? kGreen : kRed, v.verdict) << "  (" << v.file << ")\n";
+    out << paint(kBold, "REPLAY VERDICT") << "  " << paint(ok ? kGreen : kRed, v.verdict) << "  ("
+        << v.file << ")\n";
     if (!v.reason.empty()) out << "  " << v.reason << "\n";
     for (const auto& line : v.evidence) out << "  " << line << "\n";
     out << "\n";
@@ -345,7 +355,8 @@ void print_replay(const Result& r, std::ostream& out, const Paint& paint) {
   }
   if (!r.replay_note.empty()) out << paint(kBold, "REPLAY") << "  " << r.replay_note << "\n";
   if (r.replay_command)
-    out << paint(kBold, "REPLAY") << "  the ops where the runs part were dumped; for a numerical verdict (float64), run\n"
+    out << paint(kBold, "REPLAY")
+        << "  the ops where the runs part were dumped; for a numerical verdict (float64), run\n"
         << "  " << *r.replay_command << "\n";
   if (r.replay_command || !r.replay_note.empty()) out << "\n";
 }
@@ -372,7 +383,8 @@ void print_noise(const Result& r, std::ostream& out, const Paint& paint) {
   if (n.all.pairs == 0) return;
   std::string rules;
   for (const auto& [rule, count] : n.by_rule)
-    rules += (rules.empty() ? "" : ", ") + std::string(rule_name(rule)) + " " + std::to_string(count);
+    rules +=
+        (rules.empty() ? "" : ", ") + std::string(rule_name(rule)) + " " + std::to_string(count);
   out << paint(kBold, "NOISE") << "  " << n.all.pairs << " divergent pair(s) explained as noise ("
       << rules << "), largest relative difference " << num(n.all.max_rel_diff);
   if (n.bug_pairs > 0) out << "; " << n.bug_pairs << " more with a bug-class explanation";
@@ -390,22 +402,25 @@ std::string kinds_text(const std::map<Kind, std::int64_t>& by_kind) {
   std::string kinds;
   std::size_t i = 0;
   for (const auto& [kind, n] : by_kind) {
-    kinds += (i == 0 ? "" : i + 1 == by_kind.size() ? " and " : ", ") + std::to_string(n) + " " +
-             std::string(kind_name(kind));
+    kinds += (i == 0                    ? ""
+              : i + 1 == by_kind.size() ? " and "
+                                        : ", ") +
+             std::to_string(n) + " " + std::string(kind_name(kind));
     ++i;
   }
   return kinds;
 }
 
 // Pairs set aside: how many, of which kinds ("<n> <kind> <one|many> <why>"), a few of them.
-void print_set_aside(const SetAsideReport& report, const char* title, const char* one, const char* many,
-                     const char* why, std::ostream& out, const Paint& paint) {
+void print_set_aside(const SetAsideReport& report, const char* title, const char* one,
+                     const char* many, const char* why, std::ostream& out, const Paint& paint) {
   if (report.pairs == 0) return;
-  out << paint(kBold, title) << "  " << kinds_text(report.by_kind) << (report.pairs == 1 ? one : many) << why
-      << ": set aside, not compared\n";
+  out << paint(kBold, title) << "  " << kinds_text(report.by_kind)
+      << (report.pairs == 1 ? one : many) << why << ": set aside, not compared\n";
   for (const auto& e : report.examples) out << "  " << e << "\n";
   if (report.pairs > static_cast<std::int64_t>(report.examples.size()))
-    out << "  ... and " << report.pairs - static_cast<std::int64_t>(report.examples.size()) << " more\n";
+    out << "  ... and " << report.pairs - static_cast<std::int64_t>(report.examples.size())
+        << " more\n";
   out << "\n";
 }
 
@@ -423,7 +438,9 @@ void print_issues(const Result& r, std::ostream& out, const Paint& paint) {
         out << "  ... (all in --json, up to " << IssueLog::kDetailPerType << " per type)\n";
         break;
       }
-      out << "  " << (i.severity == Issue::Severity::error ? paint(kRed, "error") : paint(kYellow, "warning"))
+      out << "  "
+          << (i.severity == Issue::Severity::error ? paint(kRed, "error")
+                                                   : paint(kYellow, "warning"))
           << " " << i.type << ": " << i.message << "\n";
     }
     out << "\n";
@@ -437,17 +454,20 @@ void print_one_sided_kinds(const Result& r, std::ostream& out, const Paint& pain
     for (Kind k : *kinds) names += (names.empty() ? "" : ", ") + std::string(kind_name(k));
     out << paint(kBold, "KINDS IN ONE RUN ONLY") << "  the "
         << (kinds == &r.kinds_only_base ? "test" : "base") << " run recorded no " << names
-        << (r.kinds_left_out ? " (PROBE_KINDS?): left out of the comparison; --kinds all compares them\n\n"
-                             : " (PROBE_KINDS?); --kinds can leave them out\n\n");
+        << (r.kinds_left_out
+                ? " (PROBE_KINDS?): left out of the comparison; --kinds all compares them\n\n"
+                : " (PROBE_KINDS?); --kinds can leave them out\n\n");
   }
 }
 
 void print_one_sided_names(const Result& r, std::ostream& out, const Paint& paint) {
   if (r.names_only_base.empty() && r.names_only_test.empty()) return;
-  out << paint(kBold, "NAMES IN ONE RUN ONLY") << " (use --map REGEX=REPLACEMENT to align renamed ones)\n";
+  out << paint(kBold, "NAMES IN ONE RUN ONLY")
+      << " (use --map REGEX=REPLACEMENT to align renamed ones)\n";
   for (const auto* list : {&r.names_only_base, &r.names_only_test}) {
     const char* label = list == &r.names_only_base ? "base only" : "test only";
-    for (std::size_t i = 0; i < list->size() && i < 10; ++i) out << "  " << label << ": " << (*list)[i] << "\n";
+    for (std::size_t i = 0; i < list->size() && i < 10; ++i)
+      out << "  " << label << ": " << (*list)[i] << "\n";
     if (list->size() > 10) out << "  " << label << ": ... " << list->size() - 10 << " more\n";
   }
   out << "\n";
@@ -455,9 +475,11 @@ void print_one_sided_names(const Result& r, std::ostream& out, const Paint& pain
 
 void print_top(const Result& r, std::ostream& out, const Paint& paint) {
   if (r.top.empty()) return;
-  out << paint(kBold, "TOP " + std::to_string(r.top.size()) + " DIFFERENCES") << " (relative norm/value difference)\n";
+  out << paint(kBold, "TOP " + std::to_string(r.top.size()) + " DIFFERENCES")
+      << " (relative norm/value difference)\n";
   for (const auto& p : r.top)
-    out << "  " << pad(rel_diff_text(p), 24) << " " << where(p) << "  [" << pair_class_name(p.pair_class) << "]\n";
+    out << "  " << pad(rel_diff_text(p), 24) << " " << where(p) << "  ["
+        << pair_class_name(p.pair_class) << "]\n";
   out << "\n";
 }
 
@@ -486,7 +508,8 @@ SeriesShown series_shown(const Result& r, std::size_t max_series) {
       continue;
     }
     const std::string what = std::string(kind_name(k.kind)) + " series: " + one_sided_text(st);
-    auto g = std::find_if(s.groups.begin(), s.groups.end(), [&](const auto& x) { return x.first == what; });
+    auto g = std::find_if(s.groups.begin(), s.groups.end(),
+                          [&](const auto& x) { return x.first == what; });
     if (g == s.groups.end()) g = s.groups.insert(s.groups.end(), {what, {}});
     g->second.push_back(i);
   }
@@ -520,7 +543,8 @@ void print_series_lines(const SeriesKey& k, const SeriesStats& s, std::ostream& 
 // The series the headline's pair belongs to (the first unexplained divergence, or the first
 // divergence with --strict or where all is noise).
 std::optional<std::size_t> headline_series(const Result& r) {
-  const std::optional<Pair>& p = !r.strict && r.first_unexplained ? r.first_unexplained : r.first_divergence;
+  const std::optional<Pair>& p =
+      !r.strict && r.first_unexplained ? r.first_unexplained : r.first_divergence;
   if (!p) return std::nullopt;
   for (std::size_t i = 0; i < r.series.size(); ++i) {
     const SeriesKey& k = r.series[i].first;
@@ -530,7 +554,8 @@ std::optional<std::size_t> headline_series(const Result& r) {
 }
 
 // Every mismatching tensor series, listed (up to max_series) or grouped: --all-series.
-void print_all_series(const Result& r, std::ostream& out, const Paint& paint, std::size_t max_series) {
+void print_all_series(const Result& r, std::ostream& out, const Paint& paint,
+                      std::size_t max_series) {
   const SeriesShown s = series_shown(r, max_series);
   out << paint(kBold, "PAIRED STATISTICS") << " (d = test - base; all scalar series, "
       << s.single_shown << " of " << s.single.size() << " mismatching tensor norm series of "
@@ -539,10 +564,11 @@ void print_all_series(const Result& r, std::ostream& out, const Paint& paint, st
   for (const auto& g : s.groups) grouped += g.second.size();
   if (grouped) out << ", " << grouped << " more with values in one run only grouped by kind";
   out << "; every series in --json)\n";
-  for (std::size_t i : s.shown) print_series_lines(r.series[i].first, r.series[i].second, out, paint);
+  for (std::size_t i : s.shown)
+    print_series_lines(r.series[i].first, r.series[i].second, out, paint);
   for (const auto& [what, members] : s.groups)
-    out << "  " << paint(kRed, std::to_string(members.size()) + " " + what) << " (first: "
-        << series_title(r.series[members[0]].first) << ")\n";
+    out << "  " << paint(kRed, std::to_string(members.size()) + " " + what)
+        << " (first: " << series_title(r.series[members[0]].first) << ")\n";
   out << "\n";
 }
 
@@ -566,14 +592,16 @@ void print_series(const Result& r, std::ostream& out, const Paint& paint, const 
     out << left_out << " more mismatching tensor norm series of " << tensors
         << " left out: --all-series lists them, --json holds every series)\n";
   else
-    out << "no other of the " << tensors << " tensor norm series mismatches; --json holds every series)\n";
+    out << "no other of the " << tensors
+        << " tensor norm series mismatches; --json holds every series)\n";
   for (std::size_t i : shown) print_series_lines(r.series[i].first, r.series[i].second, out, paint);
   out << "\n";
 }
 
 void print_result(const Result& r, std::ostream& out, const Paint& paint) {
   const int code = r.exit_code();
-  out << (code == 0 ? paint(kGreen, "RESULT: " + result_text(r)) : paint(kRed, "RESULT: " + result_text(r)))
+  out << (code == 0 ? paint(kGreen, "RESULT: " + result_text(r))
+                    : paint(kRed, "RESULT: " + result_text(r)))
       << " (exit " << code << ")\n";
 }
 
@@ -596,10 +624,13 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
   print_trace_hint(r, out, paint);
   print_noise(r, out, paint);
   print_one_sided_kinds(r, out, paint);
-  print_set_aside(r.partial, "PARTIAL RECORDS", " record is a partial sum", " records are partial sums",
-                  " without a like counterpart in the other run (a tensor-parallel rank's summand)", out, paint);
+  print_set_aside(r.partial, "PARTIAL RECORDS", " record is a partial sum",
+                  " records are partial sums",
+                  " without a like counterpart in the other run (a tensor-parallel rank's summand)",
+                  out, paint);
   print_set_aside(r.covered, "COVERED MICROBATCHES", " record covers", " records cover",
-                  " other microbatches than the other run's (an expert's gradient from one expert-parallel dispatch "
+                  " other microbatches than the other run's (an expert's gradient from one "
+                  "expert-parallel dispatch "
                   "over several microbatches)",
                   out, paint);
   print_issues(r, out, paint);

@@ -23,8 +23,8 @@ struct ProbeHooks {
   }
   // A parameter's gradient from the package's own hook: kind `mb_grad`, the running
   // backward's microbatch.
-  static void record_mb_grad(Probe& p, const std::string& name, const at::Tensor& grad, const Shard& shard,
-                             Partial partial) {
+  static void record_mb_grad(Probe& p, const std::string& name, const at::Tensor& grad,
+                             const Shard& shard, Partial partial) {
     p.record_mb_grad(name, grad, shard, partial);
   }
 };

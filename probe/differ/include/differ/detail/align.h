@@ -25,7 +25,8 @@ class Aligner {
 
   // Compares one step; base or test is null when the step is in one run only.
   // `same_code`: both runs ran the step compiled, or both eager (Run::step_compiled).
-  void compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test, bool same_code = true);
+  void compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test,
+                    bool same_code = true);
   // Fills what is known once every step was read: kinds and names in one run only, the
   // absence and nonfinite causes, the top differences.
   void finish();
@@ -55,14 +56,16 @@ class Aligner {
   std::vector<Pair> pairs_;
   std::vector<std::ptrdiff_t> partner_;  // pair_up's scratch
   std::vector<bool> test_used_;
-  std::vector<std::ptrdiff_t> pair_of_test_;  // the pair holding each test record paired with a base one
-  std::unordered_map<std::string, std::size_t> enclosing_;  // "mb phase name" -> pair (enclosing_pair)
+  // the pair holding each test record paired with a base one
+  std::vector<std::ptrdiff_t> pair_of_test_;
+  // "mb phase name" -> pair (enclosing_pair)
+  std::unordered_map<std::string, std::size_t> enclosing_;
   std::unordered_map<std::string_view, std::size_t> test_index_;
   std::vector<std::size_t> pair_series_;  // the series of each pair position, last step
-  std::vector<Pair> top_;  // a min-heap on rel_diff, sorted largest first by finish()
+  std::vector<Pair> top_;           // a min-heap on rel_diff, sorted largest first by finish()
   std::vector<std::uint8_t> seen_;  // per series: bit 0 seen in base, bit 1 in test
   std::array<std::uint8_t, kKindCount> kind_seen_{};  // the same per kind, on steps both runs hold
-  bool first_step_one_sided_ = false;  // the first divergent step is in one run only
+  bool first_step_one_sided_ = false;                 // the first divergent step is in one run only
   std::unordered_map<std::string, bool> name_passes_;  // --name verdicts (names repeat)
   // NaN/Inf on one side only, first in execution order over the whole comparison: it is
   // often not the first divergence (a reduction order differs at step 0, a NaN comes later).
@@ -70,7 +73,7 @@ class Aligner {
   std::int64_t first_nonfinite_step_ = 0;
   // The step compared before this one: [optimizer] reads its gradients.
   std::optional<StepDigest> previous_step_;
-  OpAnalysis op_analysis_;  // op records: root cause, set-aside ops, trace hint
+  OpAnalysis op_analysis_;       // op records: root cause, set-aside ops, trace hint
   CoveredMicrobatches covered_;  // the step's records covering several microbatches, per run
   Explainer explainer_;
 };

@@ -47,8 +47,8 @@ double partial_sum_root(const Pair& p);
 // Without mb_grads (n = 0), or when --sum-order-rtol was given, the fixed option bound.
 // The additions round to the coarser of the grad's dtype and summand_unit, the summands' unit
 // roundoff (0: not known).
-double summation_order_bound(const Pair& grad, std::int64_t summands, double summand_norms, double summand_unit,
-                             const DiffOptions& o);
+double summation_order_bound(const Pair& grad, std::int64_t summands, double summand_norms,
+                             double summand_unit, const DiffOptions& o);
 // The unit roundoff of the coarser dtype of the pair's two tensors (0: neither is a tensor).
 double coarsest_unit_roundoff(const Pair& p);
 
@@ -69,7 +69,8 @@ class Explainer {
   // Sets `why` on every divergent pair of the step (pairs in execution order). `first_step`:
   // the first step both runs recorded (parameters there are the initialization).
   // `same_code`: both runs ran the step's code compiled alike, or both eager.
-  void explain_step(std::int64_t step, bool first_step, std::vector<Pair>& pairs, bool same_code = true);
+  void explain_step(std::int64_t step, bool first_step, std::vector<Pair>& pairs,
+                    bool same_code = true);
 
   // The evidence of a bug-class explanation, for the headline: what the pair depends on and
   // how it compares (built once, for the pair that is headlined).
@@ -123,8 +124,8 @@ class Explainer {
 
   const DiffOptions& options_;
   // This step, built while its pairs are explained in execution order.
-  Upstream step_params_;                               // diverging param records of the step
-  bool step_has_params_ = false;                       // the step holds param records at all
+  Upstream step_params_;          // diverging param records of the step
+  bool step_has_params_ = false;  // the step holds param records at all
   // Both runs hold every record of the step alike (the same ranks, the same partial sums): the
   // same kernels ran on the same pieces, so a record whose inputs are equal rounds alike.
   bool layouts_alike_ = true;  // the same ranks hold the same pieces of every record
@@ -139,7 +140,7 @@ class Explainer {
   // The steps before.
   std::int64_t previous_step_ = -1;  // the last step explained (-1: none)
   std::unordered_map<std::string, Upstream> previous_by_param_;  // its grad/param/optim divergence
-  Upstream earlier_;                                            // every divergence before
+  Upstream earlier_;                                             // every divergence before
   std::int64_t summation_order_grads_ = 0;
   // The words of each partial sum noted as a root, once per text (a key's every step shares
   // them): Upstream points at them, over steps (a node-based set keeps them in place).

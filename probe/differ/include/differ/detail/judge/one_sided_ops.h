@@ -40,8 +40,9 @@ class OneSidedOps {
   using ByHash = std::unordered_map<std::uint64_t, const Pair*>;
   // `own`: the value's hash in the run that may run the extra op (`in_test`), `other`: the other's.
   std::optional<OneSidedChange> through(std::uint64_t own, std::uint64_t other, bool in_test) const;
-  ByHash one_sided_[2];  // per run (0 base, 1 test): an output hash, the op of that run only that made it
-  ByHash paired_[2];     // per run: an output hash, the op of both runs that made it
+  // per run (0 base, 1 test): an output hash, the op of that run only that made it
+  ByHash one_sided_[2];
+  ByHash paired_[2];  // per run: an output hash, the op of both runs that made it
 };
 
 }  // namespace probe::differ

@@ -28,8 +28,8 @@ class OpAnalysis {
   // was just found at this step: with no op record where it lies, the setting that would
   // record them. Not for a record one run lacks, nor when `kinds` (--kinds)
   // leaves op records out.
-  void suggest_trace(const Pair& first, const std::vector<Pair>& pairs, std::optional<std::uint32_t> kinds,
-                     OpReport& report) const;
+  void suggest_trace(const Pair& first, const std::vector<Pair>& pairs,
+                     std::optional<std::uint32_t> kinds, OpReport& report) const;
   // Root cause and inherited op as likely causes, first in the list (the hint is printed on
   // its own: OP TRACE, JSON op_trace.trace_hint).
   void add_causes(const OpReport& report, std::vector<Cause>& causes) const;

@@ -14,9 +14,9 @@ namespace probe::differ {
 // What a compared step without divergence leaves for the next step's rules to read.
 struct StepDigest {
   std::int64_t step = 0;
-  std::int64_t grads_compared = 0;   // grad pairs present in both runs
-  std::int64_t grads_within_tol = 0; // of those, not bitwise equal but within --rtol/--atol
-  std::int64_t optim_compared = 0;   // optim pairs present in both runs
+  std::int64_t grads_compared = 0;    // grad pairs present in both runs
+  std::int64_t grads_within_tol = 0;  // of those, not bitwise equal but within --rtol/--atol
+  std::int64_t optim_compared = 0;    // optim pairs present in both runs
 };
 StepDigest digest_step(std::int64_t step, const std::vector<Pair>& pairs);
 

@@ -49,13 +49,13 @@ struct Group {
 // repeat, so the record at that position of the next step is looked up there first. The
 // parts point at the records where their readers put them (Run::RankSource::ahead).
 struct StepGroups {
-  std::vector<Group> groups;  // every key's group
+  std::vector<Group> groups;                             // every key's group
   std::unordered_map<std::string, std::uint32_t> index;  // key -> its group
-  std::uint64_t generation = 0;          // the step being grouped (counted from 1)
-  std::vector<std::uint32_t> touched;    // this step's groups, in the order first read
-  std::vector<std::uint32_t> in_order;   // the same in execution order (put_in_execution_order)
+  std::uint64_t generation = 0;                          // the step being grouped (counted from 1)
+  std::vector<std::uint32_t> touched;   // this step's groups, in the order first read
+  std::vector<std::uint32_t> in_order;  // the same in execution order (put_in_execution_order)
   std::vector<std::uint32_t> previous_touched;  // the previous step's `touched`
-  std::string key;                    // scratch for the key being looked up
+  std::string key;                              // scratch for the key being looked up
 
   // The group of `key` (`hint`: the group a rank's record at the same position went to in
   // the previous step), and whether it was added (new: its key's fields to fill in).
@@ -69,10 +69,10 @@ struct StepGroups {
 // What merging a group needs to know of its run, and where its issues go.
 struct MergeContext {
   std::int64_t step = 0;
-  bool python = false;        // NumericsLogger hashes (torch_only)
-  bool partial_view = false;  // one rank's log of a multi-rank run: shards stay as logged
-  bool missing_ranks = false; // a gap in the shards is that missing_rank error
-  bool compared = true;       // issues of steps that are not compared are not reported
+  bool python = false;         // NumericsLogger hashes (torch_only)
+  bool partial_view = false;   // one rank's log of a multi-rank run: shards stay as logged
+  bool missing_ranks = false;  // a gap in the shards is that missing_rank error
+  bool compared = true;        // issues of steps that are not compared are not reported
   const std::string* label = nullptr;
   IssueLog* issues = nullptr;
   // Scratch, kept across groups: the replica buckets' representatives and the shards; the

@@ -15,8 +15,8 @@ namespace probe::differ {
 // Whether the group's records are op records of a split scope.
 bool is_split_op_group(const Group& g);
 
-// The group's records, one per rank of the split, into `m` (its SplitOp filled in; `record` holds the
-// replicated output, or the whole cut along dim 0 until a view is chosen). The ranks differ by
+// The group's records, one per rank of the split, into `m` (its SplitOp filled in; `record` holds
+// the replicated output, or the whole cut along dim 0 until a view is chosen). The ranks differ by
 // design: no replica issue; fewer records than ranks (or of other shapes) are a split_incomplete
 // warning, and the record one rank's. Consumes the parts.
 void merge_split_op(Group& g, MergeContext& ctx, Merged& m);
@@ -36,7 +36,8 @@ bool shapes_compatible(const Merged& a, const Merged& b);
 // views), for finding which op made an input.
 void output_hashes(const Merged& m, std::vector<std::uint64_t>& out);
 // The same for its input `i`.
-const std::vector<std::uint64_t>& input_hashes(const Merged& m, std::size_t i, std::vector<std::uint64_t>& scratch);
+const std::vector<std::uint64_t>& input_hashes(const Merged& m, std::size_t i,
+                                               std::vector<std::uint64_t>& scratch);
 
 // For a pair of op records of which one or both are split: the view of each that the other asks
 // for (record.stats set to it): the ranks' common output, the whole they tile along a dim of the
@@ -45,6 +46,5 @@ const std::vector<std::uint64_t>& input_hashes(const Merged& m, std::size_t i, s
 // other's elements in another arrangement (a dim flattening a split dim with a whole one): the
 // records are no pair.
 bool choose_views(Merged& base, Merged& test);
-
 
 }  // namespace probe::differ

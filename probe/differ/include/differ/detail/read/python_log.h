@@ -27,8 +27,7 @@ std::optional<PythonLine> parse_python_line(std::string_view line);
 // Every record of a NumericsLogger log, sorted by step (the k-th time a prefix is logged is
 // step k). "[mb<N> fwd out]" is the output record `model_name` of microbatch N. Bad lines
 // throw InputError, or are counted in `issues` when lenient.
-std::vector<Record> load_python_log(const std::filesystem::path& p, bool lenient,
-                                    IssueLog& issues, const std::string& label,
-                                    const std::string& model_name);
+std::vector<Record> load_python_log(const std::filesystem::path& p, bool lenient, IssueLog& issues,
+                                    const std::string& label, const std::string& model_name);
 
 }  // namespace probe::differ

@@ -75,7 +75,7 @@ class ReadAhead {
   std::vector<Batch> spare_;  // consumed batches, handed back to the worker for reuse
   bool stop_ = false;
 
-  Batch current_;  // the batch the caller is taking events from (caller only)
+  Batch current_;                // the batch the caller is taking events from (caller only)
   std::vector<Batch> consumed_;  // gone past, not yet released (caller only)
   std::size_t pos_ = 0;
   std::thread worker_;
