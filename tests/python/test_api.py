@@ -199,3 +199,22 @@ def test_close_removes_every_hook(tmp_path):
         assert hooked > 0 and all(p._backward_hooks for p in model.parameters())
     assert sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules()) == 0
     assert not any(p._backward_hooks for p in model.parameters())
+
+
+def test_a_later_pipeline_stage_names_its_microbatch_and_records_no_input(tmp_path):
+    # What a pipeline attachment calls for a stage after the first: its taps carry the
+    # microbatch's id; the model's input and RNG state are the first stage's records.
+    probe = numprobe.Probe(tmp_path, on_error="throw")
+    stage = torch.nn.Linear(4, 4)
+    probe.begin_step(0)
+    for mb in (5, 2):
+        scope = probe._continue_forward(probe._c.model_name, mb, stage)
+        try:
+            numprobe.tap("stage.out", stage(torch.ones(2, 4)))
+        finally:
+            scope.close()
+    probe.end_step()
+    probe.close()
+    lines = log_lines(probe)
+    assert not records_of(lines, "input") and not records_of(lines, "rng")
+    assert [line.split(" mb=")[1].split()[0] for line in records_of(lines, "tap")] == ["5", "2"]

@@ -49,6 +49,11 @@ CLEAN = {
     "tp2_sp_full_ac": (2, ["--tp", "2", "--ac", "full"]),
     "fsdp2_selective_ac": (2, ["--dp", "2", "--ac", "selective"]),
     "full_dtensor_fsdp2": (2, ["--dp", "2", "--backend", "full_dtensor"]),
+    # torchtitan's pipeline schedules: a single-stage one, a looped zero-bubble one (four stages
+    # on two ranks, the weight gradients in a pass of their own), and PP with FSDP2.
+    "pp2_1f1b": (2, ["--pp", "2"]),
+    "pp2_interleaved_zero_bubble": (2, ["--pp", "2", "--pp-schedule", "InterleavedZeroBubble"]),
+    "pp2_fsdp2": (4, ["--pp", "2", "--dp", "2"]),
 }
 
 
@@ -58,6 +63,10 @@ def test_a_clean_torchtitan_layout_against_one_rank_is_noise(single, tmp_path, l
     code, result, text = diff(single, train(tmp_path / layout, nproc, *flags), tmp_path)
     assert code == 4, text[:3000]
     assert result["paired_steps"] == STEPS
+    # Every record pairs: none is one layout's only (a stage's records under a schedule's order).
+    one_sided = {kind: n for kind, counts in result["summary"].items()
+                 for side, n in counts.items() if side in ("only_base", "only_test", "none_one_side") and n}
+    assert not one_sided, one_sided
     header = text.splitlines()[1]
     assert "torchtitan" in header and "rank" in header, header  # the layout and this rank's coordinates
 
@@ -66,6 +75,10 @@ BUGS = {
     # Clipping by the local norm: each rank's shards scaled by their own coefficient.
     "fsdp2_clip_local": (2, ["--dp", "2", "--fault", "clip_local"], "grad"),
     "tp2_clip_local": (2, ["--tp", "2", "--fault", "clip_local"], "grad"),
+    "pp2_clip_local": (2, ["--pp", "2", "--fault", "clip_local"], "grad"),
+    # A schedule that skips the first stage's backward of the step's last microbatch: that
+    # microbatch's gradients of the stage's parameters are missing.
+    "pp2_skipped_backward": (2, ["--pp", "2", "--fault", "pp_skip_backward"], "mb_grad"),
     # One parameter's gradient x 1.01 on one rank.
     "tp2_grad_scale": (2, ["--tp", "2", "--fault", "grad_scale"], "grad layers.0.attention.wo.weight"),
     # A wrong plan entry: the vocabulary-parallel embedding's partial lookups used unreduced

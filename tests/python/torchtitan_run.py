@@ -1,8 +1,14 @@
 """torchtitan 0.3's llama3 (its debug flavor, fewer layers) trained on CPU over Gloo by numprobe's
 ProbedTrainer, torchtitan's own Trainer with the probe attached: its parallelize code (TP, SP,
-FSDP2, compile per block, AC), optimizer, LR scheduler and loss, and synthetic data.
+FSDP2, compile per block, AC, pipeline schedules), optimizer, LR scheduler and loss, and synthetic
+data.
 
     torchrun --standalone --nproc-per-node 4 torchtitan_run.py --out OUT --dp 2 --tp 2
+    torchrun --standalone --nproc-per-node 2 torchtitan_run.py --out OUT --pp 2 --pp-schedule 1F1B
+
+Under --pp each forward_backward_step is --pp-chunks of the step's microbatches (default: all of
+this data-parallel rank's), run by torchtitan's pipeline schedule; the microbatch size is --batch
+either way, so every layout trains the same samples in the same microbatches.
 
 What this script changes of torchtitan so that it runs here, nothing of it edited:
 - imports that nothing on this path runs are stubbed when absent (tensorboard, HF datasets and
@@ -13,6 +19,9 @@ What this script changes of torchtitan so that it runs here, nothing of it edite
 - attention is torchtitan's SDPA module (flex attention compiles too slowly on CPU), the loss
   its plain cross entropy (the chunked loss runs the output layer inside the loss), the data
   a tokenizer-free loader of random tokens;
+- torchtitan hands its pipeline schedule the microbatches one by one (step(arg_mbs=...), a
+  newer torch's schedule API); torch 2.13's takes the whole batch and splits it into the same
+  microbatches, so they are joined for it;
 - FSDP2's gradient sum is sent as SUM (torchtitan's divide factor of 1 makes it PREMUL_SUM,
   which Gloo lacks);
 - the weights: torchtitan initializes each rank's shard from that rank's RNG on CPU (the
@@ -21,7 +30,8 @@ What this script changes of torchtitan so that it runs here, nothing of it edite
 Planted faults (--fault) are bugs a trainer can have: a wrong TP plan entry (plan: the embedding's
 partial lookups declared replicated), an unreduced norm gradient under sequence parallel
 (norm_grad), clipping by this rank's local norm (clip_local), a gradient scaled on one rank
-(grad_scale). The first two patch torchtitan's sharding configuration and its RMSNorm before the
+(grad_scale), a pipeline schedule that skips the first stage's backward of the step's last
+microbatch (pp_skip_backward). The first two patch torchtitan's sharding configuration and its RMSNorm before the
 Trainer builds the model.
 """
 import argparse
@@ -90,6 +100,10 @@ def parse_args():
     p.add_argument("--out", required=True)
     p.add_argument("--dp", type=int, default=1, help="FSDP2 degree (data_parallel_shard_degree)")
     p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages' ranks (pipeline_parallel_degree)")
+    p.add_argument("--pp-schedule", default="1F1B", help="torchtitan's pipeline_parallel_schedule")
+    p.add_argument("--pp-chunks", type=int, default=0,
+                   help="microbatches per pipeline schedule step (default: --microbatches / --dp)")
     p.add_argument("--sp", type=int, default=1, help="sequence parallel under TP (torchtitan's default: 1)")
     p.add_argument("--backend", default="partial_dtensor", choices=["partial_dtensor", "full_dtensor"])
     p.add_argument("--compile", default="none", choices=["none", "aot_eager", "inductor"])
@@ -102,7 +116,7 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--max-norm", type=float, default=1.0)
-    p.add_argument("--fault", default="none", choices=["none", "plan", "norm_grad", "clip_local", "grad_scale"])
+    p.add_argument("--fault", default="none", choices=["none", "plan", "norm_grad", "clip_local", "grad_scale", "pp_skip_backward"])
     p.add_argument("--probe", type=int, default=1)
     return p.parse_args()
 
@@ -120,6 +134,7 @@ def main():
     plant_before_build(args)
     trainer = config.build()
     sum_as_sum(trainer)
+    schedule_takes_microbatches(trainer)
     load_one_initialization(trainer, config, args)
     plant(args, trainer)
     try:
@@ -137,10 +152,13 @@ def trainer_config(args, Config, ProbeConfig):
     from torchtitan.components.metrics import MetricsProcessor
 
     vocab = 2048
-    local_batch = args.batch
     dp = args.dp
     if args.microbatches % dp:
         raise SystemExit(f"--microbatches {args.microbatches} is not a multiple of --dp {dp}")
+    chunks = (args.pp_chunks or args.microbatches // dp) if args.pp > 1 else 1
+    if (args.microbatches // dp) % chunks:
+        raise SystemExit(f"--pp-chunks {chunks} does not divide this rank's {args.microbatches // dp} microbatches")
+    local_batch = args.batch * chunks  # under PP, the schedule's batch: `chunks` microbatches
     optimizer = default_adamw(lr=args.lr)
     optimizer.implementation = "foreach"
     return Config(
@@ -153,11 +171,13 @@ def trainer_config(args, Config, ProbeConfig):
         optimizer=optimizer,
         lr_scheduler=LRSchedulersContainer.Config(warmup_steps=2),
         metrics=MetricsProcessor.Config(log_freq=1000),
-        training=TrainingConfig(local_batch_size=local_batch, global_batch_size=local_batch * args.microbatches,
+        training=TrainingConfig(local_batch_size=local_batch, global_batch_size=args.batch * args.microbatches,
                                 seq_len=args.seq, steps=args.steps, max_norm=args.max_norm,
                                 mixed_precision_param="float32", disable_cuda_graphs=True),
         parallelism=ParallelismConfig(data_parallel_shard_degree=dp, tensor_parallel_degree=args.tp,
-                                      enable_sequence_parallel=bool(args.sp), spmd_backend=args.backend),
+                                      enable_sequence_parallel=bool(args.sp), spmd_backend=args.backend,
+                                      pipeline_parallel_degree=args.pp, pipeline_parallel_schedule=args.pp_schedule,
+                                      pipeline_parallel_microbatch_size=args.batch),
         compile=CompileConfig(enable=args.compile != "none", components=["model"],
                               backend="inductor" if args.compile == "none" else args.compile),
         activation_checkpoint=ac_config(args.ac),
@@ -246,6 +266,29 @@ def sum_as_sum(trainer):
                 module.set_force_sum_reduction_for_comms(True)
 
 
+def schedule_takes_microbatches(trainer):
+    """torch 2.13's pipeline schedules take the whole batch (step(*args, target=...)) and split it
+    along the batch dim into n_microbatches equal pieces: torchtitan's list of microbatches is
+    joined in order for it, which the schedule splits back into the same microbatches."""
+    import inspect
+
+    schedule = getattr(trainer, "pp_schedule", None)
+    if schedule is None or "arg_mbs" in inspect.signature(schedule.step).parameters:
+        return
+    whole_batch_step = schedule.step
+
+    def join(pieces):
+        return torch.cat(pieces) if isinstance(pieces[0], torch.Tensor) else pieces[0]
+
+    def step(*, arg_mbs=None, kwarg_mbs=None, target_mbs=None, **options):
+        args = () if arg_mbs is None else tuple(join(list(p)) for p in zip(*arg_mbs))
+        kwargs = {} if not kwarg_mbs else {k: join([kw[k] for kw in kwarg_mbs]) for k in kwarg_mbs[0]}
+        target = None if target_mbs is None else torch.cat(target_mbs)
+        return whole_batch_step(*args, target=target, **options, **kwargs)
+
+    schedule.step = step
+
+
 def load_one_initialization(trainer, config, args):
     """Every layout starts from one whole initialization, made alike on every rank: each
     parameter's piece of it is copied into the parameter (a DTensor's local shard)."""
@@ -292,6 +335,8 @@ def plant(args, trainer):
         plant_local_clipping()
     elif args.fault == "grad_scale":
         plant_gradient_scale(trainer, "layers.0.attention.wo.weight", 1.01)
+    elif args.fault == "pp_skip_backward":
+        plant_skipped_backward(trainer)
     elif args.fault == "norm_grad":
         for part in trainer.model_parts:
             for name, module in part.named_modules():
@@ -355,6 +400,21 @@ def plant_local_clipping():
         return total
 
     dist_utils.clip_grad_norm_ = clip_by_local_norm
+
+
+def plant_skipped_backward(trainer):
+    """An off-by-one in a pipeline schedule: the first stage's backward of each step's last
+    microbatch never runs, so that stage's gradients lack the microbatch's contribution."""
+    schedule = trainer.pp_schedule
+    for stage in getattr(schedule, "_stages", None) or [schedule._stage]:
+        if stage.is_first:
+            backward = stage.backward_one_chunk  # the probe's wrapper, when attached
+
+            def skip_the_last(chunk, *args, backward=backward, **kwargs):
+                if chunk != schedule._n_microbatches - 1:
+                    return backward(chunk, *args, **kwargs)
+
+            stage.backward_one_chunk = skip_the_last
 
 
 def plant_gradient_scale(trainer, name, factor):

@@ -212,6 +212,8 @@ class Probe {
   // trace setting says so), end_backward() stops it. One at a time, on one thread.
   void begin_backward(std::int64_t microbatch);
   void end_backward();
+  // A later pipeline stage's forward of `microbatch`: names it, records nothing.
+  void continue_forward(const std::string& name, std::int64_t microbatch);
   // A scalar record of another kind: an optimizer's update count (`optim`).
   void record_scalar(Kind kind, const std::string& name, double value);
   void record_scalar(Kind kind, const std::string& name, const at::Tensor& value);

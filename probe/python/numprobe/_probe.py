@@ -173,12 +173,23 @@ class Probe:
         partials = [p for _, _, p in pieces]
         self._c.begin_forward(name, microbatch, [t for t, _, _ in pieces],
                               shards if any(shards) else [], partials if any(partials) else [])
+        self._note_if_compiled(module)
+        return _C.Scope(name, root=True)
+
+    def _continue_forward(self, name, microbatch, module):
+        """A pipeline stage after the first: the forward of global microbatch ``microbatch`` goes
+        on in ``module``, its taps, ops and gradients carrying that id; the model's inputs and RNG
+        state are the first stage's records, not this one's. Returns the scope to close after it."""
+        self._c.continue_forward(name, microbatch)
+        self._note_if_compiled(module)
+        return _C.Scope(name, root=True)
+
+    def _note_if_compiled(self, module):
         compiled = self._compiled.get(id(module))
         if compiled is None:
             compiled = self._compiled[id(module)] = _compiled(module)
         if compiled:
             self._c.note_compiled()
-        return _C.Scope(name, root=True)
 
     def _end_forward(self, name, microbatch, output):
         """What forward_named does after the module ran: its outputs' records."""

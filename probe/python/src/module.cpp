@@ -169,6 +169,7 @@ void bind_probe(py::module_& m) {
       .def("note_compiled", &probe::Probe::note_compiled)
       .def("begin_backward", &Hooks::begin_backward)
       .def("end_backward", &Hooks::end_backward)
+      .def("continue_forward", &Hooks::continue_forward)
       .def("tap",
            [](probe::Probe& p, const std::string& name, const at::Tensor& t, const PyShard& shard,
               const PyPartial& partial) {

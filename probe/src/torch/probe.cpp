@@ -592,6 +592,15 @@ void Probe::begin_forward(const std::string& name, std::int64_t microbatch,
   }
 }
 
+void Probe::continue_forward(const std::string& name, std::int64_t microbatch) {
+  if (!enabled()) return;
+  check_microbatch(microbatch);
+  check_name(name, "forward");
+  std::lock_guard lock(impl_->mutex);
+  impl_->forward_microbatch = microbatch;
+  impl_->backward_microbatch.reset();
+}
+
 void Probe::record_output(const std::string& name, std::int64_t microbatch,
                           const at::Tensor& output) {
   if (!enabled()) return;

@@ -14,6 +14,11 @@ struct ProbeHooks {
   // says so); end_backward stops it. One at a time, on one thread.
   static void begin_backward(Probe& p, std::int64_t microbatch) { p.begin_backward(microbatch); }
   static void end_backward(Probe& p) { p.end_backward(); }
+  // A pipeline stage after the first runs the forward of `microbatch` on: its taps, ops and
+  // gradients carry the id; nothing is recorded (the inputs and RNG state are the first stage's).
+  static void continue_forward(Probe& p, const std::string& name, std::int64_t microbatch) {
+    p.continue_forward(name, microbatch);
+  }
   // A scalar record of another kind: an optimizer's update count (`optim`).
   static void record_scalar(Probe& p, Kind kind, const std::string& name, double value) {
     p.record_scalar(kind, name, value);

@@ -19,7 +19,16 @@ model, parallelize and optimizer code); ProbedTrainer calls it.
 Microbatches are numbered globally, as the differ pairs them across layouts: microbatch i of a
 step on the data-parallel (``batch`` mesh) rank r of d is ``i * d + r``, so a run with one rank
 and d times the gradient-accumulation steps numbers the same samples alike when its data loader
-yields them in that order. Pipeline parallel schedules are not attached (attach() raises).
+yields them in that order.
+
+Under pipeline parallelism each of the schedule's microbatches is one of the data loader's
+(torchtitan fetches ``local_batch_size / pipeline_parallel_microbatch_size`` of them per
+forward_backward_step), so i counts them through the step: chunk c of the g-th
+forward_backward_step with n chunks is i = g * n + c. Every schedule torchtitan builds is
+attached, single-stage (GPipe, 1F1B), looped (Interleaved1F1B, LoopedBFS) and zero-bubble ones
+whose weight gradients come in a pass of their own: the first stage records the model's input and
+RNG state, the last its output (the logits) and each microbatch's loss, every stage the
+per-microbatch gradients of its parameters, each under the id of the microbatch it runs.
 """
 import contextlib
 from dataclasses import dataclass, field
@@ -84,9 +93,6 @@ class Attachment:
     microbatch() around each forward_backward_step(); the optimizers' step ends the step."""
 
     def __init__(self, trainer, probe):
-        if trainer.parallel_dims.pp_enabled:
-            raise NotImplementedError("numprobe: attaching to torchtitan's pipeline schedules is not supported; "
-                                      "record a pipeline run through numprobe.Probe's forward_named per stage")
         self.probe = probe
         batch = trainer.parallel_dims.get_optional_mesh("batch") if trainer.parallel_dims.dp_enabled else None
         self._dp_degree, self._dp_rank = (batch.size(), batch.get_local_rank()) if batch is not None else (1, 0)
@@ -97,9 +103,14 @@ class Attachment:
             # dims each rank's piece is its own microbatch, recorded as such.
             probe._own_microbatch_dims = _DATA_PARALLEL_DIMS
         self._index = 0  # this rank's microbatch within the step
-        self._microbatch = None  # the global id of the microbatch running now
+        self._base = None  # _index at the start of the forward_backward_step running now
+        self._microbatch = None  # the global id of the microbatch whose forward runs now
         self._scope = None
         self._handles = []
+        self._stages = {}  # id(model part) -> its PipelineStage, under pipeline parallelism
+        self._patched = []  # (object, attribute) of the schedule's methods wrapped here
+        if trainer.parallel_dims.pp_enabled:
+            self._attach_schedule(trainer.pp_schedule)
         for part in trainer.model_parts:
             probe.watch(part)
             self._handles.append(part.register_forward_pre_hook(self._before_forward, with_kwargs=True))
@@ -118,31 +129,102 @@ class Attachment:
         self.probe.end_step()
 
     @contextlib.contextmanager
-    def microbatch(self):
-        """One gradient-accumulation microbatch: its forward (pre/post hooks), loss and backward."""
-        self._microbatch = self._index * self._dp_degree + self._dp_rank
+    def microbatch(self, count=1):
+        """One forward_backward_step: a gradient-accumulation microbatch's forward (pre/post
+        hooks), loss and backward, or under pipeline parallelism the schedule's ``count``
+        microbatches. Yields the global id of the first."""
+        self._base = self._index
+        if not self._stages:
+            self._microbatch = self._global(0)
         try:
-            yield self._microbatch
+            yield self._global(0)
         finally:
             self.probe._c.end_backward()
-            self._microbatch = None
-            self._index += 1
+            self._microbatch = self._base = None
+            self._index += count
 
     def record_loss(self, loss):
         """The microbatch's loss as torchtitan returns it (this rank's sum over the global count
-        of valid tokens), an output record of the microbatch."""
-        if self._microbatch is not None and isinstance(loss, torch.Tensor):
+        of valid tokens), an output record of the microbatch. (Under pipeline parallelism each
+        microbatch's loss is recorded as the schedule computes it, and the sum returned is not.)"""
+        if self._microbatch is not None and not self._stages and isinstance(loss, torch.Tensor):
             self.probe.record("output", "loss", loss.detach(), microbatch=self._microbatch)
 
     def close(self):
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        for owner, attribute in self._patched:
+            owner.__dict__.pop(attribute, None)  # the class's method again
+        self._patched = []
         self.probe.close()
 
+    def _global(self, chunk):
+        return (self._base + chunk) * self._dp_degree + self._dp_rank
+
+    # --- pipeline parallelism: the schedule runs each stage's chunks; wrapped per instance ---
+
+    def _attach_schedule(self, schedule):
+        stages = getattr(schedule, "_stages", None) or [schedule._stage]
+        for stage in stages:
+            self._stages[id(stage.submod)] = stage
+            self._patch(stage, "forward_one_chunk", self._forward_chunk)
+            self._patch(stage, "backward_one_chunk", self._backward_chunk)
+            self._patch(stage, "backward_weight_one_chunk", self._backward_chunk)
+        self._patch(schedule, "_maybe_compute_loss", lambda compute: self._loss_of_chunk(schedule, compute))
+
+    def _patch(self, owner, attribute, wrap):
+        setattr(owner, attribute, wrap(getattr(owner, attribute)))
+        self._patched.append((owner, attribute))
+
+    def _forward_chunk(self, forward):
+        def forward_one_chunk(chunk, *args, **kwargs):
+            if self._base is None:  # not a training step's (an evaluation's)
+                return forward(chunk, *args, **kwargs)
+            self._microbatch = self._global(chunk)
+            try:
+                return forward(chunk, *args, **kwargs)
+            finally:
+                self._microbatch = None
+
+        return forward_one_chunk
+
+    def _backward_chunk(self, backward):
+        # The input-gradient pass and, in zero-bubble schedules, the weight-gradient pass apart:
+        # the per-microbatch gradients come in whichever computes them.
+        def backward_chunk(chunk, *args, **kwargs):
+            if self._base is None or not self.probe.enabled:
+                return backward(chunk, *args, **kwargs)
+            self.probe._hook_unsharded_params()
+            self.probe._c.begin_backward(self._global(chunk))
+            try:
+                return backward(chunk, *args, **kwargs)
+            finally:
+                self.probe._c.end_backward()
+
+        return backward_chunk
+
+    def _loss_of_chunk(self, schedule, compute):
+        # The schedule computes the last stage's loss right after its forward, into its list.
+        def maybe_compute_loss(stage, output, target_mbs, chunk, *args, **kwargs):
+            losses = schedule._internal_losses
+            before = len(losses)
+            result = compute(stage, output, target_mbs, chunk, *args, **kwargs)
+            if self._base is not None and len(losses) > before and isinstance(losses[-1], torch.Tensor):
+                self.probe.record("output", "loss", losses[-1].detach(), microbatch=self._global(chunk))
+            return result
+
+        return maybe_compute_loss
+
     # A forward outside microbatch() (an evaluation, a validator) is not a training microbatch.
+    # Under pipeline parallelism the model's input is the first stage's, its output the last's.
     def _before_forward(self, module, args, kwargs):
-        if self._microbatch is not None and self.probe.enabled and self._scope is None:
+        if self._microbatch is None or not self.probe.enabled or self._scope is not None:
+            return
+        stage = self._stages.get(id(module))
+        if stage is not None and not stage.is_first:
+            self._scope = self.probe._continue_forward(self._name(), self._microbatch, module)
+        else:
             self._scope = self.probe._begin_forward(self._name(), self._microbatch, module, (args, kwargs))
 
     def _after_forward(self, module, args, kwargs, output):
@@ -150,10 +232,16 @@ class Attachment:
             return
         self._scope.close()
         self._scope = None
-        self.probe._end_forward(self._name(), self._microbatch, output)
-        # The loss and backward follow inside torchtitan's step: the per-microbatch gradients
-        # carry this microbatch's id.
-        self.probe._c.begin_backward(self._microbatch)
+        stage = self._stages.get(id(module))
+        if stage is None:
+            self.probe._end_forward(self._name(), self._microbatch, output)
+            # The loss and backward follow inside torchtitan's step: the per-microbatch
+            # gradients carry this microbatch's id. (A schedule's backward names its own.)
+            self.probe._c.begin_backward(self._microbatch)
+        elif stage.is_last:
+            self.probe._end_forward(self._name(), self._microbatch, output)
+        else:
+            self.probe._hook_unsharded_params()
 
     def _name(self):
         return self.probe._c.model_name
@@ -190,7 +278,8 @@ class ProbedTrainer(Trainer):
         if self.probe_attachment is None:
             return super().forward_backward_step(input_dict=input_dict, labels=labels,
                                                  global_valid_tokens=global_valid_tokens)
-        with self.probe_attachment.microbatch():
+        count = len(input_dict) if isinstance(input_dict, list) else 1  # the pipeline's microbatches
+        with self.probe_attachment.microbatch(count):
             loss = super().forward_backward_step(input_dict=input_dict, labels=labels,
                                                  global_valid_tokens=global_valid_tokens)
             self.probe_attachment.record_loss(loss)
