@@ -446,6 +446,9 @@ def main(argv=None):
     if layout.rank == 0:
         print(f"median step time {statistics.median(times) * 1e3:.1f} ms over {len(times)} steps", flush=True)
     if dist.is_initialized():
+        # Every rank done before any tears its Gloo connections down: a rank that shuts down while
+        # its peer is still finishing can abort that peer's exit.
+        dist.barrier()
         dist.destroy_process_group()
 
 

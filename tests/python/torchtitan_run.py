@@ -141,7 +141,10 @@ def main():
         trainer.train()
     finally:
         trainer.close()
-        dist.destroy_process_group()
+    # Only after a clean run (after a failure a barrier would wait for ranks that never come):
+    # every rank done before any tears its Gloo connections down.
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def trainer_config(args, Config, ProbeConfig):
