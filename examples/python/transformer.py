@@ -40,6 +40,7 @@ import argparse
 import math
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -445,11 +446,24 @@ def main(argv=None):
             print(f"step {step} loss {loss:.6f} time {times[-1] * 1e3:.1f} ms", flush=True)
     if layout.rank == 0:
         print(f"median step time {statistics.median(times) * 1e3:.1f} ms over {len(times)} steps", flush=True)
+    probe.close()
     if dist.is_initialized():
-        # Every rank done before any tears its Gloo connections down: a rank that shuts down while
-        # its peer is still finishing can abort that peer's exit.
-        dist.barrier()
-        dist.destroy_process_group()
+        leave_process_group()
+
+
+def leave_process_group():
+    """Ends a distributed run without interpreter finalization. Gloo's worker threads can drop a
+    finished collective's last reference after the caller's wait() returned; when its tensors
+    belong to Python objects, that takes the GIL, and during finalization taking it exits the
+    thread through a noexcept frame: "terminate called without an active exception", SIGABRT,
+    after a run that trained and logged everything (pytorch/pytorch#190489; seen about once in
+    30 runs on a loaded 2-core machine). Every log line is on disk by now (each step is flushed
+    when it ends), so nothing is lost by leaving with os._exit."""
+    dist.barrier()  # no rank closes its connections while a peer still needs them
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

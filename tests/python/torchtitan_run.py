@@ -36,6 +36,7 @@ Trainer builds the model.
 """
 import argparse
 import importlib.machinery
+import logging
 import os
 import sys
 import types
@@ -141,10 +142,21 @@ def main():
         trainer.train()
     finally:
         trainer.close()
-    # Only after a clean run (after a failure a barrier would wait for ranks that never come):
-    # every rank done before any tears its Gloo connections down.
-    dist.barrier()
+    # Only after a clean run: after a failure a barrier would wait for ranks that never come.
+    leave_process_group()
+
+
+def leave_process_group():
+    """Ends the run without interpreter finalization, as examples/python/transformer.py does:
+    Gloo's worker threads can drop a finished collective's Python-owned tensors after the
+    caller's wait() returned, and during finalization that aborts the process
+    (pytorch/pytorch#190489). The probe's log is on disk once each step ends."""
+    dist.barrier()  # no rank closes its connections while a peer still needs them
     dist.destroy_process_group()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def trainer_config(args, Config, ProbeConfig):
