@@ -52,6 +52,12 @@ QUICK_LAYOUTS = ["zero3 4", "ddp 2 --tp 2", "ddp 4 --ep 2"]
 # its single-process run, and each other.
 TRANSFORMER_LAYOUTS = ["fsdp 2", "tp 2", "tp 2 --sp", "fsdp-tp 4 --tp 2 --sp"]
 QUICK_TRANSFORMER_LAYOUTS = ["tp 2 --sp"]
+# Other models of the MoE example, each a trainer of its own in the clean matrix, over fewer layouts:
+# what a model computes changes what the rules see. Top-1 routing renormalised
+# over its one expert (s / s = 1) gives the router a gradient of roundings alone (docs/diff-logs.md,
+# "A gradient at the rounding floor").
+MOE_VARIANTS = {"moe-top1": ["--top-k", "1", "--experts", "4", "--dim", "96", "--layers", "3"]}
+VARIANT_LAYOUTS = ["zero3 4", "ddp 4 --tp 2 --sp", "ddp 4 --ep 2", "pp-ddp 8 --stages 2 --tp 2 --sp --ep 2"]
 OPTIMIZERS = ["sgd", "adamw"]
 DTYPES = ["float32", "bfloat16"]
 SEEDS = [3, 1234, 2027]  # none of them a seed the tests train with
@@ -145,9 +151,9 @@ class Runner:
         shutil.rmtree(run_dir, ignore_errors=True)
         common = ["--setup", setup, *flags, "--dtype", dtype, "--optimizer", optimizer, "--steps", str(steps),
                   "--fault", fault, "--out", str(run_dir)]
-        if trainer == "moe":
+        if trainer == "moe" or trainer in MOE_VARIANTS:
             cmd = [self.torchrun, "--standalone", "--nproc-per-node", ranks, "--no-python", str(self.moe_train),
-                   *common, "--rng-seed", str(seed)]
+                   *common, *MOE_VARIANTS.get(trainer, []), "--rng-seed", str(seed)]
         else:
             cmd = [self.torchrun, "--standalone", "--nproc-per-node", ranks, str(self.transformer), *common,
                    "--seed", str(seed)]
@@ -336,8 +342,10 @@ def main() -> int:
                     help="reuse the training runs a previous call left in --out (same binaries only)")
     ap.add_argument("--no-bugs", action="store_true", help="the clean matrix only")
     ap.add_argument("--no-clean", action="store_true", help="the bug matrix only")
-    ap.add_argument("--trainers", nargs="+", choices=["moe", "transformer"], default=["moe", "transformer"],
-                    help="the trainers of the clean matrix (default both; the bug matrix is the MoE example's)")
+    trainers = ["moe", "transformer", *MOE_VARIANTS]
+    ap.add_argument("--trainers", nargs="+", choices=trainers, default=trainers,
+                    help="the trainers of the clean matrix (default all; moe-top1 is the MoE example with top-1 "
+                         "routing, not in --quick; the bug matrix is the MoE example's)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -353,6 +361,9 @@ def main() -> int:
         if "transformer" in args.trainers:
             tallies |= clean_matrix(r, QUICK_TRANSFORMER_LAYOUTS if args.quick else TRANSFORMER_LAYOUTS, seeds,
                                     steps, trainer="transformer")
+        for variant in MOE_VARIANTS:
+            if variant in args.trainers and not args.quick:
+                tallies |= clean_matrix(r, VARIANT_LAYOUTS, seeds, steps, trainer=variant)
     sized, plain = ([], []) if args.no_bugs else bug_matrix(
         r, QUICK_BUG_LAYOUTS if args.quick else BUG_LAYOUTS, QUICK_EPSILONS if args.quick else EPSILONS,
         QUICK_STRUCTURAL if args.quick else STRUCTURAL_FAULTS, seeds[0], steps)

@@ -424,3 +424,72 @@ TEST(NoiseOrBug, EveryGradientScaledByOneFactorWithinATotalNormsRoundingCannotBe
   auto far = compare(dir / "far", clipped_step(1, 1), clipped_step(0.7, 0.7));
   EXPECT_EQ(far.exit_code(), 1);
 }
+
+namespace {
+
+// Step 0 as in the inheritance test (w's grad differs by summation order, a root of 1e-7); step 1,
+// without param records, inherits it. Step 1 adds a parameter r whose mb_grad and grad have norm
+// `r_norm` in the base run and r_norm x (1 + `r_change`) in the test run, beside w's mb_grads of
+// norm 1 and grad of norm 8: the largest gradients of its microbatch and of its step.
+std::vector<Record> floor_run(bool test, double r_norm, double r_change) {
+  auto r = reduction_step(0, 8, test ? 8.0 * (1 + 1e-7) : 8.0, test ? 2 : 1);
+  for (auto& rec : reduction_step(1, 8, 8.0, 3)) r.push_back(rec);
+  const double norm = test ? r_norm * (1 + r_change) : r_norm;
+  r.push_back(tensor(1, Kind::mb_grad, "r", test ? 31 : 30, norm, 0));
+  r.push_back(tensor(1, Kind::grad, "r", test ? 41 : 40, norm));
+  return r;
+}
+
+}  // namespace
+
+TEST(NoiseOrBug, AGradientAtTheRoundingFloorOfItsBackwardCannotBeTold) {
+  // float32, u = 2^-24: r's norm 4e-11 is below u x 1 (its microbatch's largest mb_grad) and
+  // u x 8 (its step's largest grad). It differs by 5% while the noise it descends from is 1e-7:
+  // beyond 1e4 x that, and a residue of roundings, which noise moves by up to its own size.
+  auto r = compare(fresh_dir("noise_floor"), floor_run(false, 4e-11, 0.05),
+                   floor_run(true, 4e-11, 0.05));
+  EXPECT_FALSE(r.first_unexplained) << text_of(r);
+  EXPECT_EQ(r.exit_code(), 4);
+  EXPECT_EQ(r.noise.by_rule.at(Rule::cannot_tell), 2);  // r's mb_grad and grad
+
+  // A gradient above the floor (1e-3 of the largest) that differs as much is a bug.
+  auto above = compare(fresh_dir("noise_floor_above"), floor_run(false, 1e-3, 0.05),
+                       floor_run(true, 1e-3, 0.05));
+  ASSERT_TRUE(above.first_unexplained);
+  EXPECT_EQ(above.first_unexplained->kind, Kind::mb_grad);
+  EXPECT_EQ(above.first_unexplained->name, "r");
+  EXPECT_EQ(above.first_unexplained->why.rule, Rule::unexplained);
+  EXPECT_EQ(above.exit_code(), 1);
+}
+
+TEST(NoiseOrBug, AGradientAtTheRoundingFloorWithEqualInputsAndLayoutsIsUnexplained) {
+  // Nothing before r's gradients differs and both runs hold every record alike: the same
+  // kernels ran on the same values, and round alike even at the floor.
+  auto a = reduction_step(0, 8, 8.0, 1), b = a;
+  a.push_back(tensor(0, Kind::mb_grad, "r", 30, 4e-11, 0));
+  b.push_back(tensor(0, Kind::mb_grad, "r", 31, 4e-11 * 1.05, 0));
+  auto r = compare(fresh_dir("noise_floor_equal"), a, b);
+  ASSERT_TRUE(r.first_unexplained) << text_of(r);
+  EXPECT_EQ(r.first_unexplained->name, "r");
+  EXPECT_EQ(r.first_unexplained->why.rule, Rule::unexplained);
+  EXPECT_EQ(r.exit_code(), 1);
+}
+
+TEST(NoiseOrBug, AGradientAtTheRoundingFloorWithEqualInputsInAnotherLayoutCannotBeTold) {
+  // The same, in runs that lay the step out otherwise (one rank against two replicas): an
+  // unrecorded op may round the same values otherwise, and at the floor that is all r holds.
+  auto dir = fresh_dir("noise_floor_layout");
+  auto a = reduction_step(0, 8, 8.0, 1), b = a;
+  a.push_back(tensor(0, Kind::mb_grad, "r", 30, 4e-11, 0));
+  b.push_back(tensor(0, Kind::mb_grad, "r", 31, 4e-11 * 1.05, 0));
+  write_run(dir / "a", {a});
+  write_run(dir / "b", {b, b});
+  auto r = diff(dir / "a", dir / "b");
+  EXPECT_FALSE(r.first_unexplained) << text_of(r);
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_EQ(r.first_divergence->name, "r");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::cannot_tell);
+  EXPECT_EQ(r.exit_code(), 4);
+  EXPECT_TRUE(says(text_of(r), "cannot tell: its norm in both runs")) << text_of(r);
+  EXPECT_TRUE(says(text_of(r), "at the rounding floor of its backward")) << text_of(r);
+}

@@ -6,6 +6,7 @@
 
 #include "differ/detail/pair/classify.h"
 #include "differ/detail/judge/constant_factor.h"
+#include "differ/detail/judge/rounding_floor.h"
 #include "differ/detail/read/names.h"
 #include "probe/log_format.h"
 
@@ -192,6 +193,29 @@ Cause unexplained_cause(const Pair& p, const std::string& s, const std::string& 
                           "before, and the records of its microbatch before it) is equal: the "
                           "computation itself differs (a kernel, an op order, the code)"),
                std::move(ev)};
+}
+
+// A gradient at the rounding floor of its backward (rounding_floor.h): its digits may be
+// roundings of larger intermediates alone, which noise in what it depends on moves by up to their
+// own size. Relative to itself its difference is then bounded by 2 (|a - b| <= |a| + |b|), and
+// what is updated from it may differ that much; in the scale it was computed at, it is within
+// two roundings of the largest gradient: that is the root it passes on.
+Explanation at_rounding_floor(const Pair& p, const RoundingFloor& f) {
+  const TensorStats &a = p.base.merged.record.stats, &b = p.test.merged.record.stats;
+  return Explanation{
+      false,
+      Rule::cannot_tell,
+      2,
+      2 * f.unit,
+      2,
+      "its norm in both runs (" + lf::format_double(a.norm) + ", " + lf::format_double(b.norm) +
+          ") is at most u = " + lf::format_double(f.unit) + " times the largest gradient of its " +
+          (p.kind == Kind::grad ? "step" : "microbatch") + " (" + f.largest_name + ", norm " +
+          lf::format_double(f.largest_norm) +
+          "): at the rounding floor of its backward, a gradient zero or nearly in exact "
+          "arithmetic (its terms cancel, as a normalisation over one element's does) whose digits "
+          "may be roundings of larger intermediates alone, which noise moves by up to their own "
+          "size; the figures cannot tell that from a change that small"};
 }
 
 std::string setting_words(const std::string& name) {
@@ -490,6 +514,12 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
   if (constant_factor(p)) return bug(Rule::constant_factor);
   if (auto change = one_sided_ops_.change(p)) return different_ops(p, *change);
   Explanation why = explain_by_dependencies(p, step, first_step);
+  // Beyond the bound of the noise it depends on, or with equal inputs under other layouts or
+  // code: a gradient at the rounding floor cannot tell. With equal inputs and the step laid out
+  // and compiled alike the same kernels ran on the same values, and rounded alike even there.
+  if (why.bug && why.rule == Rule::unexplained &&
+      (why.roots > 0 || !(layouts_alike_ && same_code_)))
+    if (auto floor = gradient_scales_.at_floor(p)) return at_rounding_floor(p, *floor);
   // Moved or changed below what the figures resolve, the log cannot say: what the rules would
   // call noise (a difference of size 0 is within every bound) is "cannot tell" instead. A bug
   // they find (the initialization differs, the inputs are equal) is one whichever it is.
@@ -652,6 +682,7 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
   layouts_alike_ = std::all_of(pairs.begin(), pairs.end(), held_alike);
   same_code_ = same_code;
   index_mb_grads(pairs);
+  gradient_scales_.start_step(pairs);
   find_step_grad_scale(pairs);
   one_sided_ops_.start_step(pairs);
   // Optimizer state is updated from the step's gradients: explained once they are.

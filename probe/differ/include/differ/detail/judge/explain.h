@@ -14,6 +14,7 @@
 
 #include "differ/detail/figures.h"
 #include "differ/detail/judge/one_sided_ops.h"
+#include "differ/detail/judge/rounding_floor.h"
 #include "differ/options.h"
 #include "differ/result.h"
 
@@ -131,6 +132,7 @@ class Explainer {
   bool layouts_alike_ = true;  // the same ranks hold the same pieces of every record
   bool same_code_ = true;      // and both runs ran the step compiled, or both eager
   OneSidedOps one_sided_ops_;  // the step's ops of one run only, and the op outputs seen so far
+  GradientScales gradient_scales_;  // the largest gradient of each microbatch and of the step
   std::unordered_map<std::int64_t, Upstream> by_mb_;   // per microbatch, its records so far
   Upstream step_so_far_;                               // every record of the step so far
   std::unordered_map<std::string, MbGrads> mb_grads_;  // per parameter, when a grad differs
