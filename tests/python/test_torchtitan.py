@@ -34,9 +34,24 @@ def diff(base, test, tmp_path):
     return done.returncode, json.loads(out.read_text()), done.stdout
 
 
+# torchtitan's own default: FSDP2 computes in bfloat16 (installed on one rank too), its master
+# weights and reductions float32.
+BF16 = ["--mixed-precision-param", "bfloat16"]
+
+
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     return train(tmp_path_factory.mktemp("tt") / "single", 1)
+
+
+@pytest.fixture(scope="module")
+def single_bf16(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("tt") / "single_bf16", 1, *BF16)
+
+
+def one_rank(request, flags):
+    """The single-rank run of the same precision as `flags`."""
+    return request.getfixturevalue("single_bf16" if "bfloat16" in flags else "single")
 
 
 CLEAN = {
@@ -54,13 +69,15 @@ CLEAN = {
     "pp2_1f1b": (2, ["--pp", "2"]),
     "pp2_interleaved_zero_bubble": (2, ["--pp", "2", "--pp-schedule", "InterleavedZeroBubble"]),
     "pp2_fsdp2": (4, ["--pp", "2", "--dp", "2"]),
+    "fsdp2_bf16": (2, ["--dp", "2", *BF16]),
 }
 
 
 @pytest.mark.parametrize("layout", sorted(CLEAN))
-def test_a_clean_torchtitan_layout_against_one_rank_is_noise(single, tmp_path, layout):
+def test_a_clean_torchtitan_layout_against_one_rank_is_noise(request, tmp_path, layout):
     nproc, flags = CLEAN[layout]
-    code, result, text = diff(single, train(tmp_path / layout, nproc, *flags), tmp_path)
+    test = train(tmp_path / layout, nproc, *flags)
+    code, result, text = diff(one_rank(request, flags), test, tmp_path)
     assert code == 4, text[:3000]
     assert result["paired_steps"] == STEPS
     # Every record pairs: none is one layout's only (a stage's records under a schedule's order).
@@ -76,6 +93,7 @@ BUGS = {
     "fsdp2_clip_local": (2, ["--dp", "2", "--fault", "clip_local"], "grad"),
     "tp2_clip_local": (2, ["--tp", "2", "--fault", "clip_local"], "grad"),
     "pp2_clip_local": (2, ["--pp", "2", "--fault", "clip_local"], "grad"),
+    "fsdp2_clip_local_bf16": (2, ["--dp", "2", "--fault", "clip_local", *BF16], "grad"),
     # A schedule that skips the first stage's backward of the step's last microbatch: that
     # microbatch's gradients of the stage's parameters are missing.
     "pp2_skipped_backward": (2, ["--pp", "2", "--fault", "pp_skip_backward"], "mb_grad"),
@@ -92,9 +110,10 @@ BUGS = {
 
 
 @pytest.mark.parametrize("case", sorted(BUGS))
-def test_a_planted_torchtitan_bug_is_headlined(single, tmp_path, case):
+def test_a_planted_torchtitan_bug_is_headlined(request, tmp_path, case):
     nproc, flags, headline = BUGS[case]
-    code, result, text = diff(single, train(tmp_path / case, nproc, *flags), tmp_path)
+    test = train(tmp_path / case, nproc, *flags)
+    code, result, text = diff(one_rank(request, flags), test, tmp_path)
     assert code == 1, text[:3000]
     first = result["first_unexplained_divergence"]
     assert first is not None and f"{first['kind']} {first['name']}".startswith(headline), first

@@ -117,6 +117,9 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--max-norm", type=float, default=1.0)
+    p.add_argument("--mixed-precision-param", default="float32", choices=["float32", "bfloat16"],
+                   help="torchtitan's training.mixed_precision_param: the dtype FSDP2 computes in (its own "
+                        "default is bfloat16, installed on one rank too; reductions stay float32)")
     p.add_argument("--fault", default="none", choices=["none", "plan", "norm_grad", "clip_local", "grad_scale", "pp_skip_backward"])
     p.add_argument("--probe", type=int, default=1)
     return p.parse_args()
@@ -188,7 +191,8 @@ def trainer_config(args, Config, ProbeConfig):
         metrics=MetricsProcessor.Config(log_freq=1000),
         training=TrainingConfig(local_batch_size=local_batch, global_batch_size=args.batch * args.microbatches,
                                 seq_len=args.seq, steps=args.steps, max_norm=args.max_norm,
-                                mixed_precision_param="float32", disable_cuda_graphs=True),
+                                mixed_precision_param=args.mixed_precision_param,
+                                disable_cuda_graphs=True),
         parallelism=ParallelismConfig(data_parallel_shard_degree=dp, tensor_parallel_degree=args.tp,
                                       enable_sequence_parallel=bool(args.sp), spmd_backend=args.backend,
                                       pipeline_parallel_degree=args.pp, pipeline_parallel_schedule=args.pp_schedule,
