@@ -24,6 +24,7 @@ figures docs/calibration.md promises). It writes calibration.md and calibration.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import os
@@ -127,6 +128,19 @@ def stated_limit(fault: str, dtype: str, layout: str) -> float | None:
     return STATED_LIMITS.get((fault, dtype, layout))
 
 
+class TrainingFailed(SystemExit):
+    """A training run that did not finish. `refused`: the trainer said `invalid setting` (a setting
+    it does not accept, before training), not a failure while training; `reason`: that line, or
+    the end of the output."""
+
+    def __init__(self, proc: subprocess.CompletedProcess, cmd: list[str]):
+        output = proc.stdout + proc.stderr
+        refusals = [line.strip() for line in output.splitlines() if "moe_train: invalid setting:" in line]
+        self.refused = bool(refusals)
+        self.reason = refusals[0] if refusals else output.strip()[-2000:]
+        super().__init__(f"calibrate: training failed (exit {proc.returncode}): {' '.join(cmd)}\n{self.reason}")
+
+
 @dataclass
 class Runner:
     moe_train: Path
@@ -139,12 +153,14 @@ class Runner:
     runs: int = 0
 
     def train(self, layout: str, dtype: str, optimizer: str, seed: int, steps: int, fault: str = "none",
-              trainer: str = "moe") -> Path:
+              trainer: str = "moe", extra: tuple[str, ...] = ()) -> Path:
+        """Trains `layout` (or reuses its finished run); `extra`: more of the trainer's flags."""
         words = layout.split()
         setup, ranks, flags = words[0], words[1], words[2:]
         name = "_".join([*([trainer] if trainer != "moe" else []), setup, ranks, *[w.lstrip("-") for w in flags],
                          dtype, optimizer, str(seed), str(steps),
-                         fault.replace("=", "-").replace(":", "-").replace(".", "_")])
+                         fault.replace("=", "-").replace(":", "-").replace(".", "_"),
+                         *([hashlib.sha1(" ".join(extra).encode()).hexdigest()[:10]] if extra else [])])
         run_dir = self.out / "runs" / name
         if self.reuse and (run_dir / "done").exists():
             return run_dir
@@ -153,17 +169,16 @@ class Runner:
                   "--fault", fault, "--out", str(run_dir)]
         if trainer == "moe" or trainer in MOE_VARIANTS:
             cmd = [self.torchrun, "--standalone", "--nproc-per-node", ranks, "--no-python", str(self.moe_train),
-                   *common, *MOE_VARIANTS.get(trainer, []), "--rng-seed", str(seed)]
+                   *common, *MOE_VARIANTS.get(trainer, []), *extra, "--rng-seed", str(seed)]
         else:
             cmd = [self.torchrun, "--standalone", "--nproc-per-node", ranks, str(self.transformer), *common,
-                   "--seed", str(seed)]
+                   *extra, "--seed", str(seed)]
         started = time.monotonic()
         proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
         self.seconds += time.monotonic() - started
         self.runs += 1
         if proc.returncode != 0:
-            sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-            raise SystemExit(f"calibrate: training failed (exit {proc.returncode}): {' '.join(cmd)}")
+            raise TrainingFailed(proc, cmd)
         (run_dir / "done").touch()
         return run_dir
 

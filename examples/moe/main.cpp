@@ -39,6 +39,7 @@
 #include <cstdlib>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include "config.h"
 #include "faults.h"
@@ -131,6 +132,11 @@ int main(int argc, char** argv) {
 
   try {
     run(c, app);
+  } catch (const std::invalid_argument& e) {
+    // A setting the example does not accept (a degree that does not divide, ...): said apart
+    // from a failure while training, so that a sweep over settings can tell the two.
+    std::fprintf(stderr, "moe_train: invalid setting: %s\n", e.what());
+    return 2;
   } catch (const c10::Error& e) {  // without LibTorch's C++ backtrace
     std::fprintf(stderr, "moe_train: error: %s\n", e.what_without_backtrace());
     return 1;
