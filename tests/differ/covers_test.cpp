@@ -346,3 +346,69 @@ TEST(CoveredMicrobatches, SummandsThatAreExpertShardsCoveringSeveralMicrobatches
                    bound(4, std::max(mb_norm(0) + mb_norm(1), 2 * std::sqrt(0.18)), g));
   EXPECT_EQ(r.exit_code(), 4) << text_of(r);
 }
+
+TEST(CoveredMicrobatches, ASummandOfAnExpertThatReceivedNoTokenIsAWarningNotARunError) {
+  // As above, but rank (1, 0)'s sequence shard routed no token to rank 1's experts in the
+  // dispatch: their gradient was never computed there, so that shard of summand 0 is not logged.
+  auto dir = fresh_dir("covers_partial_no_tokens");
+  const double g = 3.0;
+  write_run(dir / "a", {single_rank(2, g)});
+  std::vector<std::vector<Record>> ranks(4);
+  for (int e = 0; e < 2; ++e)
+    for (int t = 0; t < 2; ++t) {
+      auto& rank = ranks[static_cast<std::size_t>(2 * e + t)];
+      rank.push_back(tensor(0, Kind::tap, "layers.0", 5 + id(e), 2.0, e));
+      if (e != 1 || t != 0) {
+        Record mb_grad = tensor(0, Kind::mb_grad, kExperts, 200 + id(2 * e + t), 0.3, 0);
+        mb_grad = covering(sharded(mb_grad, 2 * e, 2), {0, 1});
+        mb_grad.stats.partial = {t, 2};
+        rank.push_back(mb_grad);
+      }
+      const double shard_norm = g * (1 + 1e-8) / std::sqrt(2.0);
+      rank.push_back(sharded(tensor(0, Kind::grad, kExperts, 400 + id(e), shard_norm), 2 * e, 2));
+    }
+  write_run(dir / "b", ranks);
+  const FirstStep b = first_step(dir / "b");
+  EXPECT_EQ(b.issues.errors, 0);
+  ASSERT_EQ(b.issues.count_by_type.count("expert_without_tokens"), 1u);
+  EXPECT_EQ(b.issues.detail.at(0).severity, Issue::Severity::warning);
+  EXPECT_NE(b.issues.detail.at(0).message.find("summand 0: shards cover 4 of 8 elements (gap)"),
+            std::string::npos)
+      << b.issues.detail.at(0).message;
+
+  auto r = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_EQ(r.first_divergence->kind, Kind::grad);
+  EXPECT_EQ(r.exit_code(), 4) << text_of(r);
+}
+
+TEST(CoveredMicrobatches, AShardOfAnExpertThatReceivedNoTokenIsAWarningNotARunError) {
+  // 2 expert-parallel ranks; in the backward of microbatch 1 no token went to rank 1's experts.
+  auto dir = fresh_dir("covers_shard_no_tokens");
+  auto ranks = expert_parallel(2, 4, 400, 3.0 * (1 + 1e-8));
+  auto& rank1 = ranks[1];
+  rank1.erase(
+      std::remove_if(rank1.begin(), rank1.end(),
+                     [](const Record& r) { return r.kind == Kind::mb_grad && r.microbatch == 1; }),
+      rank1.end());
+  write_run(dir / "a", {single_rank(4, 3.0)});
+  write_run(dir / "b", ranks);
+  const FirstStep b = first_step(dir / "b");
+  EXPECT_EQ(b.issues.errors, 0);
+  ASSERT_EQ(b.issues.count_by_type.count("expert_without_tokens"), 1u);
+  ASSERT_EQ(b.issues.count_by_type.count("shard_tiling"), 0u);
+
+  // A shard missing from a record that covers no dispatch is still an error.
+  auto plain = expert_parallel(2, 4, 400, 3.0);
+  for (auto& rank : plain)
+    for (auto& record : rank) record.covers.clear();
+  plain[1].erase(
+      std::remove_if(plain[1].begin(), plain[1].end(),
+                     [](const Record& r) { return r.kind == Kind::mb_grad && r.microbatch == 1; }),
+      plain[1].end());
+  write_run(dir / "c", plain);
+  EXPECT_EQ(first_step(dir / "c").issues.count_by_type.count("shard_tiling"), 1u);
+
+  auto r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 4) << text_of(r);
+}

@@ -493,3 +493,40 @@ TEST(NoiseOrBug, AGradientAtTheRoundingFloorWithEqualInputsInAnotherLayoutCannot
   EXPECT_TRUE(says(text_of(r), "cannot tell: its norm in both runs")) << text_of(r);
   EXPECT_TRUE(says(text_of(r), "at the rounding floor of its backward")) << text_of(r);
 }
+
+TEST(NoiseOrBug, BeyondTheNetworkBoundWithinTheGrowthMeasuredBeforeCannotTell) {
+  // Step 0: a summation-order root of 1e-7; step 1's outputs inherit it 40x (within a network
+  // factor of 50: noise, a measured amplification of 40); step 2's outputs differ by `factor`
+  // times the root. Beyond 50x they break the network bound; within 10 x 40x (an update's factor
+  // over the growth measured on step 1) the runs have shown chaos enough to hide a bug.
+  auto run = [](std::uint64_t grad_hash, double step1, double step2) {
+    auto r = reduction_step(0, 8, 8.0 * (1 + grad_hash * 1e-7), grad_hash);
+    // Outputs that differ carry another hash.
+    const std::uint64_t out1 = step1 == 0 ? 170 : 1170, out2 = step2 == 0 ? 270 : 1270;
+    for (auto& rec : reduction_step(1, 8, 8.0, 3, out1, 3.0 * (1 + step1))) r.push_back(rec);
+    for (auto& rec : reduction_step(2, 8, 8.0, 3, out2, 3.0 * (1 + step2))) r.push_back(rec);
+    return r;
+  };
+  DiffOptions tight;
+  tight.noise_amplification = 50;
+  const double root = 8.0 * 1e-7 / (8.0 * (1 + 1e-7));  // the grad's relative difference
+  auto within =
+      compare(fresh_dir("chaos_within"), run(0, 0, 0), run(1, 40 * root, 300 * root), tight);
+  EXPECT_FALSE(within.first_unexplained) << text_of(within);
+  ASSERT_TRUE(within.noise.by_rule.count(Rule::cannot_tell)) << text_of(within);
+  EXPECT_EQ(within.noise.by_rule.at(Rule::cannot_tell), 8) << text_of(within);  // step 2's
+  EXPECT_EQ(within.exit_code(), 4);
+
+  auto beyond =
+      compare(fresh_dir("chaos_beyond"), run(0, 0, 0), run(1, 40 * root, 1000 * root), tight);
+  ASSERT_TRUE(beyond.first_unexplained) << text_of(beyond);
+  EXPECT_EQ(beyond.first_unexplained->step, 2);
+  EXPECT_EQ(beyond.first_unexplained->why.rule, Rule::unexplained);
+  EXPECT_EQ(beyond.exit_code(), 1);
+
+  // Without the growth measured before (step 1 equal), 300x is unexplained, as ever.
+  auto stable = compare(fresh_dir("chaos_stable"), run(0, 0, 0), run(1, 0, 300 * root), tight);
+  ASSERT_TRUE(stable.first_unexplained) << text_of(stable);
+  EXPECT_EQ(stable.first_unexplained->step, 2);
+  EXPECT_EQ(stable.exit_code(), 1);
+}

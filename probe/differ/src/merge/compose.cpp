@@ -211,6 +211,18 @@ const Part* split_whole_and_shards(Merged& m, const Group& g, MergeContext& ctx)
   return whole;
 }
 
+// A record of an expert-parallel dispatch (covers=[...]) with shards or summands missing while
+// every rank's log is there: an expert that received no token in that dispatch, on one rank or
+// from one sequence shard, computes no gradient there, so nothing was recorded. The log cannot
+// tell that from a lost gradient, and need not: the step's `grad` of the expert, compared as
+// any other, carries what was lost. So a warning, and the record is set aside, not an error.
+void expert_without_tokens(const MergeContext& ctx, const std::string& what) {
+  if (!ctx.compared) return;
+  ctx.issues->add({Issue::Severity::warning, "expert_without_tokens", *ctx.label, ctx.step,
+                   what + " (an expert that received no token in this dispatch records no "
+                          "gradient)"});
+}
+
 // Into `out`: the whole tensor composed of ctx.shards, or an unsupported record saying why it
 // cannot be. Only the key fields of a part go with it: the figures come from composing.
 void compose_into(const Merged& m, const Group& g, MergeContext& ctx, Record& out) {
@@ -223,10 +235,12 @@ void compose_into(const Merged& m, const Group& g, MergeContext& ctx, Record& ou
   if (c.error.empty()) return;
   // A gap where a rank's log is missing is that missing_rank error, not one per record.
   const bool missing = c.gap && ctx.missing_ranks;
-  if (!missing && ctx.compared)
-    ctx.issues->add({Issue::Severity::error, "shard_tiling", *ctx.label, ctx.step,
-                     "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) +
-                         ": " + c.error + " (ranks " + format_ranks(m.ranks) + "); not composed"});
+  const std::string what = "step " + std::to_string(ctx.step) + " " +
+                           key_text(g.kind, g.name, g.mb) + ": " + c.error + " (ranks " +
+                           format_ranks(m.ranks) + "); not composed";
+  if (!missing && c.gap && !ctx.covers.empty()) expert_without_tokens(ctx, what);
+  else if (!missing && ctx.compared)
+    ctx.issues->add({Issue::Severity::error, "shard_tiling", *ctx.label, ctx.step, what});
   out.stats = TensorStats{};
   out.stats.dtype = ctx.shards[0]->dtype;
   out.stats.shape = ctx.shards[0]->shard.global_shape;
@@ -452,6 +466,10 @@ bool merge_summands(const Group& g, MergeContext& ctx, Merged& m) {
                        "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) +
                            ": " + error.text + " (ranks " + format_ranks(m.ranks) +
                            "); not composed"});
+    else if (!missing && error.gap && !ctx.covers.empty())
+      expert_without_tokens(ctx, "step " + std::to_string(ctx.step) + " " +
+                                     key_text(g.kind, g.name, g.mb) + ": " + error.text +
+                                     "; not summed");
     else if (!missing) partial_issue(g, ctx, error.text + "; not summed");
     unsupported_record(
         g, ctx, like,

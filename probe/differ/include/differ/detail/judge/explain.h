@@ -115,6 +115,10 @@ class Explainer {
   Explanation unless_scaled(const Pair& p, Explanation otherwise) const;
   Explanation explain_optim(const Pair& p) const;
   Explanation from_upstream(const Pair& p, const Upstream& up, Explanation none_upstream) const;
+  // The bound of inherited noise grown as this comparison's earlier steps measured, and the
+  // cannot_tell of a pair beyond the network's bound but within it.
+  double measured_bound(double roots) const;
+  Explanation beyond_the_network_bound(const Pair& p, double bound, double roots) const;
   Explanation from_update(const Pair& p, const Upstream& up) const;
   Upstream carried() const;  // what the step's computation starts from
   void carry_to_next_step(std::int64_t step, const std::vector<Pair>& pairs);
@@ -143,6 +147,10 @@ class Explainer {
   std::int64_t previous_step_ = -1;  // the last step explained (-1: none)
   std::unordered_map<std::string, Upstream> previous_by_param_;  // its grad/param/optim divergence
   Upstream earlier_;                                             // every divergence before
+  // The largest amplification of inherited noise (its difference over its roots) measured on
+  // the steps before, and on this step so far (carried at the step's end).
+  double measured_amplification_ = 0;
+  double step_amplification_ = 0;
   std::int64_t summation_order_grads_ = 0;
   // The words of each partial sum noted as a root, once per text (a key's every step shares
   // them): Upstream points at them, over steps (a node-based set keeps them in place).
