@@ -86,6 +86,35 @@ double mb_norms(int mbs) {
   return s;
 }
 
+// Expert and sequence parallelism: 4 ranks, 2 expert-parallel ranks x 2 tensor-parallel ranks.
+// Rank (e, t) = rank 2e + t runs global microbatch e with its tensor-parallel peer; the backward's
+// experts' gradient covers microbatches 0 and 1, is rank e's rows of the experts, and its sequence
+// shard's summand t of 2 (norm 0.3); the composed grad has norm g (1 + 1e-8).
+std::vector<std::vector<Record>> expert_sequence_parallel(double g) {
+  std::vector<std::vector<Record>> ranks(4);
+  for (int e = 0; e < 2; ++e)
+    for (int t = 0; t < 2; ++t) {
+      auto& rank = ranks[static_cast<std::size_t>(2 * e + t)];
+      rank.push_back(tensor(0, Kind::tap, "layers.0", 5 + id(e), 2.0, e));
+      Record mb_grad = tensor(0, Kind::mb_grad, kExperts, 200 + id(2 * e + t), 0.3, 0);
+      mb_grad = covering(sharded(mb_grad, 2 * e, 2), {0, 1});
+      mb_grad.stats.partial = {t, 2};
+      rank.push_back(mb_grad);
+      const double shard_norm = g * (1 + 1e-8) / std::sqrt(2.0);
+      rank.push_back(sharded(tensor(0, Kind::grad, kExperts, 400 + id(e), shard_norm), 2 * e, 2));
+    }
+  return ranks;
+}
+
+// The rank's mb_grad records of microbatch `mb` removed: what it logs when its experts receive
+// no token in that dispatch.
+void drop_mb_grad(std::vector<Record>& rank, std::int64_t mb) {
+  rank.erase(std::remove_if(
+                 rank.begin(), rank.end(),
+                 [mb](const Record& r) { return r.kind == Kind::mb_grad && r.microbatch == mb; }),
+             rank.end());
+}
+
 }  // namespace
 
 TEST(CoversMerge, ShardsOfOneDispatchComposeAndKeepWhatTheyCover) {
@@ -308,26 +337,11 @@ TEST(CoveredMicrobatches, AnExpertGradWhoseReplicasDisagreeIsAnUnreducedGradient
 }
 
 TEST(CoveredMicrobatches, SummandsThatAreExpertShardsCoveringSeveralMicrobatchesAreSetAsideOnce) {
-  // Expert and sequence parallelism: 4 ranks, 2 expert-parallel ranks x 2 tensor-parallel ranks.
-  // Rank (e, t) runs global microbatch e with its tensor-parallel peer; the backward's experts'
-  // gradient covers microbatches 0 and 1, is rank e's rows of the experts, and its sequence
-  // shard's summand t of 2.
+  // Expert and sequence parallelism (expert_sequence_parallel).
   auto dir = fresh_dir("covers_partial");
   const double g = 3.0;
   write_run(dir / "a", {single_rank(2, g)});
-  std::vector<std::vector<Record>> ranks(4);
-  for (int e = 0; e < 2; ++e)
-    for (int t = 0; t < 2; ++t) {
-      auto& rank = ranks[static_cast<std::size_t>(2 * e + t)];
-      rank.push_back(tensor(0, Kind::tap, "layers.0", 5 + id(e), 2.0, e));
-      Record mb_grad = tensor(0, Kind::mb_grad, kExperts, 200 + id(2 * e + t), 0.3, 0);
-      mb_grad = covering(sharded(mb_grad, 2 * e, 2), {0, 1});
-      mb_grad.stats.partial = {t, 2};
-      rank.push_back(mb_grad);
-      const double shard_norm = g * (1 + 1e-8) / std::sqrt(2.0);
-      rank.push_back(sharded(tensor(0, Kind::grad, kExperts, 400 + id(e), shard_norm), 2 * e, 2));
-    }
-  write_run(dir / "b", ranks);
+  write_run(dir / "b", expert_sequence_parallel(g));
   const FirstStep b = first_step(dir / "b");
   EXPECT_EQ(b.issues.errors, 0);
   const Merged& m = b.at(Kind::mb_grad, kExperts);
@@ -353,20 +367,8 @@ TEST(CoveredMicrobatches, ASummandOfAnExpertThatReceivedNoTokenIsAWarningNotARun
   auto dir = fresh_dir("covers_partial_no_tokens");
   const double g = 3.0;
   write_run(dir / "a", {single_rank(2, g)});
-  std::vector<std::vector<Record>> ranks(4);
-  for (int e = 0; e < 2; ++e)
-    for (int t = 0; t < 2; ++t) {
-      auto& rank = ranks[static_cast<std::size_t>(2 * e + t)];
-      rank.push_back(tensor(0, Kind::tap, "layers.0", 5 + id(e), 2.0, e));
-      if (e != 1 || t != 0) {
-        Record mb_grad = tensor(0, Kind::mb_grad, kExperts, 200 + id(2 * e + t), 0.3, 0);
-        mb_grad = covering(sharded(mb_grad, 2 * e, 2), {0, 1});
-        mb_grad.stats.partial = {t, 2};
-        rank.push_back(mb_grad);
-      }
-      const double shard_norm = g * (1 + 1e-8) / std::sqrt(2.0);
-      rank.push_back(sharded(tensor(0, Kind::grad, kExperts, 400 + id(e), shard_norm), 2 * e, 2));
-    }
+  auto ranks = expert_sequence_parallel(g);
+  drop_mb_grad(ranks[2], 0);  // rank (1, 0)
   write_run(dir / "b", ranks);
   const FirstStep b = first_step(dir / "b");
   EXPECT_EQ(b.issues.errors, 0);
@@ -386,11 +388,7 @@ TEST(CoveredMicrobatches, AShardOfAnExpertThatReceivedNoTokenIsAWarningNotARunEr
   // 2 expert-parallel ranks; in the backward of microbatch 1 no token went to rank 1's experts.
   auto dir = fresh_dir("covers_shard_no_tokens");
   auto ranks = expert_parallel(2, 4, 400, 3.0 * (1 + 1e-8));
-  auto& rank1 = ranks[1];
-  rank1.erase(
-      std::remove_if(rank1.begin(), rank1.end(),
-                     [](const Record& r) { return r.kind == Kind::mb_grad && r.microbatch == 1; }),
-      rank1.end());
+  drop_mb_grad(ranks[1], 1);
   write_run(dir / "a", {single_rank(4, 3.0)});
   write_run(dir / "b", ranks);
   const FirstStep b = first_step(dir / "b");
@@ -402,10 +400,7 @@ TEST(CoveredMicrobatches, AShardOfAnExpertThatReceivedNoTokenIsAWarningNotARunEr
   auto plain = expert_parallel(2, 4, 400, 3.0);
   for (auto& rank : plain)
     for (auto& record : rank) record.covers.clear();
-  plain[1].erase(
-      std::remove_if(plain[1].begin(), plain[1].end(),
-                     [](const Record& r) { return r.kind == Kind::mb_grad && r.microbatch == 1; }),
-      plain[1].end());
+  drop_mb_grad(plain[1], 1);
   write_run(dir / "c", plain);
   EXPECT_EQ(first_step(dir / "c").issues.count_by_type.count("shard_tiling"), 1u);
 
