@@ -7,6 +7,7 @@ NUMPROBE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$NUMPROBE_ROOT/build}"
 VENV="${NUMPROBE_VENV:-$NUMPROBE_ROOT/.venv}"
 TORCH_VERSION="${NUMPROBE_TORCH_VERSION:-2.13.0}"
+TRANSFORMERS_VERSION=5.23.0 ACCELERATE_VERSION=1.15.0 LIGHTNING_VERSION=2.6.6
 APT_PACKAGES=(build-essential cmake ninja-build ccache python3-venv libxxhash-dev libspdlog-dev
   libgtest-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev time
   libgloo-dev  # gloo headers for c10d's ProcessGroupGloo.hpp (the torch wheel lacks them)
@@ -44,6 +45,13 @@ ensure_venv() {
     log "installing torchtitan==0.3.0 (--no-deps), spmd_types, torchdata, tyro, triton into $VENV"
     "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps torchtitan==0.3.0
     "$VENV/bin/pip" install -q --disable-pip-version-check spmd_types==0.2.3 torchdata tyro triton
+  fi
+  # The trainers numprobe's integrations attach to, as they ship (tests/python/test_trainers.py);
+  # their requirements are met by the torch above, which pip leaves as it is.
+  if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(any(m.version(p) != v for p, v in (('transformers', '$TRANSFORMERS_VERSION'), ('accelerate', '$ACCELERATE_VERSION'), ('lightning', '$LIGHTNING_VERSION'))))" 2>/dev/null; then
+    log "installing transformers==$TRANSFORMERS_VERSION, accelerate==$ACCELERATE_VERSION, lightning==$LIGHTNING_VERSION into $VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" \
+      "transformers==$TRANSFORMERS_VERSION" "accelerate==$ACCELERATE_VERSION" "lightning==$LIGHTNING_VERSION"
   fi
   TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
   export TORCH_PREFIX

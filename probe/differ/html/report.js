@@ -202,6 +202,9 @@
     setAsideLine(R.covered_records, 'covered-records', 'covered microbatches', ' record covers', ' records cover',
                  " other microbatches than the other run's (an expert's gradient from one expert-parallel dispatch" +
                  ' over several microbatches)');
+    setAsideLine(R.regrouped_records, 'regrouped-records', 'regrouped microbatches', ' record is', ' records are',
+                 ' of microbatches the runs fill with other groups of the same samples (another accumulation count or' +
+                 " batch size, another sampler): the step's records judge it");
   }
   function drawIssues() {
     var runs = [['base', R.base], ['test', R.test]].filter(function (bt) {

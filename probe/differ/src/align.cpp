@@ -326,7 +326,10 @@ std::size_t Aligner::add_to_series(const Pair& p, std::size_t hint, bool both_ru
 
 void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::vector<Merged>* test,
                            bool same_code) {
-  if (base && test) match_ops(*base, *test);
+  if (base && test) {
+    samples_.match(*base, *test);  // first: op records are aligned within their microbatches
+    match_ops(*base, *test);
+  }
   pair_up(step, base, test);
   std::vector<Pair>& pairs = pairs_;
   const Pair* first = nullptr;
@@ -343,7 +346,8 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
     // another record.
     const bool op = set_aside_op(p, result_.ops);
     p.covered = !op && set_aside_covered(p, covered_, result_.covered);
-    if (op || p.covered || set_aside_partial(p, result_.partial)) {
+    if (op || p.covered || samples_.set_aside(p, result_.regrouped) ||
+        set_aside_partial(p, result_.partial)) {
       p.set_aside = true;
       continue;
     }
@@ -395,6 +399,13 @@ void Aligner::note_noise_or_bug(std::int64_t step, bool first_step,
   for (const auto& p : pairs) {
     if (!is_divergence(p.pair_class) || !p.why.rule) continue;  // set-aside ops have no explanation
     result_.noise.add(p);
+    // The first pair the figures cannot decide: where no bug comes, its trace setting is the next
+    // step that can tell (the ops where it arises, compared again).
+    if (!p.why.bug && p.why.rule == Rule::cannot_tell && !cannot_tell_hint_) {
+      OpReport hint;
+      op_analysis_.suggest_trace(p, pairs, options_.kinds_mask, hint);
+      cannot_tell_hint_ = hint.trace_hint.value_or("");
+    }
     if (p.why.bug && !result_.first_unexplained) {
       result_.first_unexplained = p;
       result_.unexplained_cause = headline_cause(step, first_step, pairs, p);
@@ -416,11 +427,27 @@ Cause Aligner::headline_cause(std::int64_t step, bool first_step, const std::vec
   else if (rule == Rule::rng) c = rng_cause(s);
   else if (rule == Rule::unreduced_gradient) c = unreduced_gradient_cause(s);
   else if (rule == Rule::wrong_reduction) c = grad_reduction_cause(s, options_);
+  else if (rule == Rule::constant_factor && !p.why.detail.empty())
+    c = Cause{rule,
+              std::string(kind_name(p.kind)) + " " + p.name +
+                  (p.mb ? " mb " + std::to_string(*p.mb) : "") + ": " + p.why.detail,
+              {{"step", step}, {"kind", std::string(kind_name(p.kind))}, {"name", p.name}}};
   else if (rule == Rule::constant_factor) c = constant_factor_cause(step, p);
   else if (rule == Rule::init) c = init_cause(step, first_step, pairs, p);
   else if (rule == Rule::optimizer && p.why.roots == 0)
     c = optimizer_cause(step, previous_step_, pairs, p);
   if (c && c->rule == rule) return *c;
+  if (rule == Rule::wrong_reduction && samples_.any_aside())
+    return Cause{rule,
+                 "grad " + p.name + " at step " + std::to_string(step) +
+                     " differs by relative norm " + log_format::format_double(p.rel_diff) +
+                     ", beyond the summation order of its pieces, while the two runs group the "
+                     "step's samples into other microbatches (REGROUPED MICROBATCHES): a loss "
+                     "normalized per microbatch (each microbatch's token mean, divided by the "
+                     "accumulation count) weighs the samples otherwise when the microbatches hold "
+                     "different numbers of tokens; normalized by the step's tokens, the groupings "
+                     "agree",
+                 {{"step", step}, {"kind", std::string("grad")}, {"name", p.name}}};
   return explainer_.cause_of(step, p);
 }
 
@@ -431,6 +458,9 @@ void Aligner::note_first_nonfinite(std::int64_t step, const std::vector<Pair>& p
 }
 
 void Aligner::finish() {
+  if (!result_.ops.trace_hint && !result_.first_unexplained && cannot_tell_hint_ &&
+      !cannot_tell_hint_->empty())
+    result_.ops.trace_hint = cannot_tell_hint_;
   note_one_sided_kinds();
   note_one_sided_names();
   order_causes();

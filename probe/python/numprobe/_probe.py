@@ -39,6 +39,7 @@ class Probe:
         self._c = _C.Probe(run_dir=None if run_dir is None else str(run_dir), **options)
         self._params = {}  # name -> _Watched, in watch order
         self._optimizers = []
+        self._with_hyperparameters = set()  # id() of the optimizers whose settings are recorded
         self._handles = []  # module hooks (scopes)
         # id(module) -> whether it runs compiled code, found once a step: a walk of every
         # submodule per microbatch costs ~1 us a module once torch._dynamo is loaded.
@@ -73,6 +74,7 @@ class Probe:
         for handle in self._handles:
             handle.remove()
         self._params, self._optimizers, self._handles = {}, [], []
+        self._with_hyperparameters = set()
         self._scoped_modules = weakref.WeakSet()  # watch() again scopes them again
         if self._node_records:
             self._node_records = False
@@ -115,15 +117,21 @@ class Probe:
         if self._c.enabled:
             self._watch(name, parameter, hook=True)
 
-    def watch_optimizer(self, optimizer):
+    def watch_optimizer(self, optimizer, hyperparameters=False):
         """Records, at every end_step(), the state of ``optimizer`` (any torch.optim optimizer)
         for each watched parameter it holds: each state tensor as ``<param>.<state>``
-        (exp_avg, exp_avg_sq, momentum_buffer, ...) and its update count as ``<param>.step``.
-        Call optimizer.step() before end_step()."""
+        (exp_avg, exp_avg_sq, momentum_buffer, ...), its update count as ``<param>.step`` and its
+        group's learning rate as ``<param>.lr``. With ``hyperparameters``, every other setting its
+        group holds too (``<param>.weight_decay``, ``<param>.betas.0``, ``<param>.eps``,
+        ``<param>.momentum``, ...; numbers and flags, not the implementation switches such as
+        ``foreach``), so that a setting one run applies to other parameters than the other is told
+        at its record. Call optimizer.step() before end_step()."""
         if not (hasattr(optimizer, "state") and hasattr(optimizer, "param_groups")):
             raise TypeError(f"numprobe: watch_optimizer() takes a torch.optim optimizer, not {type(optimizer).__name__}")
         if self._c.enabled and all(o is not optimizer for o in self._optimizers):
             self._optimizers.append(optimizer)
+        if self._c.enabled and hyperparameters:
+            self._with_hyperparameters.add(id(optimizer))
 
     def begin_step(self, step):
         """Names the step (>= 0, and only forward: ValueError otherwise) and records every
@@ -305,13 +313,18 @@ class Probe:
 
     def _record_optimizer_state(self):
         # In parameter order, as the C++ probe: the state map's own order differs between runs.
-        rates = [_learning_rates(o) for o in self._optimizers]
+        groups = [_groups_by_parameter(o) for o in self._optimizers]
         for w in self._params.values():
-            for optimizer, lr in zip(self._optimizers, rates):
+            for optimizer, by_parameter in zip(self._optimizers, groups):
                 state = optimizer.state.get(w.parameter)
                 if state:
                     self._record_state(w.name, state)
-                self._record_lr(w.name, lr.get(id(w.parameter)))
+                group = by_parameter.get(id(w.parameter))
+                if group is None:
+                    continue
+                self._record_lr(w.name, group.get("lr"))
+                if id(optimizer) in self._with_hyperparameters:
+                    self._record_hyperparameters(w.name, group)
 
     def _record_state(self, name, state):
         for key, value in state.items():
@@ -329,6 +342,10 @@ class Probe:
             self._c.record_scalar(Kind.optim, f"{name}.lr", local_piece(rate)[0].reshape(-1)[0].detach())
         elif isinstance(rate, (int, float)):
             self._c.record_scalar(Kind.optim, f"{name}.lr", float(rate))
+
+    def _record_hyperparameters(self, name, group):
+        for key, value in _hyperparameters(group):
+            self._c.record_scalar(Kind.optim, f"{name}.{key}", value)
 
     # --- hooks ---------------------------------------------------------------------------
 
@@ -486,9 +503,29 @@ def _compiled(module):
                for m in module.modules())
 
 
-def _learning_rates(optimizer):
-    """id(parameter) -> its group's learning rate, for every group that has one."""
-    return {id(p): g["lr"] for g in optimizer.param_groups if "lr" in g for p in g["params"]}
+def _groups_by_parameter(optimizer):
+    """id(parameter) -> the param group that holds it."""
+    return {id(p): g for g in optimizer.param_groups for p in g["params"]}
+
+
+# Settings of how an optimizer computes, not of what: the same update either way.
+_IMPLEMENTATION_SWITCHES = frozenset(("params", "lr", "foreach", "fused", "capturable", "differentiable"))
+
+
+def _hyperparameters(group):
+    """(key, number) for every setting a param group holds but lr (recorded as ``.lr``): numbers,
+    flags as 0/1, tuples of numbers by position (``betas.0``), one-element tensors; in key order."""
+    out = []
+    for key in sorted(k for k in group if k not in _IMPLEMENTATION_SWITCHES and isinstance(k, str)):
+        value = group[key]
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        for i, v in enumerate(values):
+            label = key if len(values) == 1 and not isinstance(value, (tuple, list)) else f"{key}.{i}"
+            if isinstance(v, torch.Tensor) and v.numel() == 1 and not is_dtensor(v):
+                out.append((label, v.detach().reshape(())))
+            elif isinstance(v, (bool, int, float)):
+                out.append((label, float(v)))
+    return out
 
 
 def _scope_hooks(ref, path):

@@ -283,6 +283,12 @@ using PartialReport = SetAsideReport;
 // (one expert-parallel dispatch), base microbatch 0 alone".
 using CoveredReport = SetAsideReport;
 
+// Pairs of microbatches the two runs fill with other groups of the same samples (gradient
+// accumulation 1 x 8 against 4 x 2; docs/diff-logs.md, "Microbatches matched by their samples"):
+// "step 0 mb_grad w: base microbatch 0 and test microbatches 0,1,2,3 hold the same 8 samples,
+// grouped otherwise".
+using RegroupedReport = SetAsideReport;
+
 // What the noise explanations cover: how many divergent pairs, how large, by kind and rule.
 struct NoiseSummary {
   struct Figures {
@@ -333,8 +339,9 @@ struct Result {
   std::shared_ptr<const ReplayVerdict> replay;
   std::optional<std::string> replay_command;
   std::string replay_note;
-  PartialReport partial;  // partial sums set aside
-  CoveredReport covered;  // records covering other microbatches than the other run's, set aside
+  PartialReport partial;      // partial sums set aside
+  CoveredReport covered;      // records covering other microbatches than the other run's, set aside
+  RegroupedReport regrouped;  // records of microbatches the runs group otherwise, set aside
   IssueLog base_issues, test_issues;
   std::int64_t records_compared = 0;
   std::optional<std::int64_t> truncated_at;  // comparison stopped here (a killed rank)

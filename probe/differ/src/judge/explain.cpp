@@ -525,6 +525,19 @@ Explanation Explainer::explain_optim(const Pair& p) const {
 
 Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step) {
   // Bug classes a pair shows by itself, whatever it depends on.
+  // A compiled forward returns an output the loss is computed beside (inside the graph), where no
+  // gradient reaches the returned tensor; run eagerly, the loss is computed from it. Which
+  // tensors the gradient passes through is the compiler's: the step's mb_grads and grads decide.
+  if (p.pair_class == PairClass::none_one_side && p.kind == Kind::output_grad && !same_code_)
+    return Explanation{false,
+                       Rule::cannot_tell,
+                       0,
+                       0,
+                       0,
+                       "the output's gradient is none in one run only, and one run ran the step "
+                       "compiled: compiled code computes the loss inside its graph, beside the "
+                       "output it returns, where no gradient arrives; the step's mb_grad and grad "
+                       "records, compared as usual, tell whether the gradients agree"};
   if (p.pair_class == PairClass::none_one_side)
     return bug(p.kind == Kind::grad ? Rule::none_gradient : Rule::none);
   if (p.pair_class == PairClass::only_base || p.pair_class == PairClass::only_test)
@@ -540,6 +553,9 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
   if (p.kind == Kind::rng) return bug(Rule::rng);
   if (p.kind == Kind::input) return bug(Rule::data);
   if (elements_moved(p)) return explain_moved(p, step, first_step);
+  if (microbatch_factor_.in_differing_step(p))
+    return Explanation{
+        true, Rule::constant_factor, 0, 0, 0, microbatch_factor_.differing_words(step)};
   if (constant_factor(p)) return bug(Rule::constant_factor);
   if (auto change = one_sided_ops_.change(p)) return different_ops(p, *change);
   Explanation why = explain_by_dependencies(p, step, first_step);
@@ -559,6 +575,22 @@ Explanation Explainer::explain(const Pair& p, std::int64_t step, bool first_step
         "order-independent hash (format 8's mhash) cannot tell moved elements from "
         "values changed below what the figures resolve";
   }
+  return why;
+}
+
+Explanation Explainer::explain_scaled(Pair& p, std::int64_t step, bool first_step) {
+  const Pair divided = microbatch_factor_.divided(p);
+  p.rel_diff = divided.rel_diff;
+  const std::string words = microbatch_factor_.words(step);
+  // Every figure the other run's times the factor, bit for bit: the convention and nothing else.
+  if (figures_hide_the_difference(divided))
+    return Explanation{false, Rule::convention, 0, 0, 0, words};
+  Explanation why = explain(divided, step, first_step);
+  if (why.bug || !why.rule) return why;
+  const std::string inner(rule_name(*why.rule));
+  why.detail =
+      words + "; divided by it: " + inner + (why.detail.empty() ? "" : " (" + why.detail + ")");
+  if (why.rule != Rule::cannot_tell) why.rule = Rule::convention;
   return why;
 }
 
@@ -712,6 +744,7 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
   same_code_ = same_code;
   index_mb_grads(pairs);
   gradient_scales_.start_step(pairs);
+  microbatch_factor_.start_step(pairs);
   find_step_grad_scale(pairs);
   one_sided_ops_.start_step(pairs);
   // Optimizer state is updated from the step's gradients: explained once they are.
@@ -722,15 +755,13 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
       // divergence.
       const bool one_sided_op = p.kind == Kind::op && !(p.base.present && p.test.present);
       if (is_divergence(p.pair_class) && !p.set_aside && !one_sided_op) {
-        p.why = explain(p, step, first_step);
-        if (!p.why.bug && p.why.rule == Rule::inherited && p.why.roots > 0)
-          step_amplification_ = std::max(step_amplification_, p.rel_diff / p.why.roots);
-        step_so_far_.add(p);
-        if (p.kind == Kind::param) step_params_.add(as_root_of_its_step(p));
-        if (p.kind == Kind::param || p.kind == Kind::grad) this_step_by_param_[p.name].add(p);
-        if (p.kind == Kind::mb_grad)
-          if (auto it = mb_grads_.find(p.name); it != mb_grads_.end()) it->second.diverging.add(p);
-        if (p.mb) by_mb_[*p.mb].add(p);
+        const bool scaled = microbatch_factor_.scales(p);
+        p.why = scaled ? explain_scaled(p, step, first_step) : explain(p, step, first_step);
+        // Exactly the convention's factor times the other run's: equal for what depends on it.
+        const bool as_equal = scaled && p.why.rule == Rule::convention && p.why.ceiling == 0;
+        // A generator's state is no value a record computes from: what drew from it shows in
+        // the records that drew (settle_rng).
+        if (!as_equal && p.kind != Kind::rng) note_divergence(p);
       }
       // A partial sum is a noise root of what comes after it: the other run may add its summands
       // in another order (three or more: a ring all-reduce against a reduce-scatter), and even
@@ -741,7 +772,46 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
       if (pass == 0) one_sided_ops_.note_paired(p);
     }
   }
+  settle_rng(pairs);
   carry_to_next_step(step, pairs);
+}
+
+// An RNG state that differs is a cause only where something drew from it: a record of its
+// microbatch that differs beyond what the rules explain (a dropout mask drawn otherwise changes
+// the output while the inputs agree). Where every record of its microbatch is equal or noise,
+// nothing drew from the generator there, or what drew changed nothing recorded (a trainer that
+// reseeds or draws a sampler's seed before the first forward, a model without dropout): a note.
+void Explainer::settle_rng(std::vector<Pair>& pairs) const {
+  std::unordered_set<std::int64_t> drew;  // microbatches with a bug among their other records
+  bool any_rng = false;
+  for (const auto& p : pairs) {
+    if (p.kind == Kind::rng) any_rng = any_rng || (p.why.rule == Rule::rng);
+    else if (p.mb && is_divergence(p.pair_class) && !p.set_aside && p.why.bug) drew.insert(*p.mb);
+  }
+  if (!any_rng) return;
+  for (auto& p : pairs)
+    if (p.kind == Kind::rng && p.why.rule == Rule::rng && p.mb && !drew.count(*p.mb))
+      p.why = Explanation{false,
+                          Rule::rng_unused,
+                          0,
+                          0,
+                          0,
+                          "the generator's state differs, and every record of microbatch " +
+                              std::to_string(*p.mb) +
+                              " is equal or noise: nothing drew from it there, or what drew "
+                              "changed nothing recorded"};
+}
+
+// What the records after a divergent pair read of it.
+void Explainer::note_divergence(const Pair& p) {
+  if (!p.why.bug && p.why.rule == Rule::inherited && p.why.roots > 0)
+    step_amplification_ = std::max(step_amplification_, p.rel_diff / p.why.roots);
+  step_so_far_.add(p);
+  if (p.kind == Kind::param) step_params_.add(as_root_of_its_step(p));
+  if (p.kind == Kind::param || p.kind == Kind::grad) this_step_by_param_[p.name].add(p);
+  if (p.kind == Kind::mb_grad)
+    if (auto it = mb_grads_.find(p.name); it != mb_grads_.end()) it->second.diverging.add(p);
+  if (p.mb) by_mb_[*p.mb].add(p);
 }
 
 void Explainer::carry_to_next_step(std::int64_t step, const std::vector<Pair>& pairs) {

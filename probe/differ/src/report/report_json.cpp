@@ -277,6 +277,7 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
   j["partial_records"] = set_aside_json(r.partial);
   // Pairs whose sides cover other microbatches (expert parallelism against another grouping).
   j["covered_records"] = set_aside_json(r.covered);
+  j["regrouped_records"] = set_aside_json(r.regrouped);
   j["names_only_base"] = r.names_only_base;
   j["names_only_test"] = r.names_only_test;
   j["kinds_only_base"] = kinds_json(r.kinds_only_base);

@@ -633,6 +633,10 @@ void print_text(const Result& r, std::ostream& out, const TextOptions& opt) {
                   "expert-parallel dispatch "
                   "over several microbatches)",
                   out, paint);
+  print_set_aside(r.regrouped, "REGROUPED MICROBATCHES", " record is", " records are",
+                  " of microbatches the runs fill with other groups of the same samples (another "
+                  "accumulation count or batch size, another sampler): the step's records judge it",
+                  out, paint);
   print_issues(r, out, paint);
   print_summary(r, out, paint);
   print_one_sided_names(r, out, paint);

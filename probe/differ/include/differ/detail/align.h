@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "differ/detail/merge/covers.h"
+#include "differ/detail/pair/sample_match.h"
 #include "differ/detail/judge/op_align.h"
 #include "differ/options.h"
 #include "differ/result.h"
@@ -75,6 +76,9 @@ class Aligner {
   std::optional<StepDigest> previous_step_;
   OpAnalysis op_analysis_;       // op records: root cause, set-aside ops, trace hint
   CoveredMicrobatches covered_;  // the step's records covering several microbatches, per run
+  SampleMatch samples_;          // microbatches matched by their samples
+  // The trace setting of the first cannot_tell pair ("" where ops cannot locate it), once seen.
+  std::optional<std::string> cannot_tell_hint_;
   Explainer explainer_;
 };
 

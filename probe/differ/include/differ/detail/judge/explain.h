@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "differ/detail/figures.h"
+#include "differ/detail/judge/microbatch_factor.h"
 #include "differ/detail/judge/one_sided_ops.h"
 #include "differ/detail/judge/rounding_floor.h"
 #include "differ/options.h"
@@ -98,6 +99,10 @@ class Explainer {
   void index_mb_grads(const std::vector<Pair>& pairs);
   static void add_covered_pieces(const Pair& p, MbGrads& mb);
   Explanation explain(const Pair& p, std::int64_t step, bool first_step);
+  // A backward record of a step whose microbatches the trainer's loss convention scales
+  // (MicrobatchFactor): judged divided by the factor; its relative difference becomes that of the
+  // divided record.
+  Explanation explain_scaled(Pair& p, std::int64_t step, bool first_step);
   // The rules that read what the pair depends on, by its kind.
   Explanation explain_by_dependencies(const Pair& p, std::int64_t step, bool first_step);
   // A pair whose elements moved (elements_moved()): a bug unless noise in what it depends on
@@ -121,6 +126,9 @@ class Explainer {
   Explanation beyond_the_network_bound(const Pair& p, double bound, double roots) const;
   Explanation from_update(const Pair& p, const Upstream& up) const;
   Upstream carried() const;  // what the step's computation starts from
+  void note_divergence(const Pair& p);
+  // RNG pairs of microbatches whose other records are equal or noise: rng_unused, not a bug.
+  void settle_rng(std::vector<Pair>& pairs) const;
   void carry_to_next_step(std::int64_t step, const std::vector<Pair>& pairs);
   // A pair with a partial sum: a noise root of what comes after it in its microbatch (and in
   // the step).
@@ -136,7 +144,8 @@ class Explainer {
   bool layouts_alike_ = true;  // the same ranks hold the same pieces of every record
   bool same_code_ = true;      // and both runs ran the step compiled, or both eager
   OneSidedOps one_sided_ops_;  // the step's ops of one run only, and the op outputs seen so far
-  GradientScales gradient_scales_;  // the largest gradient of each microbatch and of the step
+  GradientScales gradient_scales_;      // the largest gradient of each microbatch and of the step
+  MicrobatchFactor microbatch_factor_;  // the step's loss convention, if any
   std::unordered_map<std::int64_t, Upstream> by_mb_;   // per microbatch, its records so far
   Upstream step_so_far_;                               // every record of the step so far
   std::unordered_map<std::string, MbGrads> mb_grads_;  // per parameter, when a grad differs

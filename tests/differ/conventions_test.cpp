@@ -1,0 +1,166 @@
+// Runs of trainers as they ship (docs/diff-logs.md, "Conventions" and "Microbatches matched by
+// their samples"): microbatches paired by the samples they hold, not by their ids; microbatches the
+// runs fill with other groups of the same samples set aside; every microbatch's backward scaled by
+// one factor that the step's reduction undoes read as the trainer's convention, and factors that
+// differ between microbatches as the bug they are.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "differ/report.h"
+#include "differ_test_util.h"
+
+using namespace differ_test;
+using namespace probe::differ;
+
+namespace {
+
+// A sample record: row `row` of microbatch `mb`, the hash standing for its bytes.
+Record sample(std::int64_t mb, int row, std::uint64_t hash) {
+  Record r = tensor(0, Kind::input,
+                    row == 0 ? "numprobe.sample" : "numprobe.sample#" + std::to_string(row), hash,
+                    1.0, mb);
+  r.stats.dtype = "uint8";
+  r.stats.shape = {16};
+  return r;
+}
+
+// `r` times f by every figure, with another hash.
+Record times(Record r, double f) {
+  r.stats.hash += 1000;
+  r.stats.norm *= std::fabs(f);
+  const double lo = r.stats.min * f, hi = r.stats.max * f;
+  r.stats.min = std::min(lo, hi);
+  r.stats.max = std::max(lo, hi);
+  r.stats.mean *= f;
+  r.stats.mhash = *r.stats.mhash + 1;
+  return r;
+}
+
+// The gradient of a loss output: one element, its value `v` (1 where nothing scales the loss).
+Record loss_grad(std::int64_t mb, double v) {
+  Record r = tensor(0, Kind::output_grad, "loss", 60, v, mb);
+  r.stats.shape = {};
+  r.stats.min = r.stats.max = r.stats.mean = v;
+  r.stats.hash = 60 + static_cast<std::uint64_t>(v * 8);
+  return r;
+}
+
+// One microbatch as a trainer attached by numprobe.attach records it: its samples, its input, its
+// loss and the loss's gradient times `factor`, one parameter's contribution times `factor`.
+std::vector<Record> microbatch(std::int64_t mb, const std::vector<std::uint64_t>& samples,
+                               double factor = 1) {
+  std::vector<Record> r;
+  std::uint64_t content = 0;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    r.push_back(sample(mb, static_cast<int>(i), samples[i]));
+    content = content * 31 + samples[i];
+  }
+  r.push_back(tensor(0, Kind::input, "input_ids", 100 + content, 3.0, mb));
+  Record loss = tensor(0, Kind::output, "loss", 200 + content, 2.5, mb);
+  loss.stats.shape = {};
+  loss.stats.min = loss.stats.max = loss.stats.mean = 2.5;
+  r.push_back(loss);
+  r.push_back(loss_grad(mb, factor));
+  const Record g = tensor(0, Kind::mb_grad, "w", 300 + content,
+                          1.0 + 0.25 * static_cast<double>(samples.size()), mb);
+  r.push_back(factor == 1 ? g : times(g, factor));
+  return r;
+}
+
+std::vector<Record> joined(std::vector<std::vector<Record>> parts) {
+  std::vector<Record> all;
+  for (auto& p : parts) all.insert(all.end(), p.begin(), p.end());
+  return all;
+}
+
+Record grad(std::uint64_t hash, double norm) { return tensor(0, Kind::grad, "w", hash, norm); }
+
+std::int64_t rule_count(const Result& r, Rule rule) {
+  const auto it = r.noise.by_rule.find(rule);
+  return it == r.noise.by_rule.end() ? 0 : it->second;
+}
+
+}  // namespace
+
+TEST(SampleMatch, MicrobatchesOfOtherIdsHoldingTheSameSamplesArePairedByThem) {
+  const auto dir = fresh_dir("samples_renamed");
+  // One process: microbatch 0 holds samples 1,2, microbatch 1 samples 3,4. Two ranks: rank 0's
+  // microbatch (id 0) holds 3,4 and rank 1's (id 1) holds 1,2: a sampler that deals otherwise.
+  write_run(dir / "a", {joined({microbatch(0, {1, 2}), microbatch(1, {3, 4}), {grad(30, 2.0)}})});
+  write_run(dir / "b", {joined({microbatch(0, {3, 4}), {grad(30, 2.0)}}),
+                        joined({microbatch(1, {1, 2}), {grad(30, 2.0)}})});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 0) << text_of(r);
+  EXPECT_EQ(count(r, Kind::mb_grad, PairClass::equal), 2);
+  EXPECT_EQ(r.regrouped.pairs, 0);
+}
+
+TEST(SampleMatch, MicrobatchesGroupedOtherwiseAreSetAsideAndTheStepJudges) {
+  const auto dir = fresh_dir("samples_regrouped");
+  // Gradient accumulation 1 x 4 against 2 x 2: the same four samples, grouped otherwise; the
+  // grad within the summation order of its pieces.
+  write_run(dir / "a", {joined({microbatch(0, {1, 2, 3, 4}), {grad(30, 2.0)}})});
+  write_run(dir / "b",
+            {joined({microbatch(0, {1, 2}), microbatch(1, {3, 4}), {grad(31, 2.0 * (1 + 1e-8))}})});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 4) << text_of(r);
+  EXPECT_FALSE(r.first_unexplained) << text_of(r);
+  EXPECT_GT(r.regrouped.pairs, 0);
+  EXPECT_TRUE(says(text_of(r),
+                   "base microbatch 0 and test microbatches 0,1 hold the same 4 samples, "
+                   "grouped otherwise"))
+      << text_of(r);
+  const auto j = nlohmann::json::parse(to_json(r, DiffOptions{}));
+  EXPECT_EQ(j["regrouped_records"]["pairs"], r.regrouped.pairs);
+}
+
+TEST(SampleMatch, SamplesThatDifferAreTheData) {
+  const auto dir = fresh_dir("samples_differ");
+  write_run(dir / "a", {joined({microbatch(0, {1, 2}), microbatch(1, {3, 4}), {grad(30, 2.0)}})});
+  write_run(dir / "b", {joined({microbatch(0, {1, 2}), microbatch(1, {3, 5}), {grad(31, 2.1)}})});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 1);
+  ASSERT_TRUE(r.first_unexplained) << text_of(r);
+  EXPECT_EQ(*r.first_unexplained->why.rule, Rule::data) << text_of(r);
+}
+
+TEST(Convention, EveryMicrobatchScaledByOneFactorTheStepUndoesIsTheTrainersConvention) {
+  const auto dir = fresh_dir("convention_ddp");
+  // The Trainer under DDP over 2 ranks: each rank's loss times 2, DDP averages: every backward
+  // record of every microbatch twice the single process's, the step's grad the same.
+  write_run(dir / "a", {joined({microbatch(0, {1, 2}), microbatch(1, {3, 4}), {grad(30, 2.0)}})});
+  write_run(dir / "b", {joined({microbatch(0, {1, 2}, 2.0), {grad(30, 2.0)}}),
+                        joined({microbatch(1, {3, 4}, 2.0), {grad(30, 2.0)}})});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 4) << text_of(r);
+  EXPECT_FALSE(r.first_unexplained) << text_of(r);
+  EXPECT_EQ(rule_count(r, Rule::convention), 4) << text_of(r);
+  EXPECT_TRUE(says(text_of(r), "is the base run's times 2 (test = 2 x base")) << text_of(r);
+}
+
+TEST(Convention, FactorsThatDifferBetweenMicrobatchesAreABug) {
+  const auto dir = fresh_dir("convention_differs");
+  // One rank's loss not scaled as the other's: microbatch 0 twice the single process's,
+  // microbatch 1 equal; the step's grad no longer agrees.
+  write_run(dir / "a", {joined({microbatch(0, {1, 2}), microbatch(1, {3, 4}), {grad(30, 2.0)}})});
+  write_run(dir / "b", {joined({microbatch(0, {1, 2}, 2.0), {grad(31, 1.5)}}),
+                        joined({microbatch(1, {3, 4}, 1.0), {grad(31, 1.5)}})});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 1) << text_of(r);
+  ASSERT_TRUE(r.first_unexplained) << text_of(r);
+  EXPECT_EQ(*r.first_unexplained->why.rule, Rule::constant_factor) << text_of(r);
+  EXPECT_EQ(rule_count(r, Rule::convention), 0);
+}
+
+TEST(Convention, AStepThatDoesNotAgreeUnderTheConventionIsABug) {
+  const auto dir = fresh_dir("convention_step_differs");
+  // Every microbatch twice the single process's, but the grad is not averaged back: 2x.
+  write_run(dir / "a", {joined({microbatch(0, {1, 2}), microbatch(1, {3, 4}), {grad(30, 2.0)}})});
+  write_run(dir / "b", {joined({microbatch(0, {1, 2}, 2.0), {times(grad(30, 2.0), 2.0)}}),
+                        joined({microbatch(1, {3, 4}, 2.0), {times(grad(30, 2.0), 2.0)}})});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 1) << text_of(r);
+  ASSERT_TRUE(r.first_unexplained) << text_of(r);
+  EXPECT_EQ(r.first_unexplained->kind, Kind::grad) << text_of(r);
+}
