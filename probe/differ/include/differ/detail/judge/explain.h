@@ -124,9 +124,12 @@ class Explainer {
   // cannot_tell of a pair beyond the network's bound but within it.
   double measured_bound(double roots) const;
   Explanation beyond_the_network_bound(const Pair& p, double bound, double roots) const;
-  Explanation from_update(const Pair& p, const Upstream& up) const;
+  // `amplification`: what the update may multiply its inputs' relative differences by, at least
+  // --update-amplification.
+  Explanation from_update(const Pair& p, const Upstream& up, double amplification = 0) const;
   Upstream carried() const;  // what the step's computation starts from
   void note_divergence(const Pair& p);
+  void note_square_amplification(const Pair& grad);
   // RNG pairs of microbatches whose other records are equal or noise: rng_unused, not a bug.
   void settle_rng(std::vector<Pair>& pairs) const;
   void carry_to_next_step(std::int64_t step, const std::vector<Pair>& pairs);
@@ -150,6 +153,9 @@ class Explainer {
   Upstream step_so_far_;                               // every record of the step so far
   std::unordered_map<std::string, MbGrads> mb_grads_;  // per parameter, when a grad differs
   std::unordered_map<std::string, Upstream> this_step_by_param_;  // grad/param divergence
+  // Per parameter, what squaring its gradient element-wise may multiply the gradient's relative
+  // difference by (explain_optim).
+  std::unordered_map<std::string, double> square_amplification_;
   double step_grad_scale_ = 1;        // the factor every grad of the step differs by (1: none)
   double step_grad_scale_bound_ = 0;  // how far a total norm's rounding may move it from 1
   // The steps before.
