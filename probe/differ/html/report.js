@@ -376,6 +376,11 @@
     }
     var replay = replayBlock();
     if (replay) s.appendChild(replay);
+    // What the figures cannot decide comes with the next step that can: the trace setting.
+    var hint = R.op_trace && R.op_trace.trace_hint;
+    if (hint && fd && !u && !strict)
+      s.appendChild(el('p', {id: 'headline-next-step', text: "To tell, re-run both with PROBE_TRACE='" + hint +
+        "' and compare again: the op records name the op where the runs part."}));
     var noise = el('div', {id: 'noise-summary', 'data-pairs': String(R.noise.pairs),
                            'data-bug-pairs': String(R.noise.bug_pairs)}, [
       el('h3', {text: 'Noise'}), el('p', {text: noiseWords()})]);

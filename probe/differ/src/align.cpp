@@ -329,6 +329,8 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
   if (base && test) {
     samples_.match(*base, *test);  // first: op records are aligned within their microbatches
     match_ops(*base, *test);
+  } else {
+    samples_.clear();
   }
   pair_up(step, base, test);
   std::vector<Pair>& pairs = pairs_;

@@ -7,6 +7,7 @@ and each microbatch's samples from the rows of its inputs, so that the differ pa
 by the samples they hold instead of by ids a user computes (docs/python.md, "Attach")."""
 import dataclasses
 import inspect
+import warnings
 import weakref
 from collections.abc import Mapping
 
@@ -58,7 +59,6 @@ class Attachment:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"numprobe.attach() takes a torch.nn.Module, not {type(model).__name__}")
         self.probe = Probe(**options)
-        self._model = model
         self._optimizers = [_torch_optimizer(o) for o in _as_list(optimizer)]
         self._next_step = _index(step, "attach", "step")
         self._in_step = False
@@ -68,6 +68,7 @@ class Attachment:
         self._held_microbatch = None  # the microbatch whose outputs come next
         self._held = False          # an integration holds the microbatch open (hold_microbatch)
         self._forward_stack = []    # per running call of the root module: whether it counts
+        self._samples_warned = False
         self._backward_open = None  # the microbatch whose backward region is open
         self._signatures = {}
         self._handles = []
@@ -148,6 +149,7 @@ class Attachment:
     def _end_step(self):
         self._close_held()
         self._close_backward()
+        self._forward_stack.clear()  # a forward interrupted before its post-hook ran
         self.probe.end_step()
         self._in_step = False
 
@@ -287,15 +289,23 @@ class Attachment:
         """One record per sample: row i of every input whose first dimension is the batch's."""
         if not self.probe._c.records(Kind.input):
             return
-        batch = [t for _, t in named if t.dim() >= 1 and not is_dtensor(t)]
-        if not batch:
+        batch = [t for _, t in named if t.dim() >= 1 and t.layout == torch.strided and not is_dtensor(t)
+                 and not t.is_quantized]
+        if not batch or batch[0].shape[0] == 0:
             return
-        rows = batch[0].shape[0]
-        if rows == 0:
+        rows, device = batch[0].shape[0], batch[0].device
+        # Flattened to one row of bytes per sample (a view as uint8 of each contiguous row), of
+        # the inputs on the first one's device that share its first dimension.
+        pieces = [t.detach().reshape(rows, -1).contiguous() for t in batch
+                  if t.shape[0] == rows and t.device == device and t[0].numel() > 0]
+        try:
+            as_bytes = torch.cat([p.view(torch.uint8) for p in pieces], dim=1)
+        except (RuntimeError, TypeError) as e:  # a dtype with no byte view: no samples, training goes on
+            if not self._samples_warned:
+                self._samples_warned = True
+                warnings.warn(f"numprobe: the inputs' rows cannot be read as bytes ({e}); microbatches are "
+                              "not matched by their samples")
             return
-        # Flattened to one row of bytes per sample (a view as uint8 of each contiguous row).
-        pieces = [t.detach().reshape(rows, -1).contiguous() for t in batch if t.shape[0] == rows]
-        as_bytes = torch.cat([p.view(torch.uint8) for p in pieces], dim=1)
         for i in range(rows):
             self.probe._c.record(Kind.input, SAMPLE_RECORD, microbatch, as_bytes[i], None, None)
 

@@ -30,8 +30,8 @@ bool tensors(const Pair& p) {
 // one ratio by every figure; nullopt for zero tensors (any factor) and any other difference.
 std::optional<double> ratio_of(const Pair& p) {
   const TensorStats &b = p.base.merged.record.stats, &t = p.test.merged.record.stats;
-  if (!(b.norm > 0) || !std::isfinite(b.norm) || b.nan > 0 || b.inf > 0) return std::nullopt;
   if (p.pair_class == PairClass::equal) return 1.0;
+  if (!(b.norm > 0) || !std::isfinite(b.norm) || b.nan > 0 || b.inf > 0) return std::nullopt;
   if (p.pair_class != PairClass::different || b.shape != t.shape || b.dtype != t.dtype)
     return std::nullopt;
   if (b.numel() == 1) {
@@ -50,6 +50,7 @@ bool same_factor(double a, double b, double tol) {
 void MicrobatchFactor::start_step(const std::vector<Pair>& pairs) {
   factor_.reset();
   differing_.clear();
+  dtype_.clear();
   // Per microbatch: its output gradients' ratio where one has one, else its first mb_grad's.
   struct Evidence {
     std::optional<double> from_outputs, from_grads;

@@ -93,11 +93,15 @@ void rename_microbatches(std::vector<Merged>& records,
 
 }  // namespace
 
-void SampleMatch::match(std::vector<Merged>& base, std::vector<Merged>& test) {
+void SampleMatch::clear() {
   for (int run = 0; run < 2; ++run) {
     aside_[run].clear();
     words_[run].clear();
   }
+}
+
+void SampleMatch::match(std::vector<Merged>& base, std::vector<Merged>& test) {
+  clear();
   const auto in_base = samples_of(base), in_test = samples_of(test);
   if (in_base.empty() || in_test.empty()) return;
   // The same samples in the same order: the same microbatch.

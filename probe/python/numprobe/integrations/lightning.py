@@ -5,9 +5,9 @@
 ``NumprobeCallback(**options)`` takes ``numprobe.attach``'s options; those not passed come from
 the ``PROBE_*`` environment (``PROBE_DIR``: the run directory) and the trainer's own rank and world
 size. Lightning hands each batch to ``training_step``, which need not call the module's forward:
-each training batch is one microbatch (its tensors named by the batch's keys or positions), the
-module's forwards inside it record their outputs under it, and the loss Lightning passes to
-``backward`` opens its backward region. A step ends when the optimizer has stepped (before
+each training batch is one microbatch (its tensors named by the batch's keys or positions), and
+the loss Lightning passes to ``backward`` opens its backward region; the module's own outputs are
+not recorded (whether a call of the LightningModule runs its hooks depends on the strategy). A step ends when the optimizer has stepped (before
 Lightning's ``zero_grad``); under ``accumulate_grad_batches`` the microbatches between are one
 step. Lightning divides each loss by its accumulation count: the differ reads that as the
 trainer's convention (docs/diff-logs.md, "Conventions")."""
@@ -32,7 +32,10 @@ class NumprobeCallback(Callback):
         options = dict(self.options)
         options.setdefault("rank", trainer.global_rank)
         options.setdefault("world_size", trainer.world_size)
-        self.attachment = Attachment(pl_module, list(trainer.optimizers), step=trainer.global_step, **options)
+        # No forward hooks: whether a call of the LightningModule runs its hooks depends on the
+        # strategy (DDP's wrapper calls training_step itself), and the batch is each microbatch.
+        self.attachment = Attachment(pl_module, list(trainer.optimizers), step=trainer.global_step,
+                                     forward_hooks=False, **options)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self.attachment is not None:

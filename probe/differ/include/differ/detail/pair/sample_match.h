@@ -30,6 +30,8 @@ class SampleMatch {
   // and notes the microbatches whose samples the runs group otherwise. Records without samples
   // (either run) are left as they are.
   void match(std::vector<Merged>& base, std::vector<Merged>& test);
+  // A step one run lacks: nothing to match, nothing set aside.
+  void clear();
 
   // Whether the pair is a record of a microbatch the runs fill with other groups of the same
   // samples: counted in `report`, neither compared nor a divergence.
