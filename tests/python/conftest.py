@@ -26,6 +26,22 @@ def run(args, **kwargs):
     return done
 
 
+def diff_logs(base, test):
+    """(exit code, the JSON report) of diff_logs BASE TEST: the build's, else the installed one."""
+    import json
+    import shutil
+    exe = shutil.which("diff_logs", path=str(ROOT / "build" / "bin")) or shutil.which("diff_logs")
+    done = subprocess.run([exe, str(base), str(test), "--json", "-"], capture_output=True, text=True)
+    assert done.returncode in (0, 1, 4), done.stdout + done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def headline(report):
+    """The first unexplained divergence as "kind name [mb N]", or None."""
+    p = report.get("first_unexplained_divergence")
+    return None if p is None else f"{p['kind']} {p['name']}" + (f" mb {p['mb']}" if p.get("mb") is not None else "")
+
+
 @pytest.fixture
 def root():
     return ROOT

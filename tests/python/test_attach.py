@@ -2,7 +2,6 @@
 no change to the loop; records named by the forward's fields; samples recorded; every optimizer
 setting recorded; layouts that must agree compare clean, and the bugs real trainers shipped are
 headlined at their records."""
-import json
 import re
 import sys
 
@@ -10,7 +9,7 @@ import pytest
 import torch
 
 import numprobe
-from conftest import ROOT, run
+from conftest import ROOT, diff_logs, headline, run
 
 EXAMPLE = ROOT / "examples" / "python" / "attach_loop.py"
 
@@ -22,21 +21,6 @@ def train(tmp_path, name, *flags, ranks=1, probe=1):
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", EXAMPLE]
     run(cmd + ["--probe", str(probe), "--losses", losses, *flags], env={"PROBE_DIR": str(out)})
     return out, losses.read_text()
-
-
-def diff_logs(base, test):
-    """(exit code, the JSON report) of diff_logs BASE TEST."""
-    import shutil
-    import subprocess
-    exe = shutil.which("diff_logs", path=str(ROOT / "build" / "bin")) or shutil.which("diff_logs")
-    done = subprocess.run([exe, str(base), str(test), "--json", "-"], capture_output=True, text=True)
-    assert done.returncode in (0, 1, 4), done.stdout + done.stderr
-    return done.returncode, json.loads(done.stdout)
-
-
-def headline(report):
-    p = report.get("first_unexplained_divergence")
-    return None if p is None else f"{p['kind']} {p['name']}" + (f" mb {p['mb']}" if p.get("mb") is not None else "")
 
 
 def log_lines(run_dir, rank=0):

@@ -2,15 +2,12 @@
 Trainer (`callbacks=[NumprobeCallback()]`, examples/python/hf_trainer.py) and Lightning
 (examples/python/lightning_train.py). Layouts that must agree compare clean (exit 0 or 4); the
 bugs these trainers shipped are headlined at their records; the probe changes no loss."""
-import json
 import re
-import shutil
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import ROOT, diff_logs, headline, run
 
 HF = ROOT / "examples" / "python" / "hf_trainer.py"
 LIGHTNING = ROOT / "examples" / "python" / "lightning_train.py"
@@ -22,18 +19,6 @@ def train(script, out, *flags, ranks=1, probe=1):
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", script]
     run(cmd + ["--probe", str(probe), "--losses", losses, *map(str, flags)], env={"PROBE_DIR": str(out)})
     return losses.read_text()
-
-
-def diff_logs(base, test):
-    exe = shutil.which("diff_logs", path=str(ROOT / "build" / "bin")) or shutil.which("diff_logs")
-    done = subprocess.run([exe, str(base), str(test), "--json", "-"], capture_output=True, text=True)
-    assert done.returncode in (0, 1, 4), done.stdout + done.stderr
-    return done.returncode, json.loads(done.stdout)
-
-
-def headline(report):
-    p = report.get("first_unexplained_divergence")
-    return None if p is None else f"{p['kind']} {p['name']}" + (f" mb {p['mb']}" if p.get("mb") is not None else "")
 
 
 @pytest.fixture(scope="module")
