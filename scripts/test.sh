@@ -15,7 +15,7 @@
 #       (scripts/cuda_compile_check.sh; nothing runs on a GPU: scripts/gpu_check.sh does that).
 #   Any of the three can be left out of --all: NUMPROBE_SANITIZE=0, NUMPROBE_TORCH_MIN_CHECK=0,
 #   NUMPROBE_CUDA_CHECK=0. The verdict's full calibration matrix is a script of its own
-#   (scripts/calibrate.sh, ~40 min; .ci/run runs it after --all).
+#   (scripts/calibrate.sh, ~40 min), run before a change to the verdict's rules lands.
 set -euo pipefail
 
 usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
