@@ -29,6 +29,23 @@ ensure_system_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# Older releases of the trainers, each in a directory of its own beside the venv's torch
+# (scripts/releases/<name>.txt, pinned, --no-deps): a test puts one first on PYTHONPATH. The
+# directory keeps a copy of the list it was installed from; a changed list reinstalls it.
+export NUMPROBE_RELEASES="${NUMPROBE_RELEASES:-$HOME/.cache/numprobe/releases}"
+ensure_releases() {
+  local list name dir
+  for list in "$NUMPROBE_ROOT"/scripts/releases/*.txt; do
+    name="$(basename "$list" .txt)"
+    dir="$NUMPROBE_RELEASES/$name"
+    cmp -s "$list" "$dir/.installed-from.txt" 2>/dev/null && continue
+    log "installing $name (scripts/releases/$name.txt) into $dir"
+    rm -rf "$dir"
+    "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --target "$dir" -r "$list"
+    cp "$list" "$dir/.installed-from.txt"
+  done
+}
+
 ensure_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
     log "creating $VENV"
@@ -53,6 +70,7 @@ ensure_venv() {
     "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" \
       "transformers==$TRANSFORMERS_VERSION" "accelerate==$ACCELERATE_VERSION" "lightning==$LIGHTNING_VERSION"
   fi
+  ensure_releases
   TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
   export TORCH_PREFIX
   export PATH="$VENV/bin:$PATH"  # torchrun, and python with xxhash for the cross-check test

@@ -40,6 +40,9 @@ def parse_args(argv=None):
     p.add_argument("--optim", default="adamw_torch", help="TrainingArguments.optim")
     p.add_argument("--compile", choices=["none", "aot_eager", "inductor"], default="none")
     p.add_argument("--fault", choices=FAULTS, default="none")
+    p.add_argument("--average-tokens", choices=["default", "on", "off"], default="default",
+                   help="TrainingArguments.average_tokens_across_devices (the release's default: off in "
+                        "4.48, on since transformers PR #39395, July 2025)")
     p.add_argument("--probe", type=int, default=1, help="0: train without numprobe")
     p.add_argument("--losses", default="", help="write the loss of each step (repr) to this file")
     return p.parse_args(argv)
@@ -69,6 +72,13 @@ def dataset(args, world):
         labels = ids.masked_fill(mask == 0, -100)
         rows.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
     return rows
+
+
+def average_tokens(args):
+    """The setting only where one is asked for: releases older than the setting do not know it."""
+    if args.average_tokens == "default":
+        return {}
+    return {"average_tokens_across_devices": args.average_tokens == "on"}
 
 
 def trainer_class(args):
@@ -127,7 +137,8 @@ def main(argv=None):
             logging_steps=1, save_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
             ddp_backend="gloo" if world > 1 else None,
             torch_compile=args.compile != "none",
-            torch_compile_backend=args.compile if args.compile != "none" else None)
+            torch_compile_backend=args.compile if args.compile != "none" else None,
+            **average_tokens(args))
         trainer = trainer_class(args)(model=model, args=training, train_dataset=dataset(args, world),
                                       callbacks=callbacks)
         if args.fault == "ga-mean":

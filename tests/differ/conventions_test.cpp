@@ -125,6 +125,41 @@ TEST(SampleMatch, SamplesThatDifferAreTheData) {
   EXPECT_EQ(*r.first_unexplained->why.rule, Rule::data) << text_of(r);
 }
 
+// A number the loop passes to the forward (the Trainer's num_items_in_batch), as attach records it.
+Record count_input(std::int64_t mb, double value) {
+  Record r = tensor(0, Kind::input, "num_items_in_batch", 500 + static_cast<std::uint64_t>(value),
+                    value, mb);
+  r.stats.dtype = "int64";
+  r.stats.shape = {};
+  r.stats.min = r.stats.max = r.stats.mean = value;
+  return r;
+}
+
+TEST(SampleMatch, ANumberArgumentThatDiffersOverTheSameSamplesIsNamedWithBothValues) {
+  const auto dir = fresh_dir("number_argument");
+  // Each rank normalizing by its own tokens (22) where one process counts the window's (45).
+  auto a = joined({{count_input(0, 45)}, microbatch(0, {1, 2}), {grad(30, 2.0)}});
+  auto b = joined({{count_input(0, 22)}, microbatch(0, {1, 2}), {grad(31, 2.2)}});
+  write_run(dir / "a", {a});
+  write_run(dir / "b", {b});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 1);
+  ASSERT_TRUE(r.first_unexplained && r.unexplained_cause) << text_of(r);
+  EXPECT_EQ(r.first_unexplained->name, "num_items_in_batch") << text_of(r);
+  EXPECT_EQ(r.unexplained_cause->rule, Rule::data);
+  EXPECT_TRUE(says(r.unexplained_cause->message,
+                   "(base 45, test 22) while every other input of the microbatch, its samples "
+                   "among them, is equal"))
+      << r.unexplained_cause->message;
+  // Where a sample differs too, it is the data, said as before.
+  auto c = joined({{count_input(0, 22)}, microbatch(0, {1, 5}), {grad(31, 2.2)}});
+  write_run(dir / "c", {c});
+  const Result other = diff(dir / "a", dir / "c");
+  ASSERT_TRUE(other.unexplained_cause) << text_of(other);
+  EXPECT_TRUE(says(other.unexplained_cause->message, "the runs were fed different data"))
+      << other.unexplained_cause->message;
+}
+
 TEST(Convention, EveryMicrobatchScaledByOneFactorTheStepUndoesIsTheTrainersConvention) {
   const auto dir = fresh_dir("convention_ddp");
   // The Trainer under DDP over 2 ranks: each rank's loss times 2, DDP averages: every backward

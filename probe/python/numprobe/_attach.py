@@ -269,9 +269,9 @@ class Attachment:
         for name, value in arguments.items():
             parameter = signature.parameters.get(name) if signature is not None else None
             if parameter is not None and parameter.kind is inspect.Parameter.VAR_KEYWORD:
-                named.extend(_named_leaves(value, None))  # **kwargs: each by its own key
+                named.extend(_named_leaves(value, None, numbers=True))  # **kwargs: each by its own key
             else:
-                named.extend(_named_leaves(value, name, keep_prefix=True))
+                named.extend(_named_leaves(value, name, keep_prefix=True, numbers=True))
         return named
 
     def _signature(self, module):
@@ -377,19 +377,28 @@ def _unwrapped_module(model):
     return model
 
 
-def _named_leaves(value, prefix, keep_prefix=False):
+def _named_leaves(value, prefix, keep_prefix=False, numbers=False):
     """(name, tensor) for every tensor in ``value``: named by its dict keys (a ModelOutput's
     fields), dataclass fields and namedtuple fields; tuple and list positions where nothing else
     names it. A lone tensor is ``prefix`` itself; below the top, names join with '.'.
-    ``keep_prefix``: ``prefix`` starts every name (an argument's), not only positional ones."""
+    ``keep_prefix``: ``prefix`` starts every name (an argument's), not only positional ones.
+    ``numbers``: a Python int or float is a leaf too, as a 0-dim tensor of its value (a forward's
+    arguments: a loss normalizer such as the Trainer's ``num_items_in_batch`` is often one, and
+    a layout that computes it otherwise must show there, not only in the loss)."""
     named = []
-    _collect(value, [prefix] if prefix is not None else [], keep_prefix or prefix is None, named, 0)
+    _collect(value, [prefix] if prefix is not None else [], keep_prefix or prefix is None, named, 0,
+             numbers)
     return named
 
 
-def _collect(value, path, named_path, out, depth):
+def _collect(value, path, named_path, out, depth, numbers=False):
     if isinstance(value, torch.Tensor):
         out.append((".".join(path) or "input", value))
+        return
+    if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
+        # float64/int64: the value exactly as Python holds it (no RNG, no device, no sync).
+        dtype = torch.float64 if isinstance(value, float) else torch.int64
+        out.append((".".join(path) or "input", torch.tensor(value, dtype=dtype)))
         return
     if depth > 8:
         return
@@ -411,7 +420,7 @@ def _collect(value, path, named_path, out, depth):
     for key, child in children:
         # A keyed field names itself; a position needs the name above it.
         base = path if (named_path or not keyed) else []
-        _collect(child, base + [key], True, out, depth + 1)
+        _collect(child, base + [key], True, out, depth + 1, numbers)
 
 
 def _record_device_rng(probe, microbatch, named):

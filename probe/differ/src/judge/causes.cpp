@@ -137,13 +137,35 @@ std::optional<Cause> none_gradient_cause(const DivergentStep& s) {
   return Cause{Rule::none_gradient, msg};
 }
 
+// A one-element input (a number the loop passes to the forward) that differs while every
+// other input of its microbatch, its samples among them, is equal: "(base B, test T)".
+std::optional<std::string> number_argument(const Pair& first, const std::vector<Pair>& pairs) {
+  const TensorStats &b = first.base.merged.record.stats, &t = first.test.merged.record.stats;
+  if (b.numel() != 1 || t.numel() != 1 || b.unsupported || t.unsupported) return std::nullopt;
+  std::int64_t others = 0;
+  for (const auto& p : pairs) {
+    if (p.kind != Kind::input || p.mb != first.mb || p.name == first.name) continue;
+    if (!(p.base.present && p.test.present) || is_divergence(p.pair_class)) return std::nullopt;
+    ++others;
+  }
+  if (others == 0) return std::nullopt;
+  return " (base " + lf::format_double(b.mean) + ", test " + lf::format_double(t.mean) + ")";
+}
+
 std::optional<Cause> data_cause(const DivergentStep& s) {
   // The run diverges where data enters it: other data (and, with it, usually another seed).
   const RngAndInputs e = rng_and_inputs(s.pairs);
   if (!e.first_input || (s.first.kind != Kind::rng && s.first.kind != Kind::input))
     return std::nullopt;
-  return Cause{Rule::data, "input " + e.first_input->name + mb_text(*e.first_input) +
-                               " differs at step " + std::to_string(s.step) +
+  const std::string where = "input " + e.first_input->name + mb_text(*e.first_input) +
+                            " differs at step " + std::to_string(s.step);
+  if (auto values = number_argument(*e.first_input, s.pairs))
+    return Cause{Rule::data, where + *values +
+                                 " while every other input of the microbatch, its samples "
+                                 "among them, is equal: the runs pass the forward a different "
+                                 "number, computed from their layout (a loss normalizer's token "
+                                 "count taken over another window or other ranks, a scale)"};
+  return Cause{Rule::data, where +
                                ": the runs were fed different data (data seed, sampler or "
                                "shuffling, or how the dataset is split over data-parallel ranks)" +
                                (e.first_rng ? "; the RNG fingerprints differ too: a different seed "
