@@ -70,7 +70,6 @@ ensure_venv() {
     "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" \
       "transformers==$TRANSFORMERS_VERSION" "accelerate==$ACCELERATE_VERSION" "lightning==$LIGHTNING_VERSION"
   fi
-  ensure_releases
   TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
   export TORCH_PREFIX
   export PATH="$VENV/bin:$PATH"  # torchrun, and python with xxhash for the cross-check test

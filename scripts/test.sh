@@ -32,6 +32,7 @@ started=$(date +%s)
 source "$(dirname "$0")/setup.sh"
 configure_and_build
 install_python_package  # the pytest suites under ctest test the installed package
+ensure_releases         # the older trainer releases python_trainer_releases runs
 
 SUMMARY=()  # one line per step, printed last
 note() { SUMMARY+=("$*"); }
