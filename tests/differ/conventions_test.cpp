@@ -199,3 +199,38 @@ TEST(Convention, AStepThatDoesNotAgreeUnderTheConventionIsABug) {
   ASSERT_TRUE(r.first_unexplained) << text_of(r);
   EXPECT_EQ(r.first_unexplained->kind, Kind::grad) << text_of(r);
 }
+
+TEST(TiedWeights, AParameterOfOneRunThatCopiesAnotherIsToldAsUntied) {
+  const auto dir = fresh_dir("untied_head");
+  // One run ties the head to the embedding (one parameter, recorded once); the other holds the
+  // head as a copy of it, a parameter of its own.
+  const Record embed = tensor(0, Kind::param, "embed.weight", 10, 3.0);
+  Record head = embed;
+  head.name = "head.weight";
+  write_run(dir / "a", {joined({{embed}, microbatch(0, {1, 2}), {grad(30, 2.0)}})});
+  write_run(dir / "b", {joined({{embed, head}, microbatch(0, {1, 2}), {grad(31, 1.5)}})});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 1);
+  ASSERT_TRUE(r.first_unexplained && r.unexplained_cause) << text_of(r);
+  EXPECT_EQ(r.first_unexplained->name, "head.weight") << text_of(r);
+  EXPECT_TRUE(says(r.unexplained_cause->message,
+                   "where it holds bit for bit the values of param embed.weight: tied weights "
+                   "untied"))
+      << r.unexplained_cause->message;
+  ASSERT_FALSE(r.causes.empty());
+  EXPECT_EQ(r.causes.front().rule, Rule::names_differ);
+  EXPECT_TRUE(says(r.causes.front().message,
+                   "param head.weight is in the test run only, and at step 0 it holds bit for "
+                   "bit the values of param embed.weight, which both runs record: the test run "
+                   "holds as two parameters what the base run holds as one"))
+      << r.causes.front().message;
+  // A parameter of one run that copies nothing is a name the runs do not share, as before.
+  Record other = head;
+  other.stats.hash = 11;
+  write_run(dir / "c", {joined({{embed, other}, microbatch(0, {1, 2}), {grad(31, 1.5)}})});
+  const Result renamed = diff(dir / "a", dir / "c");
+  ASSERT_TRUE(renamed.unexplained_cause && !renamed.causes.empty()) << text_of(renamed);
+  EXPECT_FALSE(says(renamed.unexplained_cause->message, "untied")) << text_of(renamed);
+  EXPECT_TRUE(says(renamed.causes.front().message, "the runs name it differently"))
+      << renamed.causes.front().message;
+}

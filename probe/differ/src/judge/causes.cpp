@@ -8,6 +8,7 @@
 #include "differ/detail/pair/classify.h"
 #include "differ/detail/judge/constant_factor.h"
 #include "differ/detail/judge/explain.h"
+#include "differ/detail/judge/weight_causes.h"
 #include "differ/detail/read/names.h"
 #include "probe/log_format.h"
 
@@ -364,6 +365,17 @@ std::optional<Cause> absence_cause(const Result& r, const DiffOptions& o, bool s
     return c;
   const std::string what = std::string(kind_name(p.kind)) + " " + p.name;
   const auto& names = in_base ? r.names_only_base : r.names_only_test;
+  if (std::find(names.begin(), names.end(), what) != names.end() && p.note.starts_with(kCopyNote)) {
+    const std::string other = p.note.substr(kCopyNote.size());
+    return Cause{Rule::names_differ,
+                 what + " is in the " + has + " run only, and at step " + std::to_string(p.step) +
+                     " it holds bit for bit the values of param " + other +
+                     ", which both runs record: the " + has +
+                     " run holds as two parameters what the " + lacks +
+                     " run holds as one (tied weights untied in the " + has +
+                     " run: a head no longer tied to its embedding?)",
+                 {{"param", p.name}, {"copy_of", other}, {"run", has}}};
+  }
   if (std::find(names.begin(), names.end(), what) != names.end())
     return Cause{Rule::names_differ,
                  what + " is in the " + has +

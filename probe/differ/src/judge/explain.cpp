@@ -7,6 +7,7 @@
 #include "differ/detail/pair/classify.h"
 #include "differ/detail/judge/constant_factor.h"
 #include "differ/detail/judge/rounding_floor.h"
+#include "differ/detail/judge/weight_causes.h"
 #include "differ/detail/read/names.h"
 #include "probe/log_format.h"
 
@@ -912,7 +913,10 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
     return Cause{rule,
                  what(p) + " is in the " +
                      (p.pair_class == PairClass::only_base ? "base" : "test") +
-                     " run only at step " + s,
+                     " run only at step " + s +
+                     (p.note.starts_with(kCopyNote)
+                          ? ", where it " + p.note + ": tied weights untied (see LIKELY CAUSE)"
+                          : ""),
                  std::move(ev)};
   if (rule == Rule::nonfinite) {
     const bool in_test = nonfinite(p.test) > 0;

@@ -1,4 +1,4 @@
-// The [init] and [optimizer] causes (weight_causes.h).
+// The [init] and [optimizer] causes, and a parameter copying another (weight_causes.h).
 #include "differ/detail/judge/weight_causes.h"
 
 #include "differ/detail/judge/explain.h"
@@ -132,6 +132,26 @@ std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<Step
   if (first.kind == Kind::param && previous && previous->step == step - 1 &&
       previous->grads_compared > 0)
     return update_differs(step, *previous, pairs, first);
+  return std::nullopt;
+}
+
+std::optional<std::string> copy_of(const std::vector<Pair>& pairs, const Pair& first) {
+  const bool in_base = first.pair_class == PairClass::only_base;
+  if (first.kind != Kind::param || (!in_base && first.pair_class != PairClass::only_test))
+    return std::nullopt;
+  const Side& mine = in_base ? first.base : first.test;
+  const Record& r = mine.merged.record;
+  if (r.state != Record::State::tensor || r.stats.unsupported) return std::nullopt;
+  for (const auto& p : pairs) {
+    if (p.kind != Kind::param || !p.base.present || !p.test.present || p.name == first.name)
+      continue;
+    const TensorStats& o = (in_base ? p.base : p.test).merged.record.stats;
+    const TensorStats& s = r.stats;
+    // Every figure, not the hash alone: a hash collision must not name a parameter.
+    if (!o.unsupported && o.hash == s.hash && o.dtype == s.dtype && o.shape == s.shape &&
+        o.norm == s.norm && o.min == s.min && o.max == s.max && o.mean == s.mean)
+      return p.name;
+  }
   return std::nullopt;
 }
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "differ/result.h"
@@ -31,5 +33,14 @@ std::optional<Cause> init_cause(std::int64_t step, bool first_step, const std::v
 // gradients, or it is an optimizer state tensor of step s while step s's gradients agree.
 std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<StepDigest>& previous,
                                      const std::vector<Pair>& pairs, const Pair& first);
+
+// A parameter of one run only (`first`) whose record holds, bit for bit (hash and every figure,
+// dtype, shape), the values of another parameter of the same run that both runs record: the
+// name of that parameter. What untying a head from its embedding leaves at the first step (the
+// head a copy of the embedding, one parameter in the other run); nothing where no parameter of
+// both runs holds the same values.
+std::optional<std::string> copy_of(const std::vector<Pair>& pairs, const Pair& first);
+// The note the first divergence carries when copy_of found one; absence_cause reads it.
+inline constexpr std::string_view kCopyNote = "holds bit for bit the values of param ";
 
 }  // namespace probe::differ
