@@ -233,4 +233,15 @@ TEST(TiedWeights, AParameterOfOneRunThatCopiesAnotherIsToldAsUntied) {
   EXPECT_FALSE(says(renamed.unexplained_cause->message, "untied")) << text_of(renamed);
   EXPECT_TRUE(says(renamed.causes.front().message, "the runs name it differently"))
       << renamed.causes.front().message;
+  // Nor is a constant one (a new norm's ones) a copy of another constant of its shape.
+  Record ones = tensor(0, Kind::param, "norm.weight", 12, 2.0);
+  ones.stats.min = ones.stats.max = ones.stats.mean = 1;
+  Record new_norm = ones;
+  new_norm.name = "q_norm.weight";
+  write_run(dir / "d", {joined({{embed, ones}, microbatch(0, {1, 2}), {grad(30, 2.0)}})});
+  write_run(dir / "e", {joined({{embed, ones, new_norm}, microbatch(0, {1, 2}), {grad(31, 2.2)}})});
+  const Result added = diff(dir / "d", dir / "e");
+  ASSERT_TRUE(added.first_unexplained && added.unexplained_cause) << text_of(added);
+  EXPECT_EQ(added.first_unexplained->name, "q_norm.weight") << text_of(added);
+  EXPECT_FALSE(says(added.unexplained_cause->message, "untied")) << text_of(added);
 }

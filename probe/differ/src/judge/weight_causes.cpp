@@ -141,7 +141,10 @@ std::optional<std::string> copy_of(const std::vector<Pair>& pairs, const Pair& f
     return std::nullopt;
   const Side& mine = in_base ? first.base : first.test;
   const Record& r = mine.merged.record;
-  if (r.state != Record::State::tensor || r.stats.unsupported) return std::nullopt;
+  // A constant tensor (a norm's ones, a bias's zeros) equals every other of its shape and
+  // value: equal figures are evidence of a copy only where the values vary.
+  if (r.state != Record::State::tensor || r.stats.unsupported || !(r.stats.min < r.stats.max))
+    return std::nullopt;
   for (const auto& p : pairs) {
     if (p.kind != Kind::param || !p.base.present || !p.test.present || p.name == first.name)
       continue;

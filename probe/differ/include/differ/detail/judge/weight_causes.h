@@ -38,7 +38,7 @@ std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<Step
 // dtype, shape), the values of another parameter of the same run that both runs record: the
 // name of that parameter. What untying a head from its embedding leaves at the first step (the
 // head a copy of the embedding, one parameter in the other run); nothing where no parameter of
-// both runs holds the same values.
+// both runs holds the same values, or where the values are one constant (a norm's ones).
 std::optional<std::string> copy_of(const std::vector<Pair>& pairs, const Pair& first);
 // The note the first divergence carries when copy_of found one; absence_cause reads it.
 inline constexpr std::string_view kCopyNote = "holds bit for bit the values of param ";
