@@ -107,6 +107,31 @@ def test_close_removes_every_hook(tmp_path):
     assert all(not p._backward_hooks for p in model.parameters() if p._backward_hooks is not None)
 
 
+class Scaled(torch.nn.Module):
+    """A forward that takes numbers beside its tensor, as the Trainer passes num_items_in_batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x, count, scale=1.0, seed=None):
+        return (self.w * x).sum() * scale / count
+
+
+def test_number_arguments_are_recorded_and_one_beyond_int64_is_skipped(tmp_path):
+    model = Scaled()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    attachment = numprobe.attach(model, optimizer, run_dir=tmp_path / "run")
+    loss = model(torch.arange(3.0), 7, scale=0.5, seed=2**70)  # the last is no int64
+    loss.backward()
+    optimizer.step()
+    attachment.close()
+    text = (tmp_path / "run" / "rank0" / "diff.log").read_text()
+    assert "kind=input name=count mb=0 " in text and "dtype=int64 shape=[]" in text
+    assert "kind=input name=scale mb=0 " in text and "dtype=float64 shape=[]" in text
+    assert "name=seed" not in text
+
+
 LAYOUTS = [
     ("ga4x2", ["--ga", "4", "--batch", "2"], 1),
     ("ddp2", ["--ga", "4", "--batch", "1"], 2),

@@ -398,7 +398,10 @@ def _collect(value, path, named_path, out, depth, numbers=False):
     if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
         # float64/int64: the value exactly as Python holds it (no RNG, no device, no sync).
         dtype = torch.float64 if isinstance(value, float) else torch.int64
-        out.append((".".join(path) or "input", torch.tensor(value, dtype=dtype)))
+        try:
+            out.append((".".join(path) or "input", torch.tensor(value, dtype=dtype)))
+        except (OverflowError, ValueError, RuntimeError):
+            pass  # an int beyond int64 is no record, and never a failed forward
         return
     if depth > 8:
         return
