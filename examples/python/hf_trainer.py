@@ -42,7 +42,7 @@ def parse_args(argv=None):
     p.add_argument("--fault", choices=FAULTS, default="none")
     p.add_argument("--average-tokens", choices=["default", "on", "off"], default="default",
                    help="TrainingArguments.average_tokens_across_devices (the release's default: off in "
-                        "4.48, on since transformers PR #39395, July 2025)")
+                        "4.48, on from 4.54: transformers PR #39395)")
     p.add_argument("--probe", type=int, default=1, help="0: train without numprobe")
     p.add_argument("--losses", default="", help="write the loss of each step (repr) to this file")
     return p.parse_args(argv)
