@@ -45,3 +45,14 @@ def headline(report):
 @pytest.fixture
 def root():
     return ROOT
+
+
+def train(script, out, *flags, ranks=1, probe=1, env=None):
+    """Trains an example into run directory ``out`` on ``ranks`` processes; its step losses.
+    ``env``: more of the environment (a release put first on PYTHONPATH)."""
+    losses = out.parent / f"{out.name}.losses"
+    cmd = [sys.executable, script] if ranks == 1 else \
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", script]
+    run(cmd + ["--probe", str(probe), "--losses", losses, *map(str, flags)],
+        env={"PROBE_DIR": str(out), **(env or {})})
+    return losses.read_text()

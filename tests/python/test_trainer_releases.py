@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, diff_logs, headline, run
+from conftest import ROOT, diff_logs, headline, run, train as train_example
 
 HF = ROOT / "examples" / "python" / "hf_trainer.py"
 RELEASE = pathlib.Path(os.environ.get("NUMPROBE_RELEASES", pathlib.Path.home() / ".cache" / "numprobe" / "releases"))
@@ -22,12 +22,8 @@ def train(out, *flags, ranks=1, probe=1):
     if not (TRANSFORMERS_4_48 / "transformers").is_dir():
         pytest.fail(f"{TRANSFORMERS_4_48} holds no transformers: scripts/test.sh installs it "
                     "(scripts/releases/transformers-4.48.txt)")
-    losses = out.parent / f"{out.name}.losses"
-    cmd = [sys.executable, HF] if ranks == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", HF]
-    run(cmd + ["--probe", str(probe), "--losses", losses, *map(str, flags)],
-        env={"PROBE_DIR": str(out), "PYTHONPATH": str(TRANSFORMERS_4_48)})
-    return losses.read_text()
+    return train_example(HF, out, *flags, ranks=ranks, probe=probe,
+                         env={"PYTHONPATH": str(TRANSFORMERS_4_48)})
 
 
 @pytest.fixture(scope="module")

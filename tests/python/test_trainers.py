@@ -3,22 +3,13 @@ Trainer (`callbacks=[NumprobeCallback()]`, examples/python/hf_trainer.py) and Li
 (examples/python/lightning_train.py). Layouts that must agree compare clean (exit 0 or 4); the
 bugs these trainers shipped are headlined at their records; the probe changes no loss."""
 import re
-import sys
 
 import pytest
 
-from conftest import ROOT, diff_logs, headline, run
+from conftest import ROOT, diff_logs, headline, train
 
 HF = ROOT / "examples" / "python" / "hf_trainer.py"
 LIGHTNING = ROOT / "examples" / "python" / "lightning_train.py"
-
-
-def train(script, out, *flags, ranks=1, probe=1):
-    losses = out.parent / f"{out.name}.losses"
-    cmd = [sys.executable, script] if ranks == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", script]
-    run(cmd + ["--probe", str(probe), "--losses", losses, *map(str, flags)], env={"PROBE_DIR": str(out)})
-    return losses.read_text()
 
 
 @pytest.fixture(scope="module")
