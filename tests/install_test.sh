@@ -13,7 +13,7 @@ cmake -S "$source_dir/examples/quickstart" -B "$work/build" -G Ninja -DCMAKE_BUI
 cmake --build "$work/build" >/dev/null
 "$work/build/numprobe_quickstart" "$work/run" 2 | tee "$work/out.txt"
 log="$work/run/rank0/diff.log"
-head -1 "$log" | grep -q '^#numprobe format=9 hash_spec=1 rank=0 world_size=1' || { echo "bad header"; exit 1; }
+head -1 "$log" | grep -q '^#numprobe format=10 hash_spec=1 rank=0 world_size=1' || { echo "bad header"; exit 1; }
 grep -q 'kind=grad name=fc1.weight hash=' "$log" || { echo "no grad record for fc1.weight"; exit 1; }
 grep -q 'kind=scalar name=loss value=' "$log" || { echo "no loss record"; exit 1; }
 grep -qE '^#end step=[0-9]+ records=[0-9]+$' "$log" || { echo "no step end line"; exit 1; }

@@ -15,7 +15,8 @@ loss is divided by the tokens of the whole accumulation window.
 Planted faults (``--fault``), each a bug a release of transformers or a user's setup shipped:
   ga-mean          the loss of each microbatch its own token mean divided by the accumulation steps
                    (transformers before 4.46, PR #34191)
-  untied-head      the language-model head a copy of the embedding, not tied to it
+  untied-head      the language-model head not tied to the embedding (tie_word_embeddings=False: a
+                   parameter of its own, with its own initialization)
   decay-norms      weight decay applied to the norm weights too (a name filter that missed them)
   scheduler-early  the learning-rate scheduler stepped once before the first update
   rank-unscaled    rank 1's loss not multiplied by the number of processes as the others'
@@ -54,10 +55,7 @@ def tiny_llama(args):
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                          tie_word_embeddings=args.fault != "untied-head")
     torch.manual_seed(args.seed)
-    model = LlamaForCausalLM(config)
-    if args.fault == "untied-head":  # the same initial values, no longer one parameter
-        model.lm_head.weight.data.copy_(model.model.embed_tokens.weight.data)
-    return model
+    return LlamaForCausalLM(config)
 
 
 def dataset(args, world):

@@ -53,6 +53,7 @@ void expect_same_record(const Record& a, const Record& b, const std::string& wha
   EXPECT_EQ(a.split.output, b.split.output) << what;
   EXPECT_EQ(a.split.inputs, b.split.inputs) << what;
   EXPECT_EQ(a.dump, b.dump) << what;
+  EXPECT_EQ(a.tied, b.tied) << what;
   const auto &x = a.stats, &y = b.stats;
   EXPECT_EQ(x.hash, y.hash) << what;
   for (auto [u, v] : {std::pair{x.norm, y.norm}, {x.min, y.min}, {x.max, y.max}, {x.mean, y.mean}})
@@ -187,13 +188,15 @@ TEST(LogFormat, HeaderRoundTripsAndRejectsOtherVersions) {
             8);
   EXPECT_EQ(lf::parse_header("#numprobe format=9 hash_spec=1 rank=0 world_size=1").format_version,
             9);
-  for (const char* other : {"#numprobe format=10 hash_spec=1 rank=0 world_size=1",
+  EXPECT_EQ(lf::parse_header("#numprobe format=10 hash_spec=1 rank=0 world_size=1").format_version,
+            10);
+  for (const char* other : {"#numprobe format=11 hash_spec=1 rank=0 world_size=1",
                             "#numprobe format=0 hash_spec=1 rank=0 world_size=1"}) {
     try {
       lf::parse_header(other);
       ADD_FAILURE() << "accepted " << other;
     } catch (const lf::ParseError& e) {
-      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 9)"),
+      EXPECT_NE(std::string(e.what()).find("is not supported (this build reads versions 1 to 10)"),
                 std::string::npos)
           << e.what();
     }
@@ -603,6 +606,43 @@ TEST(LogFormat, Version5PartialRecordRoundTripsAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(record_error_of(head + " partial=a/2"), "field 'partial' is not an integer: 'a'");
   EXPECT_THROW(probe::Partial::of(2, 2), std::invalid_argument);
   EXPECT_EQ(probe::Partial::of(1, 2), (probe::Partial{1, 2}));
+}
+
+// Version 10: a tied parameter's record lists its other names, each escaped so that a name
+// holding a separator or a bracket reads back as it was.
+TEST(LogFormat, Version10TiedNamesRoundTripAndBadOnesSayWhatIsWrong) {
+  EXPECT_GE(lf::kVersion, 10);
+  Record r = tensor_record();
+  r.kind = Kind::param;
+  r.name = "model.embed_tokens.weight";
+  r.stats.shard = probe::Shard{{8, 4}, {0, 0}};
+  r.tied = {"lm_head.weight", "odd,name[0] x=1"};
+  const std::string line = lf::format_record(r);
+  EXPECT_NE(line.find(" tied=[lm_head.weight,odd%2Cname%5B0%5D%20x%3D1]"), std::string::npos)
+      << line;
+  expect_same_record(lf::parse_record(line), r, line);
+  EXPECT_EQ(lf::format_record(lf::parse_record(line)), line);
+  // A record parsed after it into the same buffers keeps none of its names.
+  Record reused = lf::parse_record(line);
+  r.tied.clear();
+  lf::parse_record_into(lf::format_record(r), reused);
+  EXPECT_TRUE(reused.tied.empty());
+  EXPECT_EQ(lf::format_record(r).find("tied="), std::string::npos);
+
+  const std::string head =
+      "step=1 kind=param name=w hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
+      "dtype=float32 shape=[2]";
+  EXPECT_EQ(record_error_of(head + " tied=[]"), "field 'tied' holds no name");
+  EXPECT_EQ(record_error_of(head + " tied=[b,a]"),
+            "field 'tied' is not ascending without duplicates: '[b,a]'");
+  EXPECT_EQ(record_error_of(head + " tied=[a,a]"),
+            "field 'tied' is not ascending without duplicates: '[a,a]'");
+  EXPECT_EQ(record_error_of(head + " tied=a"), "field 'tied' is not [name,...]");
+  EXPECT_EQ(record_error_of(head + " tied=[a,]"), "field 'tied' ends with ','");
+  const std::string grad =
+      "step=1 kind=grad name=w hash=0000000000000000 norm=1 min=0 max=1 mean=0 nan=0 inf=0 "
+      "dtype=float32 shape=[2] tied=[a]";
+  EXPECT_EQ(record_error_of(grad), "tied= belongs to param records");
 }
 
 // Version 6: a record from one backward over several microbatches' tokens (an expert's gradient

@@ -111,10 +111,10 @@ TEST(BadInput, DifferentHashSpecVersionsAreAClearError) {
 TEST(BadInput, OtherFormatVersionIsAClearError) {
   auto dir = fresh_dir("format");
   write_file(dir / "a" / "rank0" / "diff.log",
-             "#numprobe format=10 hash_spec=1 rank=0 world_size=1\n");
+             "#numprobe format=11 hash_spec=1 rank=0 world_size=1\n");
   write_run(dir / "b", {{scalar(0, "loss", 1)}});
   EXPECT_NE(
-      error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 10 is not supported"),
+      error_of([&] { diff(dir / "a", dir / "b"); }).find("log format version 11 is not supported"),
       std::string::npos);
 }
 
@@ -238,9 +238,9 @@ TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
     const auto& records = ranks[static_cast<std::size_t>(r)];
     write_file(dir / "v1" / ("rank" + std::to_string(r)) / "diff.log", format1_log(records, r, 2));
     // Versions 2 (step ends, no nnz or stop line), 3 (no op records), 4 (no partial records), 5
-    // (no covers), 6 (no split op records), 7 (no l1 or mhash) and 8 (no compiled steps) hold
-    // these records alike.
-    for (int version : {2, 3, 4, 5, 6, 7, 8}) {
+    // (no covers), 6 (no split op records), 7 (no l1 or mhash), 8 (no compiled steps) and 9 (no
+    // tied names) hold these records alike.
+    for (int version : {2, 3, 4, 5, 6, 7, 8, 9}) {
       std::string text = header(r, 2, 1, version);
       for (int s = 0; s < 3; ++s) {
         for (const auto& rec : records)
@@ -251,11 +251,12 @@ TEST(BadInput, OlderFormatRunsCompareWithACurrentFormatRun) {
                  text);
     }
   }
-  write_run(dir / "v9", ranks);
-  ASSERT_EQ(read_all(dir / "v9" / "rank0" / "diff.log").substr(0, 19), "#numprobe format=9 ");
-  for (auto [a, b] : {std::pair{"v1", "v9"}, std::pair{"v9", "v1"}, std::pair{"v2", "v9"},
-                      std::pair{"v3", "v9"}, std::pair{"v4", "v9"}, std::pair{"v5", "v9"},
-                      std::pair{"v6", "v9"}, std::pair{"v7", "v9"}, std::pair{"v8", "v9"}}) {
+  write_run(dir / "v10", ranks);
+  ASSERT_EQ(read_all(dir / "v10" / "rank0" / "diff.log").substr(0, 20), "#numprobe format=10 ");
+  for (auto [a, b] : {std::pair{"v1", "v10"}, std::pair{"v10", "v1"}, std::pair{"v2", "v10"},
+                      std::pair{"v3", "v10"}, std::pair{"v4", "v10"}, std::pair{"v5", "v10"},
+                      std::pair{"v6", "v10"}, std::pair{"v7", "v10"}, std::pair{"v8", "v10"},
+                      std::pair{"v9", "v10"}}) {
     auto res = diff(dir / a, dir / b);
     EXPECT_EQ(res.exit_code(), 0) << a << " vs " << b;
     EXPECT_EQ(res.paired_steps, 3);

@@ -218,11 +218,12 @@ TEST(TiedWeights, AParameterOfOneRunThatCopiesAnotherIsToldAsUntied) {
                    "untied"))
       << r.unexplained_cause->message;
   ASSERT_FALSE(r.causes.empty());
-  EXPECT_EQ(r.causes.front().rule, Rule::names_differ);
+  EXPECT_EQ(r.causes.front().rule, Rule::untied);
   EXPECT_TRUE(says(r.causes.front().message,
-                   "param head.weight is in the test run only, and at step 0 it holds bit for "
-                   "bit the values of param embed.weight, which both runs record: the test run "
-                   "holds as two parameters what the base run holds as one"))
+                   "param head.weight is in the test run only, where head.weight is a parameter "
+                   "of its own; at step 0 it holds bit for bit the values of param embed.weight, "
+                   "which both runs record: the test run holds as two parameters what the base "
+                   "run holds as one"))
       << r.causes.front().message;
   // A parameter of one run that copies nothing is a name the runs do not share, as before.
   Record other = head;
@@ -244,4 +245,41 @@ TEST(TiedWeights, AParameterOfOneRunThatCopiesAnotherIsToldAsUntied) {
   ASSERT_TRUE(added.first_unexplained && added.unexplained_cause) << text_of(added);
   EXPECT_EQ(added.first_unexplained->name, "q_norm.weight") << text_of(added);
   EXPECT_FALSE(says(added.unexplained_cause->message, "untied")) << text_of(added);
+}
+
+TEST(TiedWeights, ANameTheOtherRunListsAsTiedIsToldAsUntiedInWhicheverRunUntiesIt) {
+  const auto dir = fresh_dir("untied_named");
+  // The tied run's log lists the head as the embedding's other name (tied=); the untied run's
+  // head has an initialization of its own, so no value says "copy": the name alone tells.
+  Record tied_embed = tensor(0, Kind::param, "embed.weight", 10, 3.0);
+  tied_embed.tied = {"head.weight"};
+  Record embed = tied_embed;
+  embed.tied.clear();
+  const Record head = tensor(0, Kind::param, "head.weight", 11, 1.5);
+  write_run(dir / "tied", {joined({{tied_embed}, microbatch(0, {1, 2}), {grad(30, 2.0)}})});
+  write_run(dir / "untied", {joined({{embed, head}, microbatch(0, {1, 2}), {grad(31, 1.5)}})});
+  for (const bool tied_is_base : {true, false}) {
+    const Result r =
+        tied_is_base ? diff(dir / "tied", dir / "untied") : diff(dir / "untied", dir / "tied");
+    const std::string untying = tied_is_base ? "test" : "base",
+                      tying = tied_is_base ? "base" : "test";
+    EXPECT_EQ(r.exit_code(), 1) << text_of(r);
+    ASSERT_TRUE(r.first_unexplained && r.unexplained_cause && !r.causes.empty()) << text_of(r);
+    EXPECT_EQ(r.first_unexplained->name, "head.weight") << text_of(r);
+    ASSERT_TRUE(r.first_unexplained->untied) << text_of(r);
+    EXPECT_TRUE(r.first_unexplained->untied->named);
+    EXPECT_FALSE(r.first_unexplained->untied->copy);
+    EXPECT_TRUE(says(r.unexplained_cause->message,
+                     "where the other run ties it to param embed.weight: tied weights untied"))
+        << r.unexplained_cause->message;
+    EXPECT_EQ(r.causes.front().rule, Rule::untied) << text_of(r);
+    EXPECT_TRUE(
+        says(r.causes.front().message, "the " + tying +
+                                           " run's log lists head.weight as another name of param "
+                                           "embed.weight (tied=): the " +
+                                           untying + " run holds as two parameters"))
+        << r.causes.front().message;
+    const auto json = nlohmann::json::parse(to_json(r, DiffOptions{}));
+    EXPECT_EQ(json["first_unexplained_divergence"]["untied"]["param"], "embed.weight") << json;
+  }
 }

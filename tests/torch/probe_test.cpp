@@ -759,6 +759,43 @@ TEST(Probe, WatchingAgainRecordsEachParameterOnceAndARebuiltModelReplacesTheOld)
   EXPECT_EQ(count.count({1, "mb_grad weight#1"}), 0u);
 }
 
+// A head tied to its embedding: one tensor registered under two names.
+struct TiedLmImpl : torch::nn::Module {
+  torch::Tensor w;
+  TiedLmImpl() {
+    w = register_parameter("embed", torch::randn({6, 4}));
+    register_parameter("head", w);
+  }
+  torch::Tensor forward(torch::Tensor ids) { return torch::embedding(w, ids).matmul(w.t()); }
+};
+TORCH_MODULE(TiedLm);
+
+TEST(Probe, ATiedParameterIsRecordedOnceWithItsOtherNames) {
+  auto dir = fresh_dir("tied");
+  torch::manual_seed(2);
+  TiedLm model;
+  {
+    probe::Probe p(options_in(dir));
+    p.watch(*model);
+    p.tie("output", "embed");
+    p.tie("output", "embed");  // again: harmless
+    p.begin_step(0);
+    p.forward(0, model, torch::tensor({1, 2, 3})).sum().backward();
+    p.end_step();
+    EXPECT_THROW(p.tie("embed", "embed"), std::invalid_argument);
+    EXPECT_THROW(p.tie("", "embed"), std::invalid_argument);
+  }
+  std::map<std::string, std::vector<std::string>> params;
+  int grads = 0;
+  for (const auto& r : read_records(dir / "rank0" / "diff.log")) {
+    if (r.kind == probe::Kind::param) params[r.name] = r.tied;
+    grads += r.kind == probe::Kind::grad;
+  }
+  EXPECT_EQ(params.size(), 1u);
+  EXPECT_EQ(params["embed"], (std::vector<std::string>{"head", "output"}));
+  EXPECT_EQ(grads, 1);  // one parameter, one .grad: the sum of both uses
+}
+
 TEST(Probe, WhatTheLogCannotHoldIsRefusedWhereItIsPassed) {
   auto dir = fresh_dir("refused");
   probe::Probe p(options_in(dir));

@@ -363,9 +363,9 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
         p.kind != Kind::rng)
       offer_top(p);
   }
-  // A parameter of one run that copies another (an untied head): its explanation says so.
-  if (first && !result_.first_divergence)
-    if (auto other = copy_of(pairs, *first)) first->note = std::string(kCopyNote) + *other;
+  // A parameter of one run that the other ties to another (an untied head): its explanation
+  // says so.
+  if (first && !result_.first_divergence) first->untied = untied_from(pairs, *first);
   const bool first_step_of_both =
       result_.base.first_step == step && result_.test.first_step == step;
   explainer_.explain_step(step, first_step_of_both, pairs, same_code);

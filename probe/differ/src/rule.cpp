@@ -33,6 +33,7 @@ constexpr std::array<RuleInfo, kRuleCount> kRules = {{
     {Rule::step_range, "step_range", bug, false},
     {Rule::kind_not_recorded, "kind_not_recorded", bug, false},
     {Rule::names_differ, "names_differ", bug, false},
+    {Rule::untied, "untied", bug, false},
     {Rule::op_root_cause, "op_root_cause", bug, false},
     {Rule::op_beyond_noise, "op_beyond_noise", bug, false},
     {Rule::op_inherited, "op_inherited", follows, false},

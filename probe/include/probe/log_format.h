@@ -14,9 +14,9 @@
 
 namespace probe::log_format {
 
-// written (4: op records; 5: partial records; 6: covers; 7: split ops; 8: l1, mhash;
-inline constexpr int kVersion = 9;
-// 9: compiled steps)
+// The version written (4: op records; 5: partial records; 6: covers; 7: split ops; 8: l1,
+// mhash; 9: compiled steps; 10: tied parameters' other names).
+inline constexpr int kVersion = 10;
 inline constexpr int kOldestVersion = 1;  // oldest still read
 inline constexpr std::string_view kHeaderTag = "#numprobe";
 inline constexpr std::string_view kStepEndTag = "#end";

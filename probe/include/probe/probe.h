@@ -62,7 +62,9 @@ class Probe {
   const std::filesystem::path& log_path() const;
   const std::filesystem::path& run_dir() const;
 
-  // Hooks every parameter of `module`, named `prefix` + its named_parameters() name. `shards`
+  // Hooks every parameter of `module`, named `prefix` + its named_parameters() name; a tensor
+  // registered under several names (tied weights) is watched under the first, and the others are
+  // its other names (tie). `shards`
   // names the parameters that are shards of a global tensor (ZeRO-3, tensor parallel); a name
   // that is no parameter is an error. Watching again is harmless: a parameter already watched
   // stays watched once, and a new tensor under a watched name (a rebuilt model) replaces the
@@ -81,6 +83,11 @@ class Probe {
   // backward's own microbatch alone.
   void watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard = {},
                        Partial mb_grad_partial = {}, MicrobatchCover mb_grad_covers = {});
+  // Records `alias` as another name of the watched parameter `name`: one tensor under both names
+  // (a head tied to its embedding). Its param records list the alias (`tied=`), so a run that
+  // holds them as two parameters is told as having untied them (docs/log-format.md). Tying again
+  // is harmless; an empty name, or a name tied to itself, is std::invalid_argument.
+  void tie(const std::string& alias, const std::string& name);
 
   // Records, at every end_step(), the optimizer's state of each watched parameter it holds
   // (kind `optim`): its state tensors as `<param>.<state>` (Adam/AdamW exp_avg, exp_avg_sq,

@@ -85,6 +85,9 @@ struct Record {
   // `op` records of a trace with dump=1: the file, relative to the rank's directory, that holds
   // the op's schema, arguments and outputs (docs/log-format.md, "Op dumps"); empty: none.
   std::string dump;
+  // `param` records only (format 10): the parameter's other names, ascending (tied weights: one
+  // tensor a model holds under several names, such as a head tied to its embedding).
+  std::vector<std::string> tied;
 
   // Member by member, every field (see TensorStats' swap).
   friend void swap(Record& a, Record& b) noexcept {
@@ -104,6 +107,7 @@ struct Record {
     a.split.output.swap(b.split.output);
     a.split.inputs.swap(b.split.inputs);
     a.dump.swap(b.dump);
+    a.tied.swap(b.tied);
   }
 };
 

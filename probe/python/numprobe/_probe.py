@@ -93,7 +93,9 @@ class Probe:
         ``_checkpoint_wrapped_module``, torch.compile's ``_orig_mod``, FSDP1's
         ``_fsdp_wrapped_module``), so a wrapped and a plain model name them alike: its value at
         begin_step, its per-microbatch gradient (a tensor hook, before accumulation), its .grad
-        at end_step. DTensor parameters (tensor parallel, FSDP2) are
+        at end_step. A parameter under several names (tied weights: a head tied to its
+        embedding) is watched under the first, and its param records list the others
+        (``tied=``). DTensor parameters (tensor parallel, FSDP2) are
         recorded as their local shard with its global offset. Under FSDP2 the per-microbatch
         gradient is taken from the unsharded parameter, before the reduce-scatter. With an op
         trace set, every submodule's forward opens a scope named after it."""
@@ -102,9 +104,14 @@ class Probe:
         if not self._c.enabled:
             return
         sharded = fsdp_params(module)
-        for name, parameter in module.named_parameters():
-            fsdp = sharded.get(id(parameter))
+        first_name = {}  # a tensor under several names (tied weights): watched under the first
+        for name, parameter in module.named_parameters(remove_duplicate=False):
             name = prefix + _unwrapped(name)
+            first = first_name.setdefault(id(parameter), name)
+            if first != name:
+                self._c.tie(name, first)
+                continue
+            fsdp = sharded.get(id(parameter))
             if self._watch(name, parameter, hook=fsdp is None) and fsdp is not None:
                 self._hook_unsharded(name, *fsdp)
         if self._tracing:

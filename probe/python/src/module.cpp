@@ -153,6 +153,7 @@ void bind_probe(py::module_& m) {
       .def("records", &probe::Probe::records)
       .def("kinds_contain",
            [](const probe::Probe& p, probe::Kind k) { return p.options().kinds.contains(k); })
+      .def("tie", &probe::Probe::tie)
       .def("begin_step", &probe::Probe::begin_step)
       .def("end_step", &probe::Probe::end_step, py::call_guard<py::gil_scoped_release>())
       .def("begin_forward",

@@ -137,15 +137,17 @@ inline std::vector<std::optional<std::uint64_t>> parse_input_hashes(std::string_
 // appended to `out`.
 inline bool needs_escape(unsigned char c) { return c <= 0x20 || c == '%' || c == '=' || c == 0x7f; }
 
-inline void append_escaped(std::string& out, std::string_view raw) {
+// %-escapes the bytes `escape` names.
+template <class Escape>
+void append_escaped_if(std::string& out, std::string_view raw, Escape escape) {
   static constexpr char kDigits[] = "0123456789ABCDEF";
   if (std::none_of(raw.begin(), raw.end(),
-                   [](char c) { return needs_escape(static_cast<unsigned char>(c)); })) {
+                   [&](char c) { return escape(static_cast<unsigned char>(c)); })) {
     out += raw;  // the common case: a name as it was given
     return;
   }
   for (unsigned char c : raw) {
-    if (needs_escape(c)) {
+    if (escape(c)) {
       out += '%';
       out += kDigits[c >> 4];
       out += kDigits[c & 0xf];
@@ -153,6 +155,17 @@ inline void append_escaped(std::string& out, std::string_view raw) {
       out += static_cast<char>(c);
     }
   }
+}
+
+inline void append_escaped(std::string& out, std::string_view raw) {
+  append_escaped_if(out, raw, [](unsigned char c) { return needs_escape(c); });
+}
+
+// An item of a "[a,b,...]" list of names: its separator and brackets escaped too.
+inline void append_escaped_item(std::string& out, std::string_view raw) {
+  append_escaped_if(out, raw, [](unsigned char c) {
+    return needs_escape(c) || c == ',' || c == '[' || c == ']';
+  });
 }
 
 inline void append_double(std::string& out, double v) {

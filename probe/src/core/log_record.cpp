@@ -117,6 +117,17 @@ void append_tensor_fields(std::string& out, const TensorStats& s,
   }
 }
 
+// " tied=[a,b,...]": a parameter's other names (format 10), each %-escaped with ',' too.
+void append_tied(std::string& out, const std::vector<std::string>& tied) {
+  if (tied.empty()) return;
+  out += " tied=[";
+  for (std::size_t i = 0; i < tied.size(); ++i) {
+    if (i) out += ',';
+    append_escaped_item(out, tied[i]);
+  }
+  out += ']';
+}
+
 }  // namespace
 
 std::string format_record(const Record& record) {
@@ -151,6 +162,7 @@ void append_record(std::string& out, const Record& record) {
     case Record::State::tensor: break;
   }
   append_tensor_fields(out, record.stats, record.covers);
+  append_tied(out, record.tied);
 }
 
 Record parse_record(std::string_view line) {
@@ -190,6 +202,7 @@ enum class RecordField {
   cand,
   incand,
   dump,
+  tied,
   unknown
 };
 
@@ -215,6 +228,7 @@ RecordField record_field(std::string_view k) {
              : k == "mean" ? F::mean
              : k == "cand" ? F::cand
              : k == "dump" ? F::dump
+             : k == "tied" ? F::tied
                            : F::unknown;
     case 5:
       return k == "phase"   ? F::phase
@@ -237,7 +251,7 @@ RecordField record_field(std::string_view k) {
 struct FieldsSeen {
   bool step = false, kind = false, name = false, value = false, hash = false, dtype = false;
   bool shape = false, none = false, inputs = false, split = false, cand = false, incand = false,
-       dump = false;
+       dump = false, tied = false;
 };
 
 // A tensor's field (hash= to torch_hash=) into `s`; false when `field` is not one.
@@ -304,6 +318,17 @@ void read_covers(std::string_view v, std::vector<std::int64_t>& covers) {
   for (std::size_t i = 1; i < covers.size(); ++i)
     if (covers[i] <= covers[i - 1])
       fail("field 'covers' is not ascending without duplicates: '" + std::string(v) + "'");
+}
+
+// "[a,b,...]": a parameter's other names, ascending without duplicates (append_tied).
+void read_tied(std::string_view v, std::vector<std::string>& tied) {
+  tied.clear();
+  for_each_item(bracketed(v, "tied", "[name,...]"), ',', "tied",
+                [&](std::string_view item) { tied.push_back(unescape_value(item)); });
+  if (tied.empty()) fail("field 'tied' holds no name");
+  for (std::size_t i = 1; i < tied.size(); ++i)
+    if (tied[i] <= tied[i - 1])
+      fail("field 'tied' is not ascending without duplicates: '" + std::string(v) + "'");
 }
 
 // "r/n": a split op's rank of its ranks, 0 <= r < n, n >= 2.
@@ -406,6 +431,10 @@ void read_field(const Field& f, Record& r, FieldsSeen& seen) {
       seen.value = true;
       return;
     case F::covers: read_covers(v, r.covers); return;
+    case F::tied:
+      read_tied(v, r.tied);
+      seen.tied = true;
+      return;
     default:
       if (read_op_field(field, v, r, seen)) return;
       fail("unknown field '" + std::string(k) + "'");
@@ -445,6 +474,7 @@ void check_record(Record& r, const FieldsSeen& seen) {
     fail("phase= and in= belong to op records, and only to them");
   if (r.kind == Kind::op && !(r.phase && seen.inputs)) fail("op record lacks phase= or in=");
   if (seen.dump && r.kind != Kind::op) fail("dump= belongs to op records");
+  if (seen.tied && r.kind != Kind::param) fail("tied= belongs to param records");
   check_split(r, seen);
   const int states = int(seen.none) + int(seen.value) + int(seen.hash || seen.dtype);
   if (states != 1)
@@ -477,6 +507,7 @@ void reset_record(Record& r) {
   r.split.output.clear();
   r.split.inputs.clear();
   r.dump.clear();
+  r.tied.clear();
   TensorStats& s = r.stats;
   s.hash = 0;
   s.norm = 0;

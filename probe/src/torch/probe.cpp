@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -101,6 +102,8 @@ struct detail::ProbeImpl {
   std::mutex mutex;  // autograd may run hooks on its device threads
   std::vector<WatchedParameter> parameters;
   std::vector<WatchedOptimizer> optimizers;
+  // A parameter's other names (Probe::tie), ascending: its param records carry them.
+  std::map<std::string, std::vector<std::string>> tied;
   std::vector<PendingRecord> records;
   StatsBatch batch;  // the figures of the step's records; kept across steps for its device buffer
   std::int64_t step = 0;
@@ -146,6 +149,8 @@ struct detail::ProbeImpl {
   void push(PendingRecord r) {
     std::lock_guard lock(mutex);
     r.record.step = step;
+    if (r.record.kind == Kind::param)
+      if (auto it = tied.find(r.record.name); it != tied.end()) r.record.tied = it->second;
     records.push_back(std::move(r));
   }
 
@@ -399,13 +404,33 @@ void Probe::watch(const torch::nn::Module& module, const std::string& prefix,
                                   "named_parameters() names, prefix '" +
                                   prefix + "')");
   }
+  // LibTorch lists a tensor registered under two names (tied weights) under both: the first
+  // is watched, the others are its other names.
+  std::unordered_map<const c10::TensorImpl*, std::string> first_name;
   for (const auto& item : parameters) {
     const std::string name = prefix + item.key();
+    const auto [first, is_new] = first_name.try_emplace(item.value().unsafeGetTensorImpl(), name);
+    if (!is_new) {
+      tie(name, first->second);
+      continue;
+    }
     Shard shard;
     for (const auto& [shard_name, s] : shards)
       if (shard_name == name) shard = s;
     watch_parameter(name, item.value(), shard);
   }
+}
+
+void Probe::tie(const std::string& alias, const std::string& name) {
+  if (!enabled()) return;
+  check_name(alias, "tie");
+  check_name(name, "tie");
+  if (alias == name)
+    throw std::invalid_argument("numprobe: tie(): '" + name + "' cannot be its own other name");
+  std::lock_guard lock(impl_->mutex);
+  auto& names = impl_->tied[name];
+  const auto at = std::lower_bound(names.begin(), names.end(), alias);
+  if (at == names.end() || *at != alias) names.insert(at, alias);
 }
 
 void Probe::watch_parameter(const std::string& name, const at::Tensor& parameter, Shard shard,

@@ -169,6 +169,14 @@ struct Explanation {
   std::string detail;
 };
 
+// A parameter of one run only that the other run holds as one with another parameter (tied
+// weights untied: a head no longer tied to its embedding). docs/diff-logs.md, "Tied weights".
+struct Untied {
+  std::string param;   // the parameter both runs record, which the other run ties it to
+  bool named = false;  // the other run's log lists this name as that parameter's (tied=)
+  bool copy = false;   // at this step it holds that parameter's values bit for bit
+};
+
 struct Pair {
   std::int64_t step = 0;
   Kind kind = Kind::scalar;
@@ -178,9 +186,10 @@ struct Pair {
   Side base, test;
   double rel_diff = 0;  // relative difference of norms (tensors) or values (scalars)
   std::string note;
-  std::string key;         // internal: the series/alignment key
-  std::int64_t order = 0;  // internal: its place within its phase and microbatch (pair_up)
-  Explanation why;         // set on divergent pairs
+  std::string key;               // internal: the series/alignment key
+  std::int64_t order = 0;        // internal: its place within its phase and microbatch (pair_up)
+  Explanation why;               // set on divergent pairs
+  std::optional<Untied> untied;  // set on a first divergence that is an untied parameter
   // Not compared, never a divergence: an op record of one run only, a partial sum against
   // a record that is not the same partial sum (PartialReport), or records covering other
   // microbatches than the other run's (CoveredReport: `covered` says so).

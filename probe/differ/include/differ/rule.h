@@ -40,6 +40,7 @@ enum class Rule : std::uint8_t {
   step_range,
   kind_not_recorded,
   names_differ,
+  untied,
   // Causes op traces find.
   op_root_cause,
   op_beyond_noise,

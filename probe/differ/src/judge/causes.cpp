@@ -343,6 +343,25 @@ std::optional<Cause> kind_not_recorded_cause(const Pair& p, const std::vector<Ki
                                             kinds_without(drop, o) + " compares the rest"};
 }
 
+// [untied]: the first divergence is a parameter the other run holds as one with another.
+Cause untied_cause(const Pair& p, const std::string& what, const std::string& has,
+                   const std::string& lacks) {
+  const Untied& u = *p.untied;
+  const std::string copy =
+      "at step " + std::to_string(p.step) + " it holds bit for bit the values of param " + u.param;
+  std::string message =
+      what + " is in the " + has + " run only, where " + p.name + " is a parameter of its own; " +
+      (u.named ? "the " + lacks + " run's log lists " + p.name + " as another name of param " +
+                     u.param + " (tied=)" + (u.copy ? ", and " + copy : "")
+               : copy + ", which both runs record") +
+      ": the " + has + " run holds as two parameters what the " + lacks +
+      " run holds as one (tied weights untied in the " + has +
+      " run: a head no longer tied to its embedding?)";
+  std::vector<Evidence> evidence{{"param", p.name}, {"tied_to", u.param}, {"run", has}};
+  if (u.copy) evidence.push_back({"copy_of", u.param});
+  return Cause{Rule::untied, std::move(message), std::move(evidence)};
+}
+
 }  // namespace
 
 std::optional<Cause> absence_cause(const Result& r, const DiffOptions& o, bool step_one_sided,
@@ -365,17 +384,7 @@ std::optional<Cause> absence_cause(const Result& r, const DiffOptions& o, bool s
     return c;
   const std::string what = std::string(kind_name(p.kind)) + " " + p.name;
   const auto& names = in_base ? r.names_only_base : r.names_only_test;
-  if (std::find(names.begin(), names.end(), what) != names.end() && p.note.starts_with(kCopyNote)) {
-    const std::string other = p.note.substr(kCopyNote.size());
-    return Cause{Rule::names_differ,
-                 what + " is in the " + has + " run only, and at step " + std::to_string(p.step) +
-                     " it holds bit for bit the values of param " + other +
-                     ", which both runs record: the " + has +
-                     " run holds as two parameters what the " + lacks +
-                     " run holds as one (tied weights untied in the " + has +
-                     " run: a head no longer tied to its embedding?)",
-                 {{"param", p.name}, {"copy_of", other}, {"run", has}}};
-  }
+  if (p.untied) return untied_cause(p, what, has, lacks);
   if (std::find(names.begin(), names.end(), what) != names.end())
     return Cause{Rule::names_differ,
                  what + " is in the " + has +

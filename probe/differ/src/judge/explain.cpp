@@ -910,14 +910,16 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
                  std::move(ev)};
   }
   if (rule == Rule::missing_record)
-    return Cause{rule,
-                 what(p) + " is in the " +
-                     (p.pair_class == PairClass::only_base ? "base" : "test") +
-                     " run only at step " + s +
-                     (p.note.starts_with(kCopyNote)
-                          ? ", where it " + p.note + ": tied weights untied (see LIKELY CAUSE)"
-                          : ""),
-                 std::move(ev)};
+    return Cause{
+        rule,
+        what(p) + " is in the " + (p.pair_class == PairClass::only_base ? "base" : "test") +
+            " run only at step " + s +
+            (!p.untied         ? ""
+             : p.untied->named ? ", where the other run ties it to param " + p.untied->param +
+                                     ": tied weights untied (see LIKELY CAUSE)"
+                               : ", where it holds bit for bit the values of param " +
+                                     p.untied->param + ": tied weights untied (see LIKELY CAUSE)"),
+        std::move(ev)};
   if (rule == Rule::nonfinite) {
     const bool in_test = nonfinite(p.test) > 0;
     const Record& r = (in_test ? p.test : p.base).merged.record;

@@ -1,9 +1,11 @@
-// The [init] and [optimizer] causes, and a parameter copying another (weight_causes.h).
+// The [init] and [optimizer] causes, and a parameter the other run ties to another
+// (weight_causes.h).
 #include "differ/detail/judge/weight_causes.h"
 
-#include "differ/detail/judge/explain.h"
-
+#include <algorithm>
 #include <string>
+
+#include "differ/detail/judge/explain.h"
 
 namespace probe::differ {
 namespace {
@@ -135,15 +137,33 @@ std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<Step
   return std::nullopt;
 }
 
-std::optional<std::string> copy_of(const std::vector<Pair>& pairs, const Pair& first) {
+namespace {
+
+bool one_sided(const Pair& p) {
+  return p.pair_class == PairClass::only_base || p.pair_class == PairClass::only_test;
+}
+
+// The parameter whose record in the run that lacks `first` lists first's name among its other
+// names (tied=).
+std::optional<std::string> named_tied(const std::vector<Pair>& pairs, const Pair& first) {
   const bool in_base = first.pair_class == PairClass::only_base;
-  if (first.kind != Kind::param || (!in_base && first.pair_class != PairClass::only_test))
-    return std::nullopt;
-  const Side& mine = in_base ? first.base : first.test;
-  const Record& r = mine.merged.record;
+  for (const auto& p : pairs) {
+    const Side& other = in_base ? p.test : p.base;
+    if (p.kind != Kind::param || !other.present) continue;
+    const auto& tied = other.merged.record.tied;
+    if (std::binary_search(tied.begin(), tied.end(), first.name)) return p.name;
+  }
+  return std::nullopt;
+}
+
+// A parameter both runs record whose values first's record holds bit for bit.
+std::optional<std::string> copied(const std::vector<Pair>& pairs, const Pair& first) {
+  const bool in_base = first.pair_class == PairClass::only_base;
+  const Record& r = (in_base ? first.base : first.test).merged.record;
   // A constant tensor (a norm's ones, a bias's zeros) equals every other of its shape and
   // value: equal figures are evidence of a copy only where the values vary.
-  if (r.state != Record::State::tensor || r.stats.unsupported || !(r.stats.min < r.stats.max))
+  if (first.kind != Kind::param || r.state != Record::State::tensor || r.stats.unsupported ||
+      !(r.stats.min < r.stats.max))
     return std::nullopt;
   for (const auto& p : pairs) {
     if (p.kind != Kind::param || !p.base.present || !p.test.present || p.name == first.name)
@@ -155,6 +175,19 @@ std::optional<std::string> copy_of(const std::vector<Pair>& pairs, const Pair& f
         o.norm == s.norm && o.min == s.min && o.max == s.max && o.mean == s.mean)
       return p.name;
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Untied> untied_from(const std::vector<Pair>& pairs, const Pair& first) {
+  if (!one_sided(first) ||
+      (first.kind != Kind::param && first.kind != Kind::mb_grad && first.kind != Kind::grad))
+    return std::nullopt;
+  const auto named = named_tied(pairs, first);
+  const auto copy = copied(pairs, first);
+  if (named) return Untied{*named, true, copy == named};
+  if (copy) return Untied{*copy, false, true};
   return std::nullopt;
 }
 

@@ -559,6 +559,7 @@ void merge_group(Group& g, MergeContext& ctx, Merged& m) {
   Part* whole = const_cast<Part*>(split_whole_and_shards(m, g, ctx));  // g's own parts
   if (!ctx.shards.empty()) {
     compose_into(m, g, ctx, m.record);
+    m.record.tied = g.parts[0].record->tied;  // a parameter's other names, on each of its shards
     if (whole && !same_record(*whole->record, m.record))
       mismatch(m, g.kind, ctx,
                "step " + std::to_string(ctx.step) + " " + key_text(g.kind, g.name, g.mb) +

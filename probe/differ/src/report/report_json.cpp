@@ -52,6 +52,7 @@ nlohmann::json side_json(const Side& s) {
     j["dtype"] = t.dtype;
     j["shape"] = t.shape;
   }
+  if (!r.tied.empty()) j["tied"] = r.tied;  // a parameter's other names
   if (r.kind == Kind::op) {  // the op's input hashes, argument order; null: an input without one
     auto& inputs = j["inputs"] = nlohmann::json::array();
     for (const auto& h : r.inputs)
@@ -72,6 +73,9 @@ nlohmann::json pair_json(const Pair& p) {
   j["base"] = side_json(p.base);
   j["test"] = side_json(p.test);
   if (!p.note.empty()) j["note"] = p.note;
+  if (p.untied)
+    j["untied"] = {
+        {"param", p.untied->param}, {"named", p.untied->named}, {"copy", p.untied->copy}};
   if (p.why.rule) {
     j["explanation"] = {{"category", p.why.bug ? "bug" : "noise"},
                         {"rule", rule_name(*p.why.rule)}};

@@ -34,13 +34,13 @@ std::optional<Cause> init_cause(std::int64_t step, bool first_step, const std::v
 std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<StepDigest>& previous,
                                      const std::vector<Pair>& pairs, const Pair& first);
 
-// A parameter of one run only (`first`) whose record holds, bit for bit (hash and every figure,
-// dtype, shape), the values of another parameter of the same run that both runs record: the
-// name of that parameter. What untying a head from its embedding leaves at the first step (the
-// head a copy of the embedding, one parameter in the other run); nothing where no parameter of
-// both runs holds the same values, or where the values are one constant (a norm's ones).
-std::optional<std::string> copy_of(const std::vector<Pair>& pairs, const Pair& first);
-// The note the first divergence carries when copy_of found one; absence_cause reads it.
-inline constexpr std::string_view kCopyNote = "holds bit for bit the values of param ";
+// A record of one run only (`first`: a param, mb_grad or grad) whose name the other run's log
+// lists as another name of one of its parameters (tied=), or a param of one run only whose
+// record holds, bit for bit (hash and every figure, dtype, shape), the values of another
+// parameter of the same run that both runs record: that parameter, and which evidence says so.
+// Untying a head from its embedding leaves the first (the tied run names the head) and, where
+// the head starts as a copy, the second; nothing where neither holds, or where the values are
+// one constant (a norm's ones equal every other norm's).
+std::optional<Untied> untied_from(const std::vector<Pair>& pairs, const Pair& first);
 
 }  // namespace probe::differ
