@@ -30,12 +30,19 @@ ensure_system_packages() {
 }
 
 # Older releases of the trainers, each in a directory of its own beside the venv's torch
-# (scripts/releases/<name>.txt, pinned, --no-deps): a test puts one first on PYTHONPATH. The
+# (scripts/releases/<name>.txt, pinned, --no-deps): a test or the bug corpus puts one first on
+# PYTHONPATH. `ensure_releases NAME...` installs those named (none named: every list). The
 # directory keeps a copy of the list it was installed from; a changed list reinstalls it.
 export NUMPROBE_RELEASES="${NUMPROBE_RELEASES:-$HOME/.cache/numprobe/releases}"
 ensure_releases() {
-  local list name dir
-  for list in "$NUMPROBE_ROOT"/scripts/releases/*.txt; do
+  local list name dir lists=()
+  if [ $# -eq 0 ]; then
+    lists=("$NUMPROBE_ROOT"/scripts/releases/*.txt)
+  else
+    for name in "$@"; do lists+=("$NUMPROBE_ROOT/scripts/releases/$name.txt"); done
+  fi
+  for list in "${lists[@]}"; do
+    [ -f "$list" ] || { echo "numprobe setup: no release list $list" >&2; return 1; }
     name="$(basename "$list" .txt)"
     dir="$NUMPROBE_RELEASES/$name"
     cmp -s "$list" "$dir/.installed-from.txt" 2>/dev/null && continue

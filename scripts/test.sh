@@ -32,7 +32,9 @@ started=$(date +%s)
 source "$(dirname "$0")/setup.sh"
 configure_and_build
 install_python_package  # the pytest suites under ctest test the installed package
-ensure_releases         # the older trainer releases python_trainer_releases runs
+# The older trainer releases python_trainer_releases and real_bugs_quick run.
+mapfile -t quick_releases < <("$VENV/bin/python" "$NUMPROBE_ROOT/scripts/real_bugs.py" --releases --quick)
+ensure_releases transformers-4.48.3 "${quick_releases[@]}"
 
 SUMMARY=()  # one line per step, printed last
 note() { SUMMARY+=("$*"); }

@@ -39,11 +39,12 @@ class TinyMLP(torch.nn.Module):
         return {"logits": self.down(h), "hidden": h}
 
 
-def tiny_loop(attach_dir=None, zero_grad_first=True):
+def tiny_loop(attach_dir=None, zero_grad_first=True, hand_over=True):
     torch.manual_seed(0)
     model = TinyMLP()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.8, 0.95))
-    attachment = numprobe.attach(model, optimizer, run_dir=attach_dir, on_error="throw") if attach_dir else None
+    attachment = numprobe.attach(model, optimizer if hand_over else None, run_dir=attach_dir,
+                                 on_error="throw") if attach_dir else None
     g = torch.Generator().manual_seed(5)
     losses = []
     for _ in range(3):
@@ -97,13 +98,33 @@ def test_attach_records_steps_named_fields_samples_and_every_setting(tmp_path, z
     assert not re.search(r"name=up\.weight\.foreach ", text)
 
 
+def test_an_optimizer_never_handed_over_is_adopted_at_its_first_step(tmp_path):
+    # A trainer that makes its optimizer itself and never passes it on (transformers 4.49's
+    # callbacks get none): the log is the one of the optimizer handed over, byte for byte.
+    tiny_loop(tmp_path / "given")
+    tiny_loop(tmp_path / "adopted", hand_over=False)
+    assert log_lines(tmp_path / "adopted") == log_lines(tmp_path / "given")
+    # An optimizer of another model is not adopted.
+    model, other = TinyMLP(), TinyMLP()
+    attachment = numprobe.attach(model, run_dir=tmp_path / "other", on_error="throw")
+    optimizer = torch.optim.SGD(other.parameters(), lr=0.1)
+    model(torch.ones(1, 4))["logits"].sum().backward()
+    other(torch.ones(1, 4))["logits"].sum().backward()
+    optimizer.step()
+    assert attachment.step == 0 and not attachment._optimizers
+    attachment.close()
+
+
 def test_close_removes_every_hook(tmp_path):
+    from torch.optim.optimizer import _global_optimizer_post_hooks
+    global_hooks = len(_global_optimizer_post_hooks)
     model = TinyMLP()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     attachment = numprobe.attach(model, optimizer, run_dir=tmp_path / "run")
     attachment.close()
     assert not model._forward_pre_hooks and not model._forward_hooks
     assert not optimizer._optimizer_step_post_hooks
+    assert len(_global_optimizer_post_hooks) == global_hooks
     assert all(not p._backward_hooks for p in model.parameters() if p._backward_hooks is not None)
 
 

@@ -1,5 +1,5 @@
 """The Trainer callback on an older transformers release, as it shipped: 4.48.3 with accelerate
-1.3.0 (scripts/releases/transformers-4.48.txt, installed by scripts/test.sh beside the venv's
+1.3.0 (scripts/releases/transformers-4.48.3.txt, installed by scripts/test.sh beside the venv's
 torch), put first on PYTHONPATH. The same one line attaches; layouts that agree compare clean;
 and the release's own layout dependence is headlined where it enters the forward: with
 ``average_tokens_across_devices`` off (4.48's default), each rank normalizes its loss by its own
@@ -15,13 +15,13 @@ from conftest import ROOT, diff_logs, headline, run, train as train_example
 
 HF = ROOT / "examples" / "python" / "hf_trainer.py"
 RELEASE = pathlib.Path(os.environ.get("NUMPROBE_RELEASES", pathlib.Path.home() / ".cache" / "numprobe" / "releases"))
-TRANSFORMERS_4_48 = RELEASE / "transformers-4.48"
+TRANSFORMERS_4_48 = RELEASE / "transformers-4.48.3"
 
 
 def train(out, *flags, ranks=1, probe=1):
     if not (TRANSFORMERS_4_48 / "transformers").is_dir():
         pytest.fail(f"{TRANSFORMERS_4_48} holds no transformers: scripts/test.sh installs it "
-                    "(scripts/releases/transformers-4.48.txt)")
+                    "(scripts/releases/transformers-4.48.3.txt)")
     return train_example(HF, out, *flags, ranks=ranks, probe=probe,
                          env={"PYTHONPATH": str(TRANSFORMERS_4_48)})
 

@@ -12,6 +12,7 @@ import weakref
 from collections.abc import Mapping
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from . import _C
 from ._dtensor import is_dtensor
@@ -95,6 +96,12 @@ class Attachment:
                 always_call=True))
         for o in self._optimizers:
             self._hook_step(o)
+        # An optimizer over the model's parameters that nobody handed over (a trainer makes its
+        # own, and transformers 4.49 and 4.50 never pass it to callbacks) is adopted at its first
+        # step, through torch's hook on every optimizer's step.
+        self._parameter_ids = {id(p) for p in inner.parameters()}
+        self._handles.append(register_optimizer_step_post_hook(
+            lambda opt, args, kwargs: _with(ref, lambda a: a._adopt(opt))))
         _live.add(self)
 
     enabled = property(lambda self: self.probe.enabled)
@@ -131,6 +138,15 @@ class Attachment:
         if self.probe.enabled:
             self.probe.watch_optimizer(optimizer, hyperparameters=True)
             self._hook_step(optimizer)
+
+    def _adopt(self, optimizer):
+        """An optimizer that just stepped: attached, and its step counted, where it updates
+        parameters of the model and is not attached yet."""
+        if any(o is optimizer for o in self._optimizers) or not any(
+                id(p) in self._parameter_ids for group in optimizer.param_groups for p in group["params"]):
+            return
+        self.watch_optimizer(optimizer)
+        self._optimizer_stepped(optimizer)  # its own hook, added now, may not run this time
 
     def _hook_step(self, optimizer):
         ref = weakref.ref(self)

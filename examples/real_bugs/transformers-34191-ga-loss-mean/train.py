@@ -1,0 +1,11 @@
+"""transformers PR #34191: under gradient accumulation each microbatch's loss was its own token
+mean, divided by the accumulation steps (README.md). The stock Trainer of the release first on
+PYTHONPATH, a tiny Llama, numprobe attached by its callback; flags: hf_tiny.py."""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from hf_tiny import main  # noqa: E402
+
+if __name__ == "__main__":
+    main(model="llama")
