@@ -200,6 +200,34 @@ TEST(Convention, AStepThatDoesNotAgreeUnderTheConventionIsABug) {
   EXPECT_EQ(r.first_unexplained->kind, Kind::grad) << text_of(r);
 }
 
+TEST(SampleMatch, AStepGradientThatIsOneMicrobatchsContributionAloneIsToldAsLostAccumulation) {
+  const auto dir = fresh_dir("lost_accumulation");
+  // One microbatch of 4 samples against two of 2 whose step gradient is, bit for bit, the second
+  // microbatch's contribution: the first was zeroed inside the accumulation window.
+  write_run(dir / "a", {joined({microbatch(0, {1, 2, 3, 4}), {grad(30, 2.0)}})});
+  const auto second = microbatch(1, {3, 4});
+  Record lone = second.back();  // the mb_grad of w
+  lone.kind = Kind::grad;
+  lone.microbatch.reset();
+  write_run(dir / "b", {joined({microbatch(0, {1, 2}), second, {lone}})});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 1) << text_of(r);
+  ASSERT_TRUE(r.first_unexplained && r.unexplained_cause) << text_of(r);
+  EXPECT_EQ(r.first_unexplained->kind, Kind::grad) << text_of(r);
+  EXPECT_TRUE(says(r.unexplained_cause->message,
+                   "grad w at step 0 of the test run is, bit for bit, the contribution of one "
+                   "microbatch alone (number 2 of the 2"))
+      << r.unexplained_cause->message;
+  // The sum of both contributions (another value) is no lone contribution: the regrouping is.
+  Record summed = lone;
+  summed.stats.hash = 31;
+  summed.stats.norm = 2.2;
+  write_run(dir / "c", {joined({microbatch(0, {1, 2}), second, {summed}})});
+  const Result grouped = diff(dir / "a", dir / "c");
+  ASSERT_TRUE(grouped.unexplained_cause) << text_of(grouped);
+  EXPECT_FALSE(says(grouped.unexplained_cause->message, "alone")) << text_of(grouped);
+}
+
 TEST(TiedWeights, AParameterOfOneRunThatCopiesAnotherIsToldAsUntied) {
   const auto dir = fresh_dir("untied_head");
   // One run ties the head to the embedding (one parameter, recorded once); the other holds the

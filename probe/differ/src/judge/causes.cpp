@@ -49,6 +49,39 @@ bool mb_grads_set_aside(const std::string& name, const std::vector<Pair>& pairs)
   });
 }
 
+// One run's grad of a parameter that is, bit for bit, one of its own microbatch contributions
+// to it, where that run recorded two or more: its accumulated gradient holds that one alone.
+struct LoneContribution {
+  bool in_base;
+  std::size_t position;  // which contribution it is, in execution order, from 1
+  std::size_t count;     // the microbatches that contributed in that run
+};
+
+bool same_figures(const TensorStats& a, const TensorStats& b) {
+  return !a.unsupported && !b.unsupported && a.hash == b.hash && a.dtype == b.dtype &&
+         a.shape == b.shape && a.norm == b.norm && a.min == b.min && a.max == b.max &&
+         a.mean == b.mean;
+}
+
+std::optional<LoneContribution> lone_contribution(const Pair& g, const std::vector<Pair>& pairs) {
+  for (const bool in_base : {true, false}) {
+    const Side& grad = in_base ? g.base : g.test;
+    std::size_t count = 0;
+    std::optional<std::size_t> match;
+    for (const Pair& p : pairs) {
+      const Side& side = in_base ? p.base : p.test;
+      const Record& r = side.merged.record;
+      if (p.kind != Kind::mb_grad || p.name != g.name || !side.present ||
+          r.state != Record::State::tensor)
+        continue;
+      ++count;
+      if (same_figures(r.stats, grad.merged.record.stats)) match = count;
+    }
+    if (count >= 2 && match) return LoneContribution{in_base, *match, count};
+  }
+  return std::nullopt;
+}
+
 // An mb_grad of the parameter covers other microbatches than the other run's.
 bool mb_grads_covered(const std::string& name, const std::vector<Pair>& pairs) {
   return std::any_of(pairs.begin(), pairs.end(), [&](const Pair& p) {
@@ -234,6 +267,24 @@ std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOpti
   if (!std::isfinite(g.base.merged.record.stats.norm) ||
       !std::isfinite(g.test.merged.record.stats.norm) || elements_moved(g))
     return std::nullopt;
+  // Within one run, the step's gradient must be the sum of the microbatch contributions that
+  // run recorded (each before accumulation); one of them alone, bit for bit, means the others
+  // were zeroed or dropped between the backwards and the optimizer's step.
+  if (const auto lone = lone_contribution(g, s.pairs)) {
+    const std::string run = lone->in_base ? "base" : "test";
+    return Cause{Rule::wrong_reduction,
+                 "grad " + g.name + " at step " + std::to_string(s.step) + " of the " + run +
+                     " run is, bit for bit, the contribution of one microbatch alone (number " +
+                     std::to_string(lone->position) + " of the " + std::to_string(lone->count) +
+                     " whose contributions to it that run recorded, mb_grad, in execution "
+                     "order): the others were zeroed or dropped before the optimizer stepped (a "
+                     "zero_grad inside the accumulation window?)",
+                 {{"step", s.step},
+                  {"name", g.name},
+                  {"run", run},
+                  {"contribution", static_cast<std::int64_t>(lone->position)},
+                  {"microbatches", static_cast<std::int64_t>(lone->count)}}};
+  }
   // Its mb_grads are set aside (partial sums, records covering other microbatches): not
   // compared, nothing to tell the two apart by (the explanation judges it, explain.h).
   if (mb_grads_set_aside(g.name, s.pairs)) return std::nullopt;
