@@ -97,7 +97,7 @@ class Attachment:
         for o in self._optimizers:
             self._hook_step(o)
         # An optimizer over the model's parameters that nobody handed over (a trainer makes its
-        # own, and transformers 4.49 and 4.50 never pass it to callbacks) is adopted at its first
+        # own, and transformers 4.49's never passes it to callbacks) is adopted at its first
         # step, through torch's hook on every optimizer's step.
         self._parameter_ids = {id(p) for p in inner.parameters()}
         self._handles.append(register_optimizer_step_post_hook(

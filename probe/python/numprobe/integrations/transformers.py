@@ -29,7 +29,7 @@ class NumprobeCallback(TrainerCallback):
         options = dict(self.options)
         # Releases before 4.50 hand the callback no optimizer yet (it is made lazily): it is
         # attached at the first step that has one (on_step_begin), or, where the release never
-        # hands it over (4.49, 4.50), adopted by attach at its first step.
+        # hands it over (4.49), adopted by attach at its first step.
         self.attachment = Attachment(model, None, step=state.global_step, **options)
         # The Trainer compiles a wrapper of the model it hands the callback (torch_compile=True).
         self.attachment.compiled = bool(getattr(args, "torch_compile", False))
