@@ -226,6 +226,14 @@ TEST(SampleMatch, AStepGradientThatIsOneMicrobatchsContributionAloneIsToldAsLost
   const Result grouped = diff(dir / "a", dir / "c");
   ASSERT_TRUE(grouped.unexplained_cause) << text_of(grouped);
   EXPECT_FALSE(says(grouped.unexplained_cause->message, "alone")) << text_of(grouped);
+  // Nor is a grad equal to the one contribution that is not zero (the other adds nothing).
+  auto first = microbatch(0, {1, 2});
+  first.back().stats.norm = first.back().stats.min = first.back().stats.max = 0;
+  first.back().stats.mean = 0;
+  write_run(dir / "d", {joined({first, second, {lone}})});
+  const Result zero = diff(dir / "a", dir / "d");
+  ASSERT_TRUE(zero.unexplained_cause) << text_of(zero);
+  EXPECT_FALSE(says(zero.unexplained_cause->message, "alone")) << text_of(zero);
 }
 
 TEST(TiedWeights, AParameterOfOneRunThatCopiesAnotherIsToldAsUntied) {

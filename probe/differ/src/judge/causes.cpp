@@ -50,7 +50,8 @@ bool mb_grads_set_aside(const std::string& name, const std::vector<Pair>& pairs)
 }
 
 // One run's grad of a parameter that is, bit for bit, one of its own microbatch contributions
-// to it, where that run recorded two or more: its accumulated gradient holds that one alone.
+// to it, where that run recorded two or more that are not zero: its accumulated gradient holds
+// that one alone.
 struct LoneContribution {
   bool in_base;
   std::size_t position;  // which contribution it is, in execution order, from 1
@@ -74,6 +75,8 @@ std::optional<LoneContribution> lone_contribution(const Pair& g, const std::vect
       if (p.kind != Kind::mb_grad || p.name != g.name || !side.present ||
           r.state != Record::State::tensor)
         continue;
+      // A contribution of zeros adds nothing: a sum that equals the one other is no loss.
+      if (r.stats.unsupported || !(r.stats.norm > 0)) continue;
       ++count;
       if (same_figures(r.stats, grad.merged.record.stats)) match = count;
     }
