@@ -5,6 +5,8 @@
 // differ between microbatches as the bug they are.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "differ/report.h"
@@ -234,6 +236,33 @@ TEST(SampleMatch, AStepGradientThatIsOneMicrobatchsContributionAloneIsToldAsLost
   const Result zero = diff(dir / "a", dir / "d");
   ASSERT_TRUE(zero.unexplained_cause) << text_of(zero);
   EXPECT_FALSE(says(zero.unexplained_cause->message, "alone")) << text_of(zero);
+}
+
+TEST(SampleMatch, AStepHoldingSomeOfTheOtherStepsSamplesIsToldAsSmallerSteps) {
+  const auto dir = fresh_dir("smaller_steps");
+  // One step of 4 samples against a run whose optimizer stepped after 2 of them: its step 0
+  // holds samples 1 and 2 only (its step 1, the other two). numprobe.attach records a
+  // microbatch's inputs before its samples.
+  const auto inputs_first = [](std::vector<Record> mb) {
+    std::stable_partition(mb.begin(), mb.end(),
+                          [](const Record& r) { return r.name == "input_ids"; });
+    return mb;
+  };
+  write_run(dir / "a", {joined({inputs_first(microbatch(0, {1, 2, 3, 4})), {grad(30, 2.0)}})});
+  write_run(dir / "b", {joined({inputs_first(microbatch(0, {1, 2})), {grad(31, 1.5)}})});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 1) << text_of(r);
+  ASSERT_TRUE(r.unexplained_cause) << text_of(r);
+  EXPECT_EQ(r.unexplained_cause->rule, Rule::optimizer) << text_of(r);
+  EXPECT_TRUE(says(r.unexplained_cause->message,
+                   "step 0 of the test run holds 2 of the 4 samples of the base run's step 0 and "
+                   "no other: the same data, cut into smaller steps"))
+      << r.unexplained_cause->message;
+  // A sample of its own is other data, as before.
+  write_run(dir / "c", {joined({inputs_first(microbatch(0, {1, 9})), {grad(31, 1.5)}})});
+  const Result other = diff(dir / "a", dir / "c");
+  ASSERT_TRUE(other.unexplained_cause) << text_of(other);
+  EXPECT_EQ(other.unexplained_cause->rule, Rule::data) << text_of(other);
 }
 
 TEST(TiedWeights, AParameterOfOneRunThatCopiesAnotherIsToldAsUntied) {

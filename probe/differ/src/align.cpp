@@ -441,7 +441,8 @@ Cause Aligner::headline_cause(std::int64_t step, bool first_step, const std::vec
   else if (rule == Rule::init) c = init_cause(step, first_step, pairs, p);
   else if (rule == Rule::optimizer && p.why.roots == 0)
     c = optimizer_cause(step, previous_step_, pairs, p);
-  if (c && c->rule == rule) return *c;
+  // The data rule's cause may find the same data, cut into steps otherwise: an optimizer cause.
+  if (c && (c->rule == rule || (rule == Rule::data && c->rule == Rule::optimizer))) return *c;
   if (rule == Rule::wrong_reduction && samples_.any_aside())
     return Cause{rule,
                  "grad " + p.name + " at step " + std::to_string(step) +

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "differ/detail/pair/classify.h"
+#include "differ/detail/pair/sample_match.h"
 #include "differ/detail/judge/constant_factor.h"
 #include "differ/detail/judge/explain.h"
 #include "differ/detail/judge/weight_causes.h"
@@ -189,6 +191,48 @@ std::optional<std::string> number_argument(const Pair& first, const std::vector<
   return " (base " + lf::format_double(b.mean) + ", test " + lf::format_double(t.mean) + ")";
 }
 
+// The samples (`input numprobe.sample*` hashes, numprobe.attach's) each run's step holds.
+struct StepSamples {
+  std::set<std::uint64_t> base, test;
+};
+
+StepSamples step_samples(const std::vector<Pair>& pairs) {
+  StepSamples out;
+  for (const auto& p : pairs) {
+    if (p.kind != Kind::input || !p.name.starts_with(kSampleRecord)) continue;
+    if (p.base.present) out.base.insert(p.base.merged.record.stats.hash);
+    if (p.test.present) out.test.insert(p.test.merged.record.stats.hash);
+  }
+  return out;
+}
+
+// One run's step holds some of the other's samples and none of its own: the same data, cut
+// into smaller steps (that run's optimizer stepped before the other's step was over).
+std::optional<Cause> smaller_steps_cause(const DivergentStep& s) {
+  const StepSamples samples = step_samples(s.pairs);
+  const auto within = [](const std::set<std::uint64_t>& a, const std::set<std::uint64_t>& b) {
+    return !a.empty() && a.size() < b.size() &&
+           std::includes(b.begin(), b.end(), a.begin(), a.end());
+  };
+  const bool test_smaller = within(samples.test, samples.base);
+  if (!test_smaller && !within(samples.base, samples.test)) return std::nullopt;
+  const std::string small = test_smaller ? "test" : "base", large = test_smaller ? "base" : "test";
+  const std::size_t part = (test_smaller ? samples.test : samples.base).size(),
+                    whole = (test_smaller ? samples.base : samples.test).size();
+  return Cause{Rule::optimizer,
+               "step " + std::to_string(s.step) + " of the " + small + " run holds " +
+                   std::to_string(part) + " of the " + std::to_string(whole) + " samples of the " +
+                   large + " run's step " + std::to_string(s.step) +
+                   " and no other: the same data, cut into smaller steps. The " + small +
+                   " run's optimizer stepped before the " + large +
+                   " run's step was over (an optimizer step inside the accumulation window, or "
+                   "a smaller batch?), so its steps update the weights from fewer samples each",
+               {{"step", s.step},
+                {"run", small},
+                {"samples", static_cast<std::int64_t>(part)},
+                {"of", static_cast<std::int64_t>(whole)}}};
+}
+
 std::optional<Cause> data_cause(const DivergentStep& s) {
   // The run diverges where data enters it: other data (and, with it, usually another seed).
   const RngAndInputs e = rng_and_inputs(s.pairs);
@@ -196,6 +240,7 @@ std::optional<Cause> data_cause(const DivergentStep& s) {
     return std::nullopt;
   const std::string where = "input " + e.first_input->name + mb_text(*e.first_input) +
                             " differs at step " + std::to_string(s.step);
+  if (auto smaller = smaller_steps_cause(s)) return smaller;
   if (auto values = number_argument(*e.first_input, s.pairs))
     return Cause{Rule::data, where + *values +
                                  " while every other input of the microbatch, its samples "
