@@ -44,7 +44,8 @@ class Attachment:
 
     - a step begins at the first forward of ``model`` after the previous step ended (or after
       attach), and ends when every attached optimizer has stepped (its step post-hook): its
-      gradients and optimizer state are recorded then, before any ``zero_grad``;
+      gradients and optimizer state are recorded then, before any ``zero_grad``; an optimizer
+      not handed over that steps the model's parameters is attached at its first step;
     - each forward of ``model`` with gradients enabled is one microbatch, numbered
       ``k * world_size + rank`` for the rank's k-th forward of the step; forwards under
       ``torch.no_grad()`` (evaluation) and activation checkpointing's recompute are not;
