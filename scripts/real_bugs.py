@@ -14,7 +14,8 @@ comparison of the same layouts (`fixed`). A bug is named when its comparison exi
 FIRST UNEXPLAINED DIVERGENCE line matching the folder's expected.txt (a regular expression); its
 fixed release is clean when `fixed` exits 0 or 4 and a second run of fixed's test compares with
 the first bitwise (exit 0). Beside each, what comparing the loss curves alone shows on the bug's
-runs: the first step whose logged loss differs and the largest difference.
+runs: the first step at which the logged losses are apart by more than 1e-5 (relative) and the largest
+difference.
 
 Exit 0 only when every bug is named and every fixed release is clean; 1 otherwise, 2 on bad
 input (a bug.json that does not say what it must)."""
@@ -134,12 +135,17 @@ def compare(base, test, report):
     return done.returncode, line
 
 
+# A logged loss is read to 4 or 5 digits: two curves apart by less than this, relative, look alike.
+CURVE_RTOL = 1e-5
+
+
 def loss_curves(base, test):
-    """What comparing the logged loss curves shows: (first step that differs or None, max |d|)."""
+    """What comparing the logged loss curves shows: (the first step at which they are apart by
+    more than CURVE_RTOL, or None; the largest difference)."""
     a = json.loads((base / "losses.json").read_text())
     b = json.loads((test / "losses.json").read_text())
     diffs = [abs(x - y) for x, y in zip(a, b)]
-    first = next((i for i, d in enumerate(diffs) if d > 0), None)
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > CURVE_RTOL * max(abs(x), abs(y))), None)
     return first, max(diffs, default=0.0)
 
 
@@ -161,7 +167,7 @@ def check_bug(bug, runner):
         row["fixed"] = f"{fixed_exit}, self {self_exit}"
         row["clean"] = fixed_exit in (0, 4) and self_exit == 0
         first, largest = loss_curves(base, test)
-        row["loss"] = "no difference" if first is None else f"from step {first}, largest {largest:.3g}"
+        row["loss"] = f"alike (largest {largest:.2g})" if first is None else f"apart from step {first}, largest {largest:.3g}"
     row["seconds"] = round(time.monotonic() - started, 1)
     return row
 
