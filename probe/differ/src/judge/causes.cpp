@@ -60,12 +60,6 @@ struct LoneContribution {
   std::size_t count;     // the microbatches that contributed in that run
 };
 
-bool same_figures(const TensorStats& a, const TensorStats& b) {
-  return !a.unsupported && !b.unsupported && a.hash == b.hash && a.dtype == b.dtype &&
-         a.shape == b.shape && a.norm == b.norm && a.min == b.min && a.max == b.max &&
-         a.mean == b.mean;
-}
-
 std::optional<LoneContribution> lone_contribution(const Pair& g, const std::vector<Pair>& pairs) {
   for (const bool in_base : {true, false}) {
     const Side& grad = in_base ? g.base : g.test;

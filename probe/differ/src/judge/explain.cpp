@@ -914,11 +914,11 @@ Cause Explainer::cause_of(std::int64_t step, const Pair& p) const {
         rule,
         what(p) + " is in the " + (p.pair_class == PairClass::only_base ? "base" : "test") +
             " run only at step " + s +
-            (!p.untied         ? ""
-             : p.untied->named ? ", where the other run ties it to param " + p.untied->param +
-                                     ": tied weights untied (see LIKELY CAUSE)"
-                               : ", where it holds bit for bit the values of param " +
-                                     p.untied->param + ": tied weights untied (see LIKELY CAUSE)"),
+            (!p.untied ? ""
+                       : std::string(", where ") +
+                             (p.untied->named ? "the other run ties it to param "
+                                              : "it holds bit for bit the values of param ") +
+                             p.untied->param + ": tied weights untied (see LIKELY CAUSE)"),
         std::move(ev)};
   if (rule == Rule::nonfinite) {
     const bool in_test = nonfinite(p.test) > 0;

@@ -168,17 +168,18 @@ std::optional<std::string> copied(const std::vector<Pair>& pairs, const Pair& fi
   for (const auto& p : pairs) {
     if (p.kind != Kind::param || !p.base.present || !p.test.present || p.name == first.name)
       continue;
-    const TensorStats& o = (in_base ? p.base : p.test).merged.record.stats;
-    const TensorStats& s = r.stats;
-    // Every figure, not the hash alone: a hash collision must not name a parameter.
-    if (!o.unsupported && o.hash == s.hash && o.dtype == s.dtype && o.shape == s.shape &&
-        o.norm == s.norm && o.min == s.min && o.max == s.max && o.mean == s.mean)
-      return p.name;
+    if (same_figures((in_base ? p.base : p.test).merged.record.stats, r.stats)) return p.name;
   }
   return std::nullopt;
 }
 
 }  // namespace
+
+bool same_figures(const TensorStats& a, const TensorStats& b) {
+  return !a.unsupported && !b.unsupported && a.hash == b.hash && a.dtype == b.dtype &&
+         a.shape == b.shape && a.norm == b.norm && a.min == b.min && a.max == b.max &&
+         a.mean == b.mean;
+}
 
 std::optional<Untied> untied_from(const std::vector<Pair>& pairs, const Pair& first) {
   if (!one_sided(first) ||

@@ -43,4 +43,10 @@ std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<Step
 // one constant (a norm's ones equal every other norm's).
 std::optional<Untied> untied_from(const std::vector<Pair>& pairs, const Pair& first);
 
+// Whether two tensors' figures are equal bit for bit: hash and every figure, dtype and shape
+// (every figure, not the hash alone, so that a hash collision names nothing); never for a tensor
+// without figures. What "holds the values of" means for a copied parameter and for a step's
+// gradient that is one microbatch's contribution.
+bool same_figures(const TensorStats& a, const TensorStats& b);
+
 }  // namespace probe::differ
