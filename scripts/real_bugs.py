@@ -8,8 +8,9 @@ diff_logs, and one table printed.
 --quick: the subset ctest runs (real_bugs_quick). diff_logs: $DIFF_LOGS, else build/bin's.
 
 Each folder holds a bug.json that names four runs, each a release (scripts/releases/<name>.txt,
-installed by scripts/real_bugs.sh into $NUMPROBE_RELEASES), the folder's train.py flags and a rank
-count: the bug's comparison (`bug`: base against test, where the bug lives) and the fixed release's
+installed by scripts/real_bugs.sh into $NUMPROBE_RELEASES; null for the project's venv alone, where
+a reproduction's train.py carries the bug itself), the folder's train.py flags and a rank count:
+the bug's comparison (`bug`: base against test, where the bug lives) and the fixed release's
 comparison of the same layouts (`fixed`). A bug is named when its comparison exits 1 with the
 FIRST UNEXPLAINED DIVERGENCE line matching the folder's expected.txt (a regular expression); its
 fixed release is clean when `fixed` exits 0 or 4 and a second run of fixed's test compares with
@@ -83,7 +84,8 @@ def load_bug(folder):
 
 
 def releases_of(bugs):
-    return sorted({bug[c][s]["release"] for bug in bugs for c in ("bug", "fixed") for s in ("base", "test")})
+    return sorted({bug[c][s]["release"] for bug in bugs for c in ("bug", "fixed") for s in ("base", "test")}
+                  - {None})
 
 
 class Runner:
@@ -97,20 +99,20 @@ class Runner:
     def run(self, bug, spec, again=False):
         ranks = int(spec.get("ranks", 1))
         args = [str(a) for a in spec.get("args", [])]
-        key = (bug["name"], spec["release"], ranks, tuple(args), again)
+        key = (bug["name"], spec["release"] or "", ranks, tuple(args), again)
         if key in self.done:
             return self.done[key]
         directory = self.out / bug["name"] / f"run{len([k for k in self.done if k[0] == bug['name']])}"
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
-        release = RELEASES / spec["release"]
-        if not release.is_dir():
+        release = RELEASES / spec["release"] if spec["release"] else None
+        if release and not release.is_dir():
             raise BadBug(f"release {spec['release']} is not installed in {RELEASES} (scripts/real_bugs.sh installs it)")
         script = bug["folder"] / "train.py"
         launch = [sys.executable, str(script)] if ranks == 1 else \
             [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", str(script)]
         env = dict(os.environ, PROBE_DIR=str(directory / "logs"), OMP_NUM_THREADS="1",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(release), os.environ.get("PYTHONPATH")])))
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(release or ""), os.environ.get("PYTHONPATH")])))
         started = time.monotonic()
         done = subprocess.run(launch + args + ["--losses", str(directory / "losses.json")],
                               capture_output=True, text=True, env=env)
@@ -173,11 +175,11 @@ def check_bug(bug, runner):
 
 
 def table(rows):
-    head = "| bug | framework | layout | exit | FIRST UNEXPLAINED DIVERGENCE | expected | fixed (exit) | loss curves alone | s |"
-    lines = [head, "|" + " --- |" * 9]
+    head = "| bug | framework | code | layout | exit | FIRST UNEXPLAINED DIVERGENCE | expected | fixed (exit) | loss curves alone | s |"
+    lines = [head, "|" + " --- |" * 10]
     for r in rows:
         headline = r["headline"].replace(HEADLINE, "").strip()
-        lines.append(f"| {r['bug']} | {r['framework']} | {r['layout']} | {r['exit']} | `{headline}` | "
+        lines.append(f"| {r['bug']} | {r['framework']} | {r['code']} | {r['layout']} | {r['exit']} | `{headline}` | "
                      f"{'yes' if r['named'] else 'NO'} | {r['fixed']}{'' if r['clean'] else ' NOT CLEAN'} | "
                      f"{r['loss']} | {r['seconds']:.0f} |")
     return "\n".join(lines)
