@@ -137,11 +137,20 @@ Record count_input(std::int64_t mb, double value) {
   return r;
 }
 
+// The microbatch's loss divided by another count: its value and its parameter's contribution
+// times `f`, the loss's own gradient (1) unchanged.
+std::vector<Record> normalized_by(std::vector<Record> mb, double f) {
+  for (auto& r : mb)
+    if (r.kind == Kind::mb_grad || (r.kind == Kind::output && r.name == "loss")) r = times(r, f);
+  return mb;
+}
+
 TEST(SampleMatch, ANumberArgumentThatDiffersOverTheSameSamplesIsNamedWithBothValues) {
   const auto dir = fresh_dir("number_argument");
   // Each rank normalizing by its own tokens (22) where one process counts the window's (45).
   auto a = joined({{count_input(0, 45)}, microbatch(0, {1, 2}), {grad(30, 2.0)}});
-  auto b = joined({{count_input(0, 22)}, microbatch(0, {1, 2}), {grad(31, 2.2)}});
+  auto b = joined(
+      {{count_input(0, 22)}, normalized_by(microbatch(0, {1, 2}), 45.0 / 22), {grad(31, 2.2)}});
   write_run(dir / "a", {a});
   write_run(dir / "b", {b});
   const Result r = diff(dir / "a", dir / "b");
@@ -200,6 +209,41 @@ TEST(Convention, AStepThatDoesNotAgreeUnderTheConventionIsABug) {
   EXPECT_EQ(r.exit_code(), 1) << text_of(r);
   ASSERT_TRUE(r.first_unexplained) << text_of(r);
   EXPECT_EQ(r.first_unexplained->kind, Kind::grad) << text_of(r);
+}
+
+TEST(Convention, ALossComputedScaledIsTheConventionAndTheStepsReductionIsJudged) {
+  const auto dir = fresh_dir("convention_loss_scaled");
+  // A pipeline schedule's loss divided by the accumulation steps only (the schedule divides the
+  // gradients by its microbatches afterwards): each microbatch's loss value and every backward
+  // record twice the single process's. A step whose reduction does not undo it is the bug.
+  const auto scaled = [](std::vector<Record> mb) {
+    for (auto& r : mb)
+      if (r.kind == Kind::output && r.name == "loss") r = times(r, 2.0);
+    return mb;
+  };
+  Record wrong = grad(31, 1.6);  // neither the step's gradient nor a constant factor of it
+  wrong.stats.min = -0.9;
+  write_run(dir / "a", {joined({microbatch(0, {1, 2}), microbatch(1, {3, 4}), {grad(30, 2.0)}})});
+  write_run(
+      dir / "b",
+      {joined({scaled(microbatch(0, {1, 2}, 2.0)), scaled(microbatch(1, {3, 4}, 2.0)), {wrong}})});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 1) << text_of(r);
+  ASSERT_TRUE(r.first_unexplained && r.unexplained_cause) << text_of(r);
+  EXPECT_EQ(r.first_unexplained->kind, Kind::grad) << text_of(r);
+  EXPECT_EQ(r.unexplained_cause->rule, Rule::wrong_reduction) << text_of(r);
+  EXPECT_TRUE(says(r.unexplained_cause->message,
+                   "every mb_grad of w is the base run's times 2 bit for bit, the step's loss "
+                   "convention"))
+      << r.unexplained_cause->message;
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_EQ(r.first_divergence->name, "loss");
+  EXPECT_EQ(r.first_divergence->why.rule, Rule::convention) << text_of(r);
+  // The step's gradient undone as the other run's: noise only.
+  write_run(dir / "c", {joined({scaled(microbatch(0, {1, 2}, 2.0)),
+                                scaled(microbatch(1, {3, 4}, 2.0)),
+                                {grad(30, 2.0)}})});
+  EXPECT_EQ(diff(dir / "a", dir / "c").exit_code(), 4) << text_of(diff(dir / "a", dir / "c"));
 }
 
 TEST(SampleMatch, AStepGradientThatIsOneMicrobatchsContributionAloneIsToldAsLostAccumulation) {
@@ -263,6 +307,29 @@ TEST(SampleMatch, AStepHoldingSomeOfTheOtherStepsSamplesIsToldAsSmallerSteps) {
   const Result other = diff(dir / "a", dir / "c");
   ASSERT_TRUE(other.unexplained_cause) << text_of(other);
   EXPECT_EQ(other.unexplained_cause->rule, Rule::data) << text_of(other);
+}
+
+TEST(SampleMatch, AStepHoldingASampleTwiceIsToldAsOverlappingShards) {
+  const auto dir = fresh_dir("overlapping_shards");
+  // One process's step of samples 1-4 against two ranks whose samplers shuffled with seeds of
+  // their own: rank 0 holds 1 and 2, rank 1 holds 2 and 3 (sample 2 twice, sample 4 nowhere).
+  const auto inputs_first = [](std::vector<Record> mb) {
+    std::stable_partition(mb.begin(), mb.end(),
+                          [](const Record& r) { return r.name == "input_ids"; });
+    return mb;
+  };
+  write_run(dir / "a", {joined({inputs_first(microbatch(0, {1, 2, 3, 4})), {grad(30, 2.0)}})});
+  write_run(dir / "b", {joined({inputs_first(microbatch(0, {1, 2})), {grad(31, 1.5)}}),
+                        joined({inputs_first(microbatch(1, {2, 3})), {grad(31, 1.5)}})});
+  const Result r = diff(dir / "a", dir / "b");
+  EXPECT_EQ(r.exit_code(), 1) << text_of(r);
+  ASSERT_TRUE(r.unexplained_cause) << text_of(r);
+  EXPECT_EQ(r.unexplained_cause->rule, Rule::data) << text_of(r);
+  EXPECT_TRUE(says(r.unexplained_cause->message,
+                   "step 0 of the test run holds 1 of its 4 sample rows a second time and lacks 1 "
+                   "sample(s) of the base run's step: its ranks' shards (or its microbatches) "
+                   "overlap"))
+      << r.unexplained_cause->message;
 }
 
 TEST(TiedWeights, AParameterOfOneRunThatCopiesAnotherIsToldAsUntied) {

@@ -215,3 +215,38 @@ TEST(WeightCauses, GradsWithinToleranceAreSaidToAgreeWithinTolerance) {
   ASSERT_NE(c, nullptr) << (res.first_divergence ? res.first_divergence->name : "no divergence");
   EXPECT_EQ(evidence(*c, "grads_agree"), "within tolerance (1 not bitwise)");
 }
+
+TEST(WeightCauses, AMicrobatchAfterAnUpdateInsideTheStepIsToldByTheUpdateCounts) {
+  // Two microbatches a step; the test run's optimizer also steps after microbatch 0 (an update
+  // inside the accumulation window): microbatch 1 reads updated weights while the step's param
+  // records, taken when it began, are equal. Its update counts say 2 against 1.
+  const auto microbatches = [](std::uint64_t second_output, double steps) {
+    return std::vector<Record>{tensor(0, Kind::param, "w", 5, 1.0),
+                               tensor(0, Kind::output, "model", 70, 2.0, 0),
+                               tensor(0, Kind::mb_grad, "w", 80, 0.5, 0),
+                               tensor(0, Kind::output, "model", second_output,
+                                      2.0 + 1e-3 * static_cast<double>(second_output), 1),
+                               tensor(0, Kind::mb_grad, "w", second_output + 10, 0.5, 1),
+                               tensor(0, Kind::grad, "w", second_output + 20, 0.7),
+                               optim_scalar(0, "w.step", steps)};
+  };
+  const auto dir = fresh_dir("mid_step_updates");
+  write_run(dir / "a", {microbatches(71, 1)});
+  write_run(dir / "b", {microbatches(171, 2)});
+  const Result r = diff(dir / "a", dir / "b");
+  ASSERT_TRUE(r.first_unexplained && r.unexplained_cause) << text_of(r);
+  EXPECT_EQ(r.first_unexplained->kind, Kind::output) << text_of(r);
+  EXPECT_EQ(*r.first_unexplained->mb, 1);
+  EXPECT_EQ(r.unexplained_cause->rule, Rule::optimizer) << text_of(r);
+  EXPECT_TRUE(says(r.unexplained_cause->message,
+                   "test run's optimizer stepped more often within step 0 than the base run's "
+                   "(w.step: base 1, test 2): from microbatch 1 on, the test run computed from "
+                   "weights its optimizer had already updated"))
+      << r.unexplained_cause->message;
+  EXPECT_EQ(evidence(*r.unexplained_cause, "update_count"), "w.step");
+  // Equal update counts: the computation differs, as before.
+  write_run(dir / "c", {microbatches(171, 1)});
+  const Result same = diff(dir / "a", dir / "c");
+  ASSERT_TRUE(same.unexplained_cause) << text_of(same);
+  EXPECT_EQ(same.unexplained_cause->rule, Rule::unexplained) << text_of(same);
+}

@@ -351,6 +351,22 @@
   function samePair(a, b) {
     return a && b && a.step === b.step && a.kind === b.kind && a.name === b.name && a.mb === b.mb;
   }
+  // Every independent divergence, ranked by its effect on training, as the text report lists
+  // them: where there are several, or one whose effect is not shown.
+  function independentBlock() {
+    var all = R.independent_divergences || [];
+    if (!all.length || (all.length === 1 && all[0].effect === 'training')) return null;
+    var items = all.map(function (d, i) {
+      return el('li', {class: 'independent', 'data-effect': d.effect, 'data-rule': d.rule}, [
+        el('span', {class: 'rule', text: '[' + d.rule + '] '}), el('span', {class: 'where', text: where(d)}),
+        el('span', {class: 'effect ' + d.effect, text: ' ' + d.effect_words}),
+        i > 0 ? el('p', {class: 'note line', text: d.cause.message}) : null]);
+    });
+    return el('div', {id: 'independent'}, [
+      el('h3', {text: all.length === 1 ? 'Independent divergences: the headline' :
+                'Independent divergences: ' + all.length + ', ranked by their effect on training'}),
+      el('ol', null, items)]);
+  }
   // What the text report headlines: the first unexplained divergence (with --strict, the first
   // divergence), the cause that explains it, and the noise summary in words.
   function drawHeadline() {
@@ -366,6 +382,8 @@
       s.appendChild(pairBlock(u, 'fd-headline', ''));
       var c = u.cause || (u.explanation ? {rule: u.explanation.rule, message: '', evidence: {}} : null);
       if (c) s.appendChild(causeBlock(c, 'headline-cause'));
+      var list = independentBlock();
+      if (list) s.appendChild(list);
     } else if (strict) {
       s.appendChild(pairBlock(fd, 'fd-headline', ''));
       if (R.likely_causes.length) s.appendChild(causeBlock(R.likely_causes[0], 'headline-cause'));

@@ -377,6 +377,9 @@ void Aligner::compare_step(std::int64_t step, std::vector<Merged>* base, std::ve
       if (!pairs[k].set_aside) options_.on_pair(pairs[k], pair_series_[k]);
   result_.summation_order_grads = explainer_.summation_order_grads();
   note_noise_or_bug(step, first_step_of_both, pairs);
+  independent_.add_step(pairs, [&](const Pair& p, Independent& entry) {
+    describe(step, first_step_of_both, pairs, p, entry);
+  });
   note_first_nonfinite(step, pairs);
   op_analysis_.add_step(step, pairs, result_.ops);
   if (first && !result_.first_divergence) {
@@ -426,6 +429,10 @@ Cause Aligner::headline_cause(std::int64_t step, bool first_step, const std::vec
                               const Pair& p) const {
   const DivergentStep s{step, pairs, p};
   const Rule rule = *p.why.rule;
+  // Equal dependencies are the weights the step began with: the update counts may say they
+  // changed within it.
+  if (rule == Rule::unexplained)
+    if (auto mid = mid_step_updates_cause(step, pairs, p)) return *mid;
   std::optional<Cause> c;
   if (rule == Rule::none_gradient) c = none_gradient_cause(s);
   else if (rule == Rule::data) c = data_cause(s);
@@ -457,6 +464,30 @@ Cause Aligner::headline_cause(std::int64_t step, bool first_step, const std::vec
   return explainer_.cause_of(step, p);
 }
 
+void Aligner::describe(std::int64_t step, bool first_step, const std::vector<Pair>& pairs,
+                       const Pair& p, Independent& entry) const {
+  entry.cause = headline_cause(step, first_step, pairs, p);
+  if (!ops_can_locate(p.why)) return;
+  OpReport hint;
+  op_analysis_.suggest_trace(p, pairs, options_.kinds_mask, hint);
+  entry.trace_hint = hint.trace_hint;
+}
+
+// The first unexplained divergence in execution order may change nothing that training keeps (a
+// loss computed another way, one rounding apart, while every gradient is bitwise equal): the
+// headline is the first that changes training, the others are listed below it.
+void Aligner::headline_the_one_that_matters() {
+  result_.independent = independent_.ranked();
+  if (options_.strict || result_.independent.empty()) return;
+  const Independent& top = result_.independent.front();
+  if (result_.first_unexplained && result_.first_unexplained->step == top.first.step &&
+      result_.first_unexplained->key == top.first.key)
+    return;
+  result_.first_unexplained = top.first;
+  result_.unexplained_cause = top.cause;
+  result_.ops.trace_hint = top.trace_hint;
+}
+
 void Aligner::note_first_nonfinite(std::int64_t step, const std::vector<Pair>& pairs) {
   if (first_nonfinite_) return;
   first_nonfinite_ = nonfinite_cause(step, pairs);
@@ -464,6 +495,7 @@ void Aligner::note_first_nonfinite(std::int64_t step, const std::vector<Pair>& p
 }
 
 void Aligner::finish() {
+  headline_the_one_that_matters();
   if (!result_.ops.trace_hint && !result_.first_unexplained && cannot_tell_hint_ &&
       !cannot_tell_hint_->empty())
     result_.ops.trace_hint = cannot_tell_hint_;

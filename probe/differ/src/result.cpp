@@ -80,4 +80,38 @@ int Result::exit_code() const {
   }
 }
 
+std::string_view effect_name(Independent::Effect e) {
+  switch (e) {
+    case Independent::Effect::training: return "training";
+    case Independent::Effect::local: return "local";
+    case Independent::Effect::unknown: break;
+  }
+  return "unknown";
+}
+
+std::string effect_words(const Independent& d) {
+  const std::string steps =
+      d.last_step == d.first.step
+          ? "at step " + std::to_string(d.first.step)
+          : "at steps " + std::to_string(d.first.step) + "-" + std::to_string(d.last_step);
+  const std::string held = std::to_string(d.records) + " record" + (d.records == 1 ? "" : "s") +
+                           " of " + std::to_string(d.distinct_names) + " name" +
+                           (d.distinct_names == 1 ? "" : "s") + " " + steps;
+  switch (d.effect) {
+    case Independent::Effect::training:
+      return "changes training (" + held +
+             (d.inherited > 0 ? "; " + std::to_string(d.inherited) +
+                                    " gradient, weight or optimizer "
+                                    "records inherit it"
+                              : "") +
+             ")";
+    case Independent::Effect::local:
+      return "local (" + held +
+             "): the gradients or weights compared after it inherit nothing of it";
+    case Independent::Effect::unknown: break;
+  }
+  return "effect unknown (" + held +
+         "): no gradient or weight recorded after it tells whether training inherits it";
+}
+
 }  // namespace probe::differ

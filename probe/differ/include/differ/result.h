@@ -167,6 +167,15 @@ struct Explanation {
   // partial_sum: the partial sum it descends from, in words ("the sum of 2 partial products of
   // tap wo mb 0 in the test run"); empty for every other rule.
   std::string detail;
+  // A bug: the independent divergences it is or descends from, by their number in execution
+  // order (a root holds its own; inherited, those of what it depends on; at most kRootsKept,
+  // the earliest). Empty for noise.
+  std::vector<std::uint32_t> bug_roots = {};
+  static constexpr std::size_t kRootsKept = 32;
+  // A bug none of whose dependencies is one: an independent divergence (bug_roots holds its own
+  // number). A bug that shows by itself (a scale, a NaN, a move) where what it depends on already
+  // differs by a bug is that bug's consequence: bug_roots holds those, root stays false.
+  bool root = false;
 };
 
 // A parameter of one run only that the other run holds as one with another parameter (tied
@@ -311,6 +320,31 @@ struct NoiseSummary {
   void add(const Pair& p);
 };
 
+// A divergence no earlier one explains (docs/diff-logs.md, "Independent divergences"): the
+// bug-class roots of one rule and kind (a bug that recurs at every step, or hits every layer, is
+// one entry), what training inherits of them, and the cause of the first.
+struct Independent {
+  // What it does to training: a gradient, a weight or optimizer state is or inherits it; or
+  // the gradients (or next weights) after it were compared and none inherits it (local); or
+  // nothing after it tells (unknown: no gradient or weight recorded after it).
+  enum class Effect : std::uint8_t { training, unknown, local };
+  Effect effect = Effect::unknown;
+  Rule rule = Rule::unexplained;
+  Kind kind = Kind::scalar;
+  Pair first;  // its first record, in execution order
+  Cause cause;
+  std::int64_t records = 0;        // roots it holds
+  std::int64_t last_step = 0;      // the last step one of them is at (first.step: the first)
+  std::vector<std::string> names;  // distinct, in order seen, the first kNames
+  static constexpr std::size_t kNames = 5;
+  std::int64_t distinct_names = 0;
+  std::int64_t inherited = 0;  // gradient, weight and optimizer records that descend from it
+  std::optional<std::string> trace_hint;  // the PROBE_TRACE setting that locates it, if any
+};
+std::string_view effect_name(Independent::Effect e);  // "training", "unknown", "local"
+// Its effect in words, with the counts that show it ("local: ...").
+std::string effect_words(const Independent& d);
+
 struct RunInfo {
   std::string path, setup, torch_version;
   int world_size = 1, ranks_found = 0;
@@ -331,6 +365,9 @@ struct Result {
   // with its evidence: the headline unless --strict.
   std::optional<Pair> first_unexplained;
   std::optional<Cause> unexplained_cause;
+  // Every independent divergence, ranked by its effect on training (then in execution order):
+  // the first is the headline (first_unexplained) unless --strict.
+  std::vector<Independent> independent;
   NoiseSummary noise;
   bool strict = false;  // --strict: any divergence is a difference, as before noise was told apart
   std::int64_t summation_order_grads = 0;                 // grads matching the summation-order rule

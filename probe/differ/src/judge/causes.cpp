@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <set>
+#include <vector>
 
 #include "differ/detail/pair/classify.h"
 #include "differ/detail/pair/sample_match.h"
@@ -33,14 +35,32 @@ bool has_mb_grad(const std::string& name, const std::vector<Pair>& pairs) {
 
 // Every mb_grad of the parameter is bitwise equal or set aside (a partial sum against another
 // record, a record covering other microbatches than the other run's), and there is at least one.
+// An mb_grad exactly the other run's times the step's loss convention (explain.h): every figure
+// in the convention's ratio, equal for what depends on it.
+bool convention_scaled(const Pair& p) {
+  return p.why.rule == Rule::convention && !p.why.bug && p.why.ceiling == 0;
+}
+
 bool mb_grads_equal(const std::string& name, const std::vector<Pair>& pairs) {
   std::int64_t mbs = 0;
   for (const auto& p : pairs) {
     if (p.kind != Kind::mb_grad || p.name != name) continue;
-    if (p.pair_class != PairClass::equal && !p.set_aside) return false;
+    if (p.pair_class != PairClass::equal && !p.set_aside && !convention_scaled(p)) return false;
     ++mbs;
   }
   return mbs > 0;
+}
+
+// The step's loss-convention factor where it scales the parameter's mb_grads, in words ("2",
+// "1/4"); "" where none does.
+std::string convention_of(const std::string& name, const std::vector<Pair>& pairs) {
+  for (const auto& p : pairs) {
+    if (p.kind != Kind::mb_grad || p.name != name || !convention_scaled(p)) continue;
+    const TensorStats &b = p.base.merged.record.stats, &t = p.test.merged.record.stats;
+    return factor_text(t.mean != 0 && b.mean != 0 ? t.mean / b.mean : t.norm / b.norm,
+                       constant_factor_tolerance(b.dtype));
+  }
+  return "";
 }
 
 // An mb_grad of the parameter is set aside: a partial sum (sequence parallelism), or a record
@@ -185,25 +205,61 @@ std::optional<std::string> number_argument(const Pair& first, const std::vector<
   return " (base " + lf::format_double(b.mean) + ", test " + lf::format_double(t.mean) + ")";
 }
 
-// The samples (`input numprobe.sample*` hashes, numprobe.attach's) each run's step holds.
+// The samples (`input numprobe.sample*` hashes, numprobe.attach's) each run's step holds, each
+// as often as the step's microbatches hold it.
 struct StepSamples {
-  std::set<std::uint64_t> base, test;
+  std::multiset<std::uint64_t> base_rows, test_rows;
+  std::set<std::uint64_t> base, test;  // distinct
 };
 
 StepSamples step_samples(const std::vector<Pair>& pairs) {
   StepSamples out;
   for (const auto& p : pairs) {
     if (p.kind != Kind::input || !p.name.starts_with(kSampleRecord)) continue;
-    if (p.base.present) out.base.insert(p.base.merged.record.stats.hash);
-    if (p.test.present) out.test.insert(p.test.merged.record.stats.hash);
+    if (p.base.present) out.base_rows.insert(p.base.merged.record.stats.hash);
+    if (p.test.present) out.test_rows.insert(p.test.merged.record.stats.hash);
   }
+  out.base.insert(out.base_rows.begin(), out.base_rows.end());
+  out.test.insert(out.test_rows.begin(), out.test_rows.end());
   return out;
+}
+
+// One run's step holds a sample more than once and the other run's does not: its ranks' shards
+// (or its microbatches) overlap, and the samples they lack the other run trains on.
+std::optional<Cause> overlapping_samples_cause(const DivergentStep& s, const StepSamples& samples) {
+  const std::size_t base_twice = samples.base_rows.size() - samples.base.size(),
+                    test_twice = samples.test_rows.size() - samples.test.size();
+  if ((base_twice == 0) == (test_twice == 0)) return std::nullopt;
+  const bool in_test = test_twice > 0;
+  const auto& mine = in_test ? samples.test : samples.base;
+  const auto& other = in_test ? samples.base : samples.test;
+  std::vector<std::uint64_t> lacking;
+  std::set_difference(other.begin(), other.end(), mine.begin(), mine.end(),
+                      std::back_inserter(lacking));
+  const std::string run = in_test ? "test" : "base", the_other = in_test ? "base" : "test";
+  const auto twice = static_cast<std::int64_t>(in_test ? test_twice : base_twice);
+  const auto rows =
+      static_cast<std::int64_t>((in_test ? samples.test_rows : samples.base_rows).size());
+  return Cause{Rule::data,
+               "step " + std::to_string(s.step) + " of the " + run + " run holds " +
+                   std::to_string(twice) + " of its " + std::to_string(rows) +
+                   " sample rows a second time" +
+                   (lacking.empty() ? ""
+                                    : " and lacks " + std::to_string(lacking.size()) +
+                                          " sample(s) of the " + the_other + " run's step") +
+                   ": its ranks' shards (or its microbatches) overlap, so some samples train twice "
+                   "and others not at all (ranks that shuffle with generators of their own "
+                   "seeds, a sampler without its rank's offset)",
+               {{"step", s.step},
+                {"run", run},
+                {"repeated", twice},
+                {"rows", rows},
+                {"lacking", static_cast<std::int64_t>(lacking.size())}}};
 }
 
 // One run's step holds some of the other's samples and none of its own: the same data, cut
 // into smaller steps (that run's optimizer stepped before the other's step was over).
-std::optional<Cause> smaller_steps_cause(const DivergentStep& s) {
-  const StepSamples samples = step_samples(s.pairs);
+std::optional<Cause> smaller_steps_cause(const DivergentStep& s, const StepSamples& samples) {
   const auto within = [](const std::set<std::uint64_t>& a, const std::set<std::uint64_t>& b) {
     return !a.empty() && a.size() < b.size() &&
            std::includes(b.begin(), b.end(), a.begin(), a.end());
@@ -234,7 +290,9 @@ std::optional<Cause> data_cause(const DivergentStep& s) {
     return std::nullopt;
   const std::string where = "input " + e.first_input->name + mb_text(*e.first_input) +
                             " differs at step " + std::to_string(s.step);
-  if (auto smaller = smaller_steps_cause(s)) return smaller;
+  const StepSamples samples = step_samples(s.pairs);
+  if (auto overlap = overlapping_samples_cause(s, samples)) return overlap;
+  if (auto smaller = smaller_steps_cause(s, samples)) return smaller;
   if (auto values = number_argument(*e.first_input, s.pairs))
     return Cause{Rule::data, where + *values +
                                  " while every other input of the microbatch, its samples "
@@ -344,12 +402,17 @@ std::optional<Cause> grad_reduction_cause(const DivergentStep& s, const DiffOpti
                        rel +
                        ": summation order (the reduction order of a collective: all-reduce vs "
                        "reduce-scatter, bucket layout)"};
+    const std::string convention = convention_of(g.name, s.pairs);
     return Cause{
         Rule::wrong_reduction,
         "every mb_grad of " + g.name +
-            " is bitwise equal but its grad differs by "
-            "relative norm " +
-            rel + ", far beyond summation-order size (at most " + lf::format_double(bound) +
+            (convention.empty() ? " is bitwise equal"
+                                : " is the base run's times " + convention +
+                                      " bit for bit, the step's loss convention (each "
+                                      "microbatch's loss scaled by a factor the step's "
+                                      "reduction is to undo),") +
+            " but its grad differs by relative norm " + rel +
+            ", far beyond summation-order size (at most " + lf::format_double(bound) +
             "): the reduction or accumulation of this gradient is wrong (skipped, partial, "
             "over the wrong group, or wrongly scaled)"};
   }

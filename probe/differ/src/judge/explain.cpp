@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "differ/detail/pair/classify.h"
 #include "differ/detail/judge/constant_factor.h"
@@ -17,6 +18,13 @@ namespace lf = probe::log_format;
 namespace {
 
 Explanation bug(Rule rule) { return Explanation{true, rule, 0, 0, 0, {}}; }
+
+// The consequence of a bug upstream: the independent divergences it descends from.
+Explanation inherited_bug(const Upstream& up) {
+  Explanation e = bug(Rule::inherited);
+  e.bug_roots = up.bug_roots;
+  return e;
+}
 
 bool both_tensors(const Pair& p) {
   return p.base.present && p.test.present && p.base.merged.record.state == Record::State::tensor &&
@@ -278,15 +286,32 @@ bool is_setting(const Pair& p) {
          p.test.merged.record.state == Record::State::scalar;
 }
 
+bool one_sided_setting(const Pair& p) {
+  if (p.kind != Kind::optim) return false;
+  if (p.pair_class != PairClass::only_base && p.pair_class != PairClass::only_test) return false;
+  const Side& s = p.base.present ? p.base : p.test;
+  return s.merged.record.state == Record::State::scalar;
+}
+
 std::string parameter_of_state(const std::string& name) {
   const auto dot = name.rfind('.');
   return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+void merge_roots(std::vector<std::uint32_t>& into, const std::vector<std::uint32_t>& from) {
+  if (from.empty()) return;
+  std::vector<std::uint32_t> both;
+  both.reserve(into.size() + from.size());
+  std::set_union(into.begin(), into.end(), from.begin(), from.end(), std::back_inserter(both));
+  if (both.size() > Explanation::kRootsKept) both.resize(Explanation::kRootsKept);
+  into.swap(both);
 }
 
 void Upstream::add(const Pair& p) {
   if (!is_divergence(p.pair_class)) return;
   ++pairs;
   bug = bug || p.why.bug;
+  if (p.why.bug) merge_roots(bug_roots, p.why.bug_roots);
   roots = std::max(roots, p.why.roots);
   largest = std::max({largest, root_size(p), p.why.ceiling});
 }
@@ -294,6 +319,7 @@ void Upstream::add(const Pair& p) {
 void Upstream::add(const Upstream& u) {
   pairs += u.pairs;
   bug = bug || u.bug;
+  merge_roots(bug_roots, u.bug_roots);
   roots = std::max(roots, u.roots);
   largest = std::max(largest, u.largest);
   partial_sums += u.partial_sums;
@@ -345,7 +371,7 @@ Explanation Explainer::beyond_the_network_bound(const Pair& p, double bound, dou
 Explanation Explainer::from_upstream(const Pair& p, const Upstream& up,
                                      Explanation none_upstream) const {
   if (up.pairs == 0 && up.partial_sums == 0) return none_upstream;
-  if (up.bug) return bug(Rule::inherited);
+  if (up.bug) return inherited_bug(up);
   // Right after a reduction the difference is its rounding carried through the rest of its
   // module: the direct bound, not the wider one of noise grown through the network.
   const bool after_reduction = up.pairs == 0;
@@ -375,7 +401,7 @@ Explanation Explainer::from_upstream(const Pair& p, const Upstream& up,
 // inherited noise's the network's bound of its roots.
 Explanation Explainer::from_update(const Pair& p, const Upstream& up, double amplification) const {
   if (up.pairs == 0 && up.partial_sums == 0) return bug(Rule::optimizer);
-  if (up.bug) return bug(Rule::inherited);
+  if (up.bug) return inherited_bug(up);
   const double bound = std::max(options_.update_amplification, amplification) * up.largest;
   // What is updated from it may inherit up to the update's bound, capped at the network's
   // bound of its roots: over many steps the ceilings grow to that cap, never past it.
@@ -786,6 +812,7 @@ void Explainer::explain_step(std::int64_t step, bool first_step, std::vector<Pai
       if (is_divergence(p.pair_class) && !p.set_aside && !one_sided_op) {
         const bool scaled = microbatch_factor_.scales(p);
         p.why = scaled ? explain_scaled(p, step, first_step) : explain(p, step, first_step);
+        if (p.why.bug && p.why.rule != Rule::inherited) number_roots(p, step, first_step);
         // Exactly the convention's factor times the other run's: equal for what depends on it.
         const bool as_equal = scaled && p.why.rule == Rule::convention && p.why.ceiling == 0;
         // A generator's state is no value a record computes from: what drew from it shows in
@@ -829,6 +856,54 @@ void Explainer::settle_rng(std::vector<Pair>& pairs) const {
                               std::to_string(*p.mb) +
                               " is equal or noise: nothing drew from it there, or what drew "
                               "changed nothing recorded"};
+}
+
+Upstream Explainer::dependencies(const Pair& p, std::int64_t step, bool first_step) const {
+  Upstream up;
+  switch (p.kind) {
+    case Kind::input:
+    case Kind::rng: return up;  // the data: where a step's computation starts
+    case Kind::param:
+      if (first_step) return up;
+      if (previous_step_ != step - 1) return earlier_;
+      if (auto it = previous_by_param_.find(p.name); it != previous_by_param_.end())
+        up.add(it->second);
+      return up;
+    case Kind::optim: {
+      // A setting is set, not computed from the tensors that carry a difference.
+      if (is_setting(p) || one_sided_setting(p)) return up;
+      const std::string param = parameter_of_state(p.name);
+      if (auto it = this_step_by_param_.find(param); it != this_step_by_param_.end())
+        up.add(it->second);
+      if (auto it = previous_by_param_.find(param); it != previous_by_param_.end())
+        up.add(it->second);
+      return up;
+    }
+    case Kind::grad:
+      if (auto it = mb_grads_.find(p.name);
+          it != mb_grads_.end() && it->second.count > 0 && !it->second.set_aside)
+        return it->second.diverging;
+      break;
+    default:
+      if (p.kind != Kind::scalar && p.mb) {
+        up = carried();
+        if (auto it = by_mb_.find(*p.mb); it != by_mb_.end()) up.add(it->second);
+        return up;
+      }
+  }
+  up = carried();
+  up.add(step_so_far_);
+  return up;
+}
+
+// A bug whose dependencies hold none is an independent divergence, numbered in execution order
+// (what descends from it carries the number); one whose dependencies hold bugs, whatever its own
+// rule, descends from those.
+void Explainer::number_roots(Pair& p, std::int64_t step, bool first_step) {
+  Upstream up = dependencies(p, step, first_step);
+  p.why.root = up.bug_roots.empty();
+  if (p.why.root) p.why.bug_roots = {roots_numbered_++};
+  else p.why.bug_roots = std::move(up.bug_roots);
 }
 
 // What the records after a divergent pair read of it.

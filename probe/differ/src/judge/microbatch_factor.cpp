@@ -87,7 +87,14 @@ void MicrobatchFactor::start_step(const std::vector<Pair>& pairs) {
 }
 
 bool MicrobatchFactor::scales(const Pair& p) const {
-  return factor_ && backward_record(p) && tensors(p) && !p.set_aside;
+  return factor_ && tensors(p) && !p.set_aside && (backward_record(p) || loss_scaled(p));
+}
+
+bool MicrobatchFactor::loss_scaled(const Pair& p) const {
+  if (!factor_ || p.kind != Kind::output || !p.mb || !tensors(p) || p.set_aside) return false;
+  if (p.base.merged.record.stats.numel() != 1) return false;
+  const auto f = ratio_of(p);
+  return f && same_factor(*f, *factor_, constant_factor_tolerance(dtype_));
 }
 
 bool MicrobatchFactor::in_differing_step(const Pair& p) const {
@@ -122,7 +129,8 @@ Pair MicrobatchFactor::divided(const Pair& p) const {
 std::string MicrobatchFactor::words(std::int64_t step) const {
   const std::string f = factor_text(*factor_, constant_factor_tolerance(dtype_));
   return "every backward record of every microbatch of step " + std::to_string(step) +
-         " is the base run's times " + f + " (test = " + f +
+         " (and its loss, where the loss is computed scaled) is the base run's times " + f +
+         " (test = " + f +
          " x base, read from each microbatch's output gradient): a loss scaled per microbatch by "
          "a factor the step's reduction undoes (multiplied by the number of data-parallel ranks "
          "before DDP averages, divided by another accumulation count), a convention of the "

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "differ/detail/judge/explain.h"
+#include "probe/log_format.h"
 
 namespace probe::differ {
 namespace {
@@ -190,6 +191,58 @@ std::optional<Untied> untied_from(const std::vector<Pair>& pairs, const Pair& fi
   if (named) return Untied{*named, true, copy == named};
   if (copy) return Untied{*copy, false, true};
   return std::nullopt;
+}
+
+namespace {
+
+// The update counts of a step that differ: a parameter's `<param>.step`, a number in both runs.
+struct UpdateCounts {
+  const Pair* pair = nullptr;  // the first that differs
+  double base = 0, test = 0;
+};
+
+UpdateCounts differing_update_counts(const std::vector<Pair>& pairs) {
+  for (const auto& p : pairs) {
+    if (p.kind != Kind::optim || !p.name.ends_with(".step") || p.pair_class != PairClass::different)
+      continue;
+    const Record &b = p.base.merged.record, &t = p.test.merged.record;
+    if (b.state != Record::State::scalar || t.state != Record::State::scalar) continue;
+    return {&p, b.value, t.value};
+  }
+  return {};
+}
+
+}  // namespace
+
+std::optional<Cause> mid_step_updates_cause(std::int64_t step, const std::vector<Pair>& pairs,
+                                            const Pair& first) {
+  const Phase phase = phase_of(first);
+  if (!first.mb || *first.mb == 0 || (phase != Phase::forward && phase != Phase::backward))
+    return std::nullopt;
+  const UpdateCounts counts = differing_update_counts(pairs);
+  if (!counts.pair) return std::nullopt;
+  // The counts after the step: the run whose count grew by more stepped more often within it.
+  const bool in_test = counts.test > counts.base;
+  const std::string run = in_test ? "test" : "base", other = in_test ? "base" : "test";
+  const std::string s = std::to_string(step);
+  return Cause{Rule::optimizer,
+               std::string(kind_name(first.kind)) + " " + first.name + " mb " +
+                   std::to_string(*first.mb) + " differs at step " + s +
+                   " while the step's weights, taken when it began, are equal, and the " + run +
+                   " run's optimizer stepped more often within step " + s + " than the " + other +
+                   " run's (" + counts.pair->name + ": base " +
+                   log_format::format_double(counts.base) + ", test " +
+                   log_format::format_double(counts.test) + "): from microbatch " +
+                   std::to_string(*first.mb) + " on, the " + run +
+                   " run computed from weights its optimizer had already updated (an optimizer "
+                   "step inside the accumulation window)",
+               {{"step", step},
+                {"kind", std::string(kind_name(first.kind))},
+                {"name", first.name},
+                {"mb", *first.mb},
+                {"update_count", counts.pair->name},
+                {"base", log_format::format_double(counts.base)},
+                {"test", log_format::format_double(counts.test)}}};
 }
 
 }  // namespace probe::differ

@@ -239,6 +239,26 @@ nlohmann::json kinds_json(const std::vector<Kind>& kinds) {
   return list;
 }
 
+// Every independent divergence, ranked (the first is the headline unless --strict).
+nlohmann::json independent_json(const std::vector<Independent>& all) {
+  auto out = nlohmann::json::array();
+  for (const Independent& d : all) {
+    nlohmann::json e = pair_json(d.first);
+    e["rule"] = rule_name(d.rule);
+    e["effect"] = effect_name(d.effect);
+    e["effect_words"] = effect_words(d);
+    e["records"] = d.records;
+    e["last_step"] = d.last_step;
+    e["names"] = d.names;
+    e["distinct_names"] = d.distinct_names;
+    e["inherited"] = d.inherited;
+    e["cause"] = cause_json(d.cause);
+    e["trace_hint"] = d.trace_hint ? nlohmann::json(*d.trace_hint) : nlohmann::json(nullptr);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string to_json(const Result& r, const DiffOptions& opt) {
@@ -265,6 +285,7 @@ std::string to_json(const Result& r, const DiffOptions& opt) {
     if (r.unexplained_cause) unexplained["cause"] = cause_json(*r.unexplained_cause);
   }
   j["first_unexplained_divergence"] = unexplained;
+  j["independent_divergences"] = independent_json(r.independent);
   j["noise"] = noise_json(r.noise);
   j["summation_order_grads"] = r.summation_order_grads;
   auto& top = j["top"] = nlohmann::json::array();

@@ -304,8 +304,37 @@ void print_first_unexplained(const Result& r, std::ostream& out, const Paint& pa
   out << "\n";
 }
 
+// Every independent divergence, ranked, where there is more than the headline to say: several,
+// or one whose effect on training is not shown. The headline's cause is printed above it.
+void print_independent(const Result& r, std::ostream& out, const Paint& paint) {
+  const auto& all = r.independent;
+  if (r.strict || all.empty() ||
+      (all.size() == 1 && all[0].effect == Independent::Effect::training))
+    return;
+  out << paint(kBold, "INDEPENDENT DIVERGENCES") << "  " << all.size()
+      << (all.size() == 1 ? ", the headline"
+                          : ", ranked by their effect on training (the first "
+                            "is the headline)")
+      << "\n";
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const Independent& d = all[i];
+    out << "  " << i + 1 << ". [" << d.rule << "] " << paint(kRed, where(d.first)) << "\n";
+    out << "     " << effect_words(d) << "\n";
+    if (d.distinct_names > 1) {
+      out << "     names: ";
+      for (std::size_t n = 0; n < d.names.size(); ++n) out << (n ? ", " : "") << d.names[n];
+      if (d.distinct_names > static_cast<std::int64_t>(d.names.size()))
+        out << ", and " << d.distinct_names - static_cast<std::int64_t>(d.names.size()) << " more";
+      out << "\n";
+    }
+    if (i > 0) out << "     " << d.cause.message << "\n";
+  }
+  out << "\n";
+}
+
 void print_first_divergence(const Result& r, std::ostream& out, const Paint& paint) {
   print_first_unexplained(r, out, paint);
+  print_independent(r, out, paint);
   const bool headlined = !r.strict && r.first_divergence && r.first_unexplained &&
                          same_pair(*r.first_divergence, *r.first_unexplained);
   if (r.first_divergence && !headlined) {

@@ -16,6 +16,7 @@
 #include "differ/options.h"
 #include "differ/result.h"
 #include "differ/detail/judge/explain.h"
+#include "differ/detail/judge/independent.h"
 #include "differ/detail/judge/weight_causes.h"
 
 namespace probe::differ {
@@ -48,6 +49,11 @@ class Aligner {
   void note_noise_or_bug(std::int64_t step, bool first_step, const std::vector<Pair>& pairs);
   Cause headline_cause(std::int64_t step, bool first_step, const std::vector<Pair>& pairs,
                        const Pair& p) const;
+  // An independent divergence's cause and trace hint, as the headline's would be.
+  void describe(std::int64_t step, bool first_step, const std::vector<Pair>& pairs, const Pair& p,
+                Independent& entry) const;
+  // The independent divergences, ranked; the first becomes the headline (unless --strict).
+  void headline_the_one_that_matters();
 
   const DiffOptions& options_;
   Result& result_;
@@ -80,6 +86,7 @@ class Aligner {
   // The trace setting of the first cannot_tell pair ("" where ops cannot locate it), once seen.
   std::optional<std::string> cannot_tell_hint_;
   Explainer explainer_;
+  IndependentDivergences independent_;
 };
 
 }  // namespace probe::differ

@@ -34,6 +34,7 @@ struct Upstream {
   std::int64_t partial_sums = 0;
   double partial_root = 0;
   const std::string* partial_what = nullptr;
+  std::vector<std::uint32_t> bug_roots;  // the independent divergences among them (Explanation's)
   void add(const Pair& p);
   void add(const Upstream& u);
 };
@@ -128,6 +129,10 @@ class Explainer {
   // --update-amplification.
   Explanation from_update(const Pair& p, const Upstream& up, double amplification = 0) const;
   Upstream carried() const;  // what the step's computation starts from
+  // What a record depends on, as explain_by_dependencies reads it, for numbering the bugs.
+  Upstream dependencies(const Pair& p, std::int64_t step, bool first_step) const;
+  // A bug's independent divergences: its own number, or those of a bug it depends on.
+  void number_roots(Pair& p, std::int64_t step, bool first_step);
   void note_divergence(const Pair& p);
   void note_square_amplification(const Pair& grad);
   // RNG pairs of microbatches whose other records are equal or noise: rng_unused, not a bug.
@@ -167,10 +172,18 @@ class Explainer {
   double measured_amplification_ = 0;
   double step_amplification_ = 0;
   std::int64_t summation_order_grads_ = 0;
+  std::uint32_t roots_numbered_ = 0;  // independent divergences numbered so far (bug_roots)
   // The words of each partial sum noted as a root, once per text (a key's every step shares
   // them): Upstream points at them, over steps (a node-based set keeps them in place).
   std::unordered_set<std::string> partial_words_;
 };
+
+// A number one run's optimizer holds and the other's lacks (a setting one release added): no
+// state either run's update computes, and what it does shows in the weights it updates.
+bool one_sided_setting(const Pair& p);
+
+// Adds `from`'s roots to `into`: ascending, each once, the earliest Explanation::kRootsKept.
+void merge_roots(std::vector<std::uint32_t>& into, const std::vector<std::uint32_t>& from);
 
 // An optimizer record that holds a number on both sides (`<param>.lr`, `<param>.step`): a
 // setting of the update, not a tensor of state.

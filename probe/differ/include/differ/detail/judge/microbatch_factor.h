@@ -30,8 +30,14 @@ class MicrobatchFactor {
   // The microbatches' factors where they differ: "mb 0 x2, mb 1 x1" (empty otherwise).
   const std::string& differing() const { return differing_; }
 
-  // Whether `p` is a backward record of a microbatch the step's factor scales.
+  // Whether `p` is a backward record of a microbatch the step's factor scales, or the loss the
+  // convention scales where it scales the loss itself (loss_scaled).
   bool scales(const Pair& p) const;
+  // A microbatch's one-element forward output (its loss) in the step's factor to the other run's:
+  // the loss computed already scaled (a loss function that divides by its own accumulation count
+  // against a pipeline schedule that scales the gradients afterwards), whose gradient carries
+  // the same factor into every backward record.
+  bool loss_scaled(const Pair& p) const;
   // Where the microbatches' factors differ: whether `p` is a backward record in one ratio to the
   // other run's (a loss's gradient, a tensor's constant factor) other than 1. Such a pair is the
   // bug, in the words of differing_words().

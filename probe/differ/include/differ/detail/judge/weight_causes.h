@@ -34,6 +34,14 @@ std::optional<Cause> init_cause(std::int64_t step, bool first_step, const std::v
 std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<StepDigest>& previous,
                                      const std::vector<Pair>& pairs, const Pair& first);
 
+// [optimizer]: the weights changed since the step began. The first divergence is a record of a
+// microbatch after the first whose recorded dependencies (the step's weights, taken when it
+// began) are equal, while the step's update counts (`<param>.step`) say that one run's optimizer
+// stepped more times within the step than the other's: from its second microbatch on, that run
+// computed from weights its optimizer had already updated.
+std::optional<Cause> mid_step_updates_cause(std::int64_t step, const std::vector<Pair>& pairs,
+                                            const Pair& first);
+
 // A record of one run only (`first`: a param, mb_grad or grad) whose name the other run's log
 // lists as another name of one of its parameters (tied=), or a param of one run only whose
 // record holds, bit for bit (hash and every figure, dtype, shape), the values of another
