@@ -201,6 +201,26 @@ def test_close_removes_every_hook(tmp_path):
     assert not any(p._backward_hooks for p in model.parameters())
 
 
+def test_a_backward_that_other_code_runs_carries_the_microbatch_of_its_region(tmp_path):
+    # A trainer's own backward call (DeepSpeed's engine.backward(loss)) inside backward_region:
+    # the gradients carry the region's microbatch, not the last forward's.
+    probe = numprobe.Probe(tmp_path, on_error="throw")
+    model = small_model()
+    probe.watch(model)
+    probe.begin_step(0)
+    losses = {mb: probe.forward(mb, model, torch.ones(2, 4)).square().mean() for mb in (3, 1)}
+    for mb, loss in losses.items():
+        with probe.backward_region(mb):
+            loss.backward()
+    with pytest.raises(ValueError, match="backward_region"):
+        with probe.backward_region(-1):
+            pass
+    probe.end_step()
+    probe.close()
+    mbs = [line.split(" mb=")[1].split()[0] for line in records_of(log_lines(probe), "mb_grad")]
+    assert mbs == ["3"] * 4 + ["1"] * 4
+
+
 def test_a_later_pipeline_stage_names_its_microbatch_and_records_no_input(tmp_path):
     # What a pipeline attachment calls for a stage after the first: its taps carry the
     # microbatch's id; the model's input and RNG state are the first stage's records.

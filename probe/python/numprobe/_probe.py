@@ -216,10 +216,18 @@ class Probe:
     def backward(self, microbatch, loss, grad=None):
         """``loss.backward(grad)`` for global microbatch ``microbatch``: its per-microbatch
         gradient records carry that id, and its ops are traced when the trace setting says so."""
-        self._hook_unsharded_params()
-        self._c.begin_backward(_index(microbatch, "backward", "microbatch"))
-        try:
+        with self.backward_region(_index(microbatch, "backward", "microbatch")):
             torch.autograd.backward(loss, grad)
+
+    @contextlib.contextmanager
+    def backward_region(self, microbatch):
+        """A ``with`` block whose backward passes are global microbatch ``microbatch``'s, as in
+        backward(), for a backward that other code runs (a trainer's ``engine.backward(loss)``,
+        a pipeline schedule's)."""
+        self._hook_unsharded_params()
+        self._c.begin_backward(_index(microbatch, "backward_region", "microbatch"))
+        try:
+            yield
         finally:
             self._c.end_backward()
 

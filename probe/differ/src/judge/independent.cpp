@@ -1,4 +1,4 @@
-// Independent divergences: what training inherits of each bug-class root (independent.h).
+// Independent divergences: each bug-class root and whether training inherits it (independent.h).
 #include "differ/detail/judge/independent.h"
 
 #include <algorithm>
@@ -30,8 +30,8 @@ void IndependentDivergences::add_step(const std::vector<Pair>& pairs, const Desc
   const bool weights = std::any_of(pairs.begin(), pairs.end(), [](const Pair& p) {
     return p.kind == Kind::param && compared(p);
   });
-  for (std::size_t g : pending_)
-    if (weights) --groups_[g].unverified;
+  if (weights)
+    for (std::size_t g : pending_) --groups_[g].unverified;
   pending_.clear();
   last_gradient_ = 0;
   std::map<std::int64_t, std::uint32_t> data;  // microbatch -> its first data root

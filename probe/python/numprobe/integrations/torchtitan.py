@@ -25,7 +25,7 @@ Under pipeline parallelism each of the schedule's microbatches is one of the dat
 (torchtitan fetches ``local_batch_size / pipeline_parallel_microbatch_size`` of them per
 forward_backward_step), so i counts them through the step: chunk c of the g-th
 forward_backward_step with n chunks is i = g * n + c. Every schedule torchtitan builds is
-attached, single-stage (GPipe, 1F1B), looped (Interleaved1F1B, LoopedBFS) and zero-bubble ones
+attached (numprobe.integrations.pipelining), single-stage (GPipe, 1F1B), looped (Interleaved1F1B, LoopedBFS) and zero-bubble ones
 whose weight gradients come in a pass of their own: the first stage records the model's input and
 RNG state, the last its output (the logits) and each microbatch's loss, every stage the
 per-microbatch gradients of its parameters, each under the id of the microbatch it runs.
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 import numprobe
+from numprobe.integrations.pipelining import PipelineAttachment
 
 from torchtitan.trainer import Trainer
 
@@ -107,14 +108,19 @@ class Attachment:
         self._microbatch = None  # the global id of the microbatch whose forward runs now
         self._scope = None
         self._handles = []
-        self._stages = {}  # id(model part) -> its PipelineStage, under pipeline parallelism
-        self._patched = []  # (object, attribute) of the schedule's methods wrapped here
-        if trainer.parallel_dims.pp_enabled:
-            self._attach_schedule(trainer.pp_schedule)
+        self._pipeline = None  # the schedule's attachment, under pipeline parallelism
         for part in trainer.model_parts:
             probe.watch(part)
-            self._handles.append(part.register_forward_pre_hook(self._before_forward, with_kwargs=True))
-            self._handles.append(part.register_forward_hook(self._after_forward, with_kwargs=True, always_call=True))
+        if trainer.parallel_dims.pp_enabled:
+            # The schedule's chunks name their microbatches; an evaluation's (outside
+            # forward_backward_step) name none.
+            self._pipeline = PipelineAttachment(
+                probe, trainer.pp_schedule, lambda chunk: None if self._base is None else self._global(chunk))
+        else:
+            for part in trainer.model_parts:
+                self._handles.append(part.register_forward_pre_hook(self._before_forward, with_kwargs=True))
+                self._handles.append(part.register_forward_hook(self._after_forward, with_kwargs=True,
+                                                                always_call=True))
         for optimizer in trainer.optimizers.optimizers:
             probe.watch_optimizer(optimizer)
         # After every inner optimizer stepped and before the LR schedulers do: the recorded
@@ -134,7 +140,7 @@ class Attachment:
         hooks), loss and backward, or under pipeline parallelism the schedule's ``count``
         microbatches. Yields the global id of the first."""
         self._base = self._index
-        if not self._stages:
+        if self._pipeline is None:
             self._microbatch = self._global(0)
         try:
             yield self._global(0)
@@ -147,101 +153,37 @@ class Attachment:
         """The microbatch's loss as torchtitan returns it (this rank's sum over the global count
         of valid tokens), an output record of the microbatch. (Under pipeline parallelism each
         microbatch's loss is recorded as the schedule computes it, and the sum returned is not.)"""
-        if self._microbatch is not None and not self._stages and isinstance(loss, torch.Tensor):
+        if self._microbatch is not None and isinstance(loss, torch.Tensor):
             self.probe.record("output", "loss", loss.detach(), microbatch=self._microbatch)
 
     def close(self):
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        for owner, attribute in self._patched:
-            owner.__dict__.pop(attribute, None)  # the class's method again
-        self._patched = []
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
         self.probe.close()
 
     def _global(self, chunk):
         return (self._base + chunk) * self._dp_degree + self._dp_rank
 
-    # --- pipeline parallelism: the schedule runs each stage's chunks; wrapped per instance ---
-
-    def _attach_schedule(self, schedule):
-        stages = getattr(schedule, "_stages", None) or [schedule._stage]
-        for stage in stages:
-            self._stages[id(stage.submod)] = stage
-            self._patch(stage, "forward_one_chunk", self._forward_chunk)
-            self._patch(stage, "backward_one_chunk", self._backward_chunk)
-            self._patch(stage, "backward_weight_one_chunk", self._backward_chunk)
-        self._patch(schedule, "_maybe_compute_loss", lambda compute: self._loss_of_chunk(schedule, compute))
-
-    def _patch(self, owner, attribute, wrap):
-        setattr(owner, attribute, wrap(getattr(owner, attribute)))
-        self._patched.append((owner, attribute))
-
-    def _forward_chunk(self, forward):
-        def forward_one_chunk(chunk, *args, **kwargs):
-            if self._base is None:  # not a training step's (an evaluation's)
-                return forward(chunk, *args, **kwargs)
-            self._microbatch = self._global(chunk)
-            try:
-                return forward(chunk, *args, **kwargs)
-            finally:
-                self._microbatch = None
-
-        return forward_one_chunk
-
-    def _backward_chunk(self, backward):
-        # The input-gradient pass and, in zero-bubble schedules, the weight-gradient pass apart:
-        # the per-microbatch gradients come in whichever computes them.
-        def backward_chunk(chunk, *args, **kwargs):
-            if self._base is None or not self.probe.enabled:
-                return backward(chunk, *args, **kwargs)
-            self.probe._hook_unsharded_params()
-            self.probe._c.begin_backward(self._global(chunk))
-            try:
-                return backward(chunk, *args, **kwargs)
-            finally:
-                self.probe._c.end_backward()
-
-        return backward_chunk
-
-    def _loss_of_chunk(self, schedule, compute):
-        # The schedule computes the last stage's loss right after its forward, into its list.
-        def maybe_compute_loss(stage, output, target_mbs, chunk, *args, **kwargs):
-            losses = schedule._internal_losses
-            before = len(losses)
-            result = compute(stage, output, target_mbs, chunk, *args, **kwargs)
-            if self._base is not None and len(losses) > before and isinstance(losses[-1], torch.Tensor):
-                self.probe.record("output", "loss", losses[-1].detach(), microbatch=self._global(chunk))
-            return result
-
-        return maybe_compute_loss
-
     # A forward outside microbatch() (an evaluation, a validator) is not a training microbatch.
-    # Under pipeline parallelism the model's input is the first stage's, its output the last's.
+    # (Under pipeline parallelism the schedule's attachment hooks the stages instead.)
     def _before_forward(self, module, args, kwargs):
         if self._microbatch is None or not self.probe.enabled or self._scope is not None:
             return
-        stage = self._stages.get(id(module))
-        if stage is not None and not stage.is_first:
-            self._scope = self.probe._continue_forward(self._name(), self._microbatch, module)
-        else:
-            self._scope = self.probe._begin_forward(self._name(), self._microbatch, module, (args, kwargs))
+        self._scope = self.probe._begin_forward(self._name(), self._microbatch, module, (args, kwargs))
 
     def _after_forward(self, module, args, kwargs, output):
         if self._scope is None:
             return
         self._scope.close()
         self._scope = None
-        stage = self._stages.get(id(module))
-        if stage is None:
-            self.probe._end_forward(self._name(), self._microbatch, output)
-            # The loss and backward follow inside torchtitan's step: the per-microbatch
-            # gradients carry this microbatch's id. (A schedule's backward names its own.)
-            self.probe._c.begin_backward(self._microbatch)
-        elif stage.is_last:
-            self.probe._end_forward(self._name(), self._microbatch, output)
-        else:
-            self.probe._hook_unsharded_params()
+        self.probe._end_forward(self._name(), self._microbatch, output)
+        # The loss and backward follow inside torchtitan's step: the per-microbatch gradients
+        # carry this microbatch's id (microbatch() ends the region).
+        self.probe._c.begin_backward(self._microbatch)
 
     def _name(self):
         return self.probe._c.model_name
