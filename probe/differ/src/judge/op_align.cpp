@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "differ/detail/judge/replay_region.h"
+#include "differ/detail/judge/weight_causes.h"
 #include "differ/detail/merge/split_op.h"
 #include "probe/log_format.h"
 
@@ -65,6 +66,7 @@ bool in_both(const Pair& p) { return p.base.present && p.test.present; }
 struct StepOps {
   Producers base, test;
   std::vector<const Pair*> one_sided;
+  std::string update_counts;  // the step's update counts where they differ (weight_causes.h)
 };
 
 // The op that made input `i` of `m`, "" where no traced op did.
@@ -143,6 +145,12 @@ OpFinding inherited_finding(std::int64_t step, const Pair& p, const StepOps& ops
   const std::string pb = producer_of(ops.base, p.base.merged, i),
                     pt = producer_of(ops.test, p.test.merged, i);
   msg += made_by_text(pb, pt);
+  // An input no traced op made is a weight or a microbatch's input; after the first microbatch
+  // of a step whose update counts differ, a weight one run's optimizer updated inside the step.
+  if (pb.empty() && pt.empty() && !ops.update_counts.empty() && p.mb && *p.mb > 0)
+    msg += " (the step's update counts differ, " + ops.update_counts +
+           ": one run's optimizer stepped within the step, so a weight this op reads may be one "
+           "it had already updated)";
   // Where the difference is noise (a reduction's rounding carried along), the ops of one run only
   // that made the input (the reduction) are no cause.
   if (!report.root_cause && p.why.bug)
@@ -183,6 +191,7 @@ bool set_aside_op(const Pair& p, OpReport& report) {
 void OpAnalysis::add_step(std::int64_t step, const std::vector<Pair>& pairs, OpReport& report) {
   if (done_) return;
   StepOps ops;
+  ops.update_counts = differing_update_counts_text(pairs);
   // This step's ops of one run only: test-only records sit after the base records of their
   // phase and microbatch, not where they ran, so they all count as producers from the start.
   for (const Pair& p : pairs)

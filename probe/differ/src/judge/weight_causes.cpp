@@ -214,6 +214,13 @@ UpdateCounts differing_update_counts(const std::vector<Pair>& pairs) {
 
 }  // namespace
 
+std::string differing_update_counts_text(const std::vector<Pair>& pairs) {
+  const UpdateCounts counts = differing_update_counts(pairs);
+  if (!counts.pair) return "";
+  return counts.pair->name + ": base " + log_format::format_double(counts.base) + ", test " +
+         log_format::format_double(counts.test);
+}
+
 std::optional<Cause> mid_step_updates_cause(std::int64_t step, const std::vector<Pair>& pairs,
                                             const Pair& first) {
   const Phase phase = phase_of(first);

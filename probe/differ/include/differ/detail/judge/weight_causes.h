@@ -42,6 +42,10 @@ std::optional<Cause> optimizer_cause(std::int64_t step, const std::optional<Step
 std::optional<Cause> mid_step_updates_cause(std::int64_t step, const std::vector<Pair>& pairs,
                                             const Pair& first);
 
+// The step's update counts where they differ ("w.step: base 1, test 4"), "" where they agree or
+// were not recorded: one run's optimizer stepped more often within the step.
+std::string differing_update_counts_text(const std::vector<Pair>& pairs);
+
 // A record of one run only (`first`: a param, mb_grad or grad) whose name the other run's log
 // lists as another name of one of its parameters (tied=), or a param of one run only whose
 // record holds, bit for bit (hash and every figure, dtype, shape), the values of another
