@@ -96,11 +96,11 @@ def training_arguments(args, out, world):
     return TrainingArguments(**{k: v for k, v in settings.items() if k in known})
 
 
-def main(argv=None, model="llama"):
-    args = parse_args(argv, model)
-    from transformers import Trainer, TrainerCallback, default_data_collator
-    from numprobe.integrations.transformers import NumprobeCallback
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+def step_losses():
+    """A Trainer callback that keeps the loss the Trainer logs at each step (its ``losses``): the
+    curve a person would compare. Made here, not at import, so that its base class is that of the
+    transformers release first on PYTHONPATH."""
+    from transformers import TrainerCallback
 
     class StepLosses(TrainerCallback):
         def __init__(self):
@@ -110,7 +110,16 @@ def main(argv=None, model="llama"):
             if logs and "loss" in logs:
                 self.losses.append(logs["loss"])
 
-    losses = StepLosses()
+    return StepLosses()
+
+
+def main(argv=None, model="llama"):
+    args = parse_args(argv, model)
+    from transformers import Trainer, default_data_collator
+    from numprobe.integrations.transformers import NumprobeCallback
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+
+    losses = step_losses()
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(model=tiny_model(args), args=training_arguments(args, out, world),
                           train_dataset=dataset(args, world), data_collator=default_data_collator,

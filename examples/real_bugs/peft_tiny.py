@@ -20,7 +20,7 @@ import tempfile
 
 import torch
 
-from hf_tiny import VOCAB, dataset, training_arguments
+from hf_tiny import VOCAB, dataset, step_losses, training_arguments
 
 
 def parse_args(argv):
@@ -57,17 +57,9 @@ def base_model(name, seed, tie_word_embeddings=True):
 def main(argv=None, model="llama", lora=None, optimizer="sgd", optimizer_args=None, tie_word_embeddings=True):
     args = parse_args(argv)
     from peft import LoraConfig, get_peft_model
-    from transformers import Trainer, TrainerCallback, default_data_collator
+    from transformers import Trainer, default_data_collator
     from numprobe.integrations.transformers import NumprobeCallback
     world = int(os.environ.get("WORLD_SIZE", "1"))
-
-    class StepLosses(TrainerCallback):
-        def __init__(self):
-            self.losses = []
-
-        def on_log(self, a, state, control, logs=None, **kwargs):
-            if logs and "loss" in logs:
-                self.losses.append(logs["loss"])
 
     net = base_model(model, args.seed, tie_word_embeddings)
     torch.manual_seed(args.seed + 1)  # the adapter's initialization
@@ -79,7 +71,7 @@ def main(argv=None, model="llama", lora=None, optimizer="sgd", optimizer_args=No
     elif optimizer == "lorafa":
         from peft.optimizers import create_lorafa_optimizer
         optimizers = (create_lorafa_optimizer(net, lr=args.lr, **(optimizer_args or {})), None)
-    losses = StepLosses()
+    losses = step_losses()
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(model=net, args=training_arguments(args, out, world),
                           train_dataset=dataset(args, world), data_collator=default_data_collator,

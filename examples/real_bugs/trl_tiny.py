@@ -23,6 +23,8 @@ import tempfile
 
 import torch
 
+from hf_tiny import step_losses
+
 WORDS = 90  # the vocabulary: <pad>, <s>, </s>, <unk> and w0 ... w89
 
 
@@ -91,19 +93,10 @@ def config(cls, args, out, world):
 def main(argv=None, trainer="dpo"):
     args = parse_args(argv, trainer)
     import trl
-    from transformers import TrainerCallback
     from numprobe.integrations.transformers import NumprobeCallback
     world = int(os.environ.get("WORLD_SIZE", "1"))
 
-    class StepLosses(TrainerCallback):
-        def __init__(self):
-            self.losses = []
-
-        def on_log(self, a, state, control, logs=None, **kwargs):
-            if logs and "loss" in logs:
-                self.losses.append(logs["loss"])
-
-    losses = StepLosses()
+    losses = step_losses()
     tok = tokenizer()
     if args.prompt_words > 15 or args.completion_words > 15:
         raise SystemExit("--prompt-words and --completion-words: 15 at most (nothing is truncated)")
